@@ -1,0 +1,259 @@
+// The memory model. Every term names the tensor it counts; dtypes and "which tensors a stack
+// keeps" come from the runtime profile, shapes from the plan (local_shapes). Notation below:
+// T = tokens per rank, Tsp = T under sequence parallel, Ta = attention tokens, h = hidden,
+// d = head_dim, a = activation bytes, F = ffn/tp, V = vocab/tp.
+#include "costmodel/memory_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ctx {
+
+const char* to_string(Mem m) {
+  static const char* names[] = {"weights",     "grads",     "master_weights", "optimizer", "activations", "checkpoints",
+                                "workspace",   "comm_buffers", "logits",      "mask",      "runtime"};
+  return names[static_cast<int>(m)];
+}
+const char* to_string(HostMem m) {
+  static const char* names[] = {"optimizer", "master_weights", "grads", "weights", "checkpoints", "runtime"};
+  return names[static_cast<int>(m)];
+}
+const char* to_string(Phase p) {
+  static const char* names[] = {"forward", "loss", "backward", "optimizer"};
+  return names[static_cast<int>(p)];
+}
+
+double MemorySnapshot::total() const {
+  double t = 0;
+  for (double b : bytes) t += b;
+  return t;
+}
+
+LocalShapes local_shapes(const ModelSpec& m, const Plan& p, int64_t seq) {
+  LocalShapes s;
+  const double b = static_cast<double>(p.mbs), tp = static_cast<double>(p.tp), cp = static_cast<double>(p.cp);
+  const double u = static_cast<double>(ulysses_degree(p)), r = static_cast<double>(ring_degree(p));
+  s.tokens = b * static_cast<double>(seq) / cp;
+  s.tokens_sp = sp_enabled(p) ? s.tokens / tp : s.tokens;
+  s.attn_tokens = u > 1 ? b * static_cast<double>(seq) / r : s.tokens;   // Ulysses gathers the sequence
+  s.q_heads = static_cast<double>(m.heads) / (tp * u);
+  // KV heads per TP rank; beyond the KV-head count a head is replicated (one per rank)
+  double kv_tp = m.kv_heads >= p.tp ? static_cast<double>(m.kv_heads) / tp : 1.0;
+  s.kv_heads = u > kv_tp ? 1.0 : kv_tp / u;
+  s.ffn = static_cast<double>(m.ffn) / tp;
+  s.vocab = std::ceil(static_cast<double>(m.vocab) / tp);   // vocab-parallel embedding and head
+  const double h = static_cast<double>(m.hidden), d = static_cast<double>(m.head_dim);
+  const double qd = static_cast<double>(q_dim(m));
+  double attn = h * qd / tp            // Wq column-parallel
+                + 2.0 * h * d * kv_tp  // Wk, Wv: kv_tp heads each
+                + qd * h / tp;         // Wo row-parallel
+  if (m.qkv_bias) attn += qd / tp + 2.0 * d * kv_tp;
+  if (m.qk_norm) attn += 2.0 * d;
+  s.layer_params = attn + static_cast<double>(mlp_params_per_layer(m)) / tp + static_cast<double>(norm_params_per_layer(m));
+  s.params = static_cast<double>(m.layers) * s.layer_params + s.vocab * h /* embedding */ +
+             (m.tied_embeddings ? 0.0 : s.vocab * h) /* head */ + h /* final norm */;
+  s.zero_degree = static_cast<double>(std::max<int64_t>(1, p.dp) * p.cp);
+  return s;
+}
+
+MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p,
+                                int64_t seq) {
+  const LocalShapes S = local_shapes(m, p, seq);
+  const double a = rt.activation_bytes;
+  const double h = static_cast<double>(m.hidden), d = static_cast<double>(m.head_dim);
+  const double L = static_cast<double>(m.layers);
+  const double Z = S.zero_degree;
+  const double u = static_cast<double>(ulysses_degree(p)), r = static_cast<double>(ring_degree(p));
+  const double fp32 = 4.0;
+
+  // ---- model states (bytes per parameter from the runtime profile; ZeRO shards over dp*cp)
+  const double P = S.params;
+  const double w_dev = p.param_offload ? 0.0 : rt.weight_bytes * P / (p.zero == 3 ? Z : 1.0);
+  const bool grads_on_host = p.opt_offload && rt.offload_grads_with_optimizer;
+  const double g_full = grads_on_host ? 0.0 : rt.grad_bytes * P / (p.zero >= 2 ? Z : 1.0);
+  const double opt_shard = p.zero >= 1 ? Z : 1.0;
+  const double m_dev = p.opt_offload ? 0.0 : rt.master_bytes * P / opt_shard;
+  const double o_dev = p.opt_offload ? 0.0 : rt.optimizer_bytes * P / opt_shard;
+
+  // ---- one layer's tensors (recompute none)
+  const double x_in = S.tokens_sp * h * a;                    // layer input / residual [Tsp, h]
+  const double rstd = S.tokens_sp * fp32;                     // RMSNorm 1/rms per token, fp32
+  const double norm_out = rt.saves_norm_outputs ? x_in : 0.0; // norm output kept as the next matmul's input
+  const double q = S.attn_tokens * S.q_heads * d * a;         // q after RoPE [Ta, q_heads*d]
+  const double kv = 2.0 * S.attn_tokens * S.kv_heads * d * a; // k after RoPE and v [Ta, kv_heads*d] each
+  const double o = q;                                          // attention output, same shape as q
+  const double lse = S.attn_tokens * S.q_heads * fp32;        // log-sum-exp per query and head, fp32
+  const double o_seq = (u > 1 && rt.ulysses_saves_both_layouts)
+                           ? S.tokens * (static_cast<double>(m.heads) / p.tp) * d * a  // o_proj input, seq layout
+                           : 0.0;
+  const double qk_pre = m.qk_norm ? S.attn_tokens * (S.q_heads + S.kv_heads) * d * a : 0.0;  // q,k before qk-norm
+  const double ffn_t = S.tokens * S.ffn * a;                  // one [T, F] tensor
+  const double mlp_tensors = rt.mlp_saved_ffn_tensors * (m.activation == ActivationKind::swiglu ? 1.0 : 0.5);
+  const bool tiled_mlp = p.tiled_mlp > 1;
+  const double mlp_chunks = tiled_mlp ? static_cast<double>(p.tiled_mlp) : 1.0;
+  const double mlp_saved = tiled_mlp ? 0.0 : mlp_tensors * ffn_t;  // TiledMLP saves only its input
+
+  const double attn_side = x_in + rstd + norm_out + q + kv + o + lse + o_seq + qk_pre;
+  const double mlp_side = x_in + rstd + norm_out + mlp_saved;
+  const double layer_none = attn_side + mlp_side;
+
+  double saved_per_layer = 0, recomputed = 0;
+  switch (p.recompute) {
+    case Recompute::none:
+      saved_per_layer = layer_none;
+      break;
+    case Recompute::selective:
+      // keep matmul outputs and norm inputs; recompute norms, the attention core and the activation
+      saved_per_layer = 2 * x_in + 2 * rstd + q + kv + qk_pre +
+                        (tiled_mlp ? 0.0 : (m.activation == ActivationKind::swiglu ? 2.0 : 1.0) * ffn_t);
+      recomputed = layer_none - saved_per_layer;
+      break;
+    case Recompute::full:
+      saved_per_layer = x_in;  // the layer input is the checkpoint
+      recomputed = layer_none;
+      break;
+  }
+  const bool full = p.recompute == Recompute::full;
+
+  // ---- attention transients
+  const double q_fp32 = q / a * fp32;
+  const double kv_full = 2.0 * static_cast<double>(p.mbs) * static_cast<double>(seq) * S.kv_heads * d * a;
+  double fwd_comm = 0, bwd_comm = 0, fwd_ws = 0, bwd_ws = 0;
+  if (p.cp_kind == CpKind::allgather && p.cp > 1) {
+    fwd_comm = kv_full;                                   // all-gathered K,V of the whole sequence
+    bwd_comm = kv_full + kv_full / a * fp32;              // again, plus fp32 dK,dV before reduce-scatter
+  } else if (r > 1) {
+    fwd_comm = 2.0 * kv;                                  // double-buffered K,V receive for the ring
+    bwd_comm = 2.0 * kv + 2.0 * kv / a * fp32;            // K,V receive + travelling fp32 dK,dV (double-buffered)
+    fwd_ws += q_fp32 + lse;                               // fp32 output accumulator and running LSE for the merge
+  }
+  if (u > 1) {
+    fwd_comm += q + kv + o;                               // all-to-all staging of q,k,v in and of the output back
+    bwd_comm += q + kv + o;                               // the same for dq,dk,dv and d(out)
+  }
+  if (sp_enabled(p) && p.tp > 1) {
+    fwd_comm += S.tokens * h * a;                         // all-gathered norm output feeding the column-parallel GEMM
+    bwd_comm += S.tokens * h * a;                         // re-gathered input for the weight gradient
+  }
+  bwd_ws += q + kv + q_fp32;                              // dq, dk, dv and FlashAttention's fp32 dq accumulator
+
+  // ---- MLP transients
+  double fwd_mlp = 0;
+  if (tiled_mlp) fwd_mlp = mlp_tensors * ffn_t / mlp_chunks;                 // one chunk's intermediates
+  else if (full) fwd_mlp = 0;                                                // counted in the layer's own tensors
+  else if (p.recompute == Recompute::selective) fwd_mlp = (mlp_tensors - 2.0) * ffn_t;  // act, product: recomputed later
+  const double bwd_mlp = tiled_mlp ? (mlp_tensors + 3.0) * ffn_t / mlp_chunks  // chunk recompute + its gradients
+                                   : 3.0 * ffn_t;                              // d(gate), d(up), d(act)
+  const double grad_tensors = rt.backward_grad_tensors * S.tokens_sp * h * a;  // activation gradients in flight
+
+  // ---- parameter transients
+  const double zero3_gather = p.zero == 3 ? rt.zero3_prefetch_layers * S.layer_params * rt.weight_bytes : 0.0;
+  const double head_gather = p.zero == 3 ? S.vocab * h * rt.weight_bytes : 0.0;  // embedding/head gathered at the ends
+  const double grad_reduce = rt.reduce_bucket_bytes + (p.zero >= 2 ? S.layer_params * rt.weight_bytes : 0.0);
+
+  // ---- logits and loss (rows = tokens after the SP gather)
+  double logits = 0;
+  if (p.tiled_loss > 0) {
+    double chunk = std::min(static_cast<double>(p.tiled_loss), S.tokens);
+    logits = chunk * S.vocab * (rt.logits_bytes + rt.tiled_loss_fp32_copies * fp32)  // one tile's logits + fp32 copies
+             + S.tokens * h * a;                                                      // grad of the final hidden states
+  } else {
+    logits = S.tokens * S.vocab * (rt.logits_bytes + rt.loss_fp32_copies * fp32);
+  }
+
+  // ---- an explicit mask: [attention query rows, seq] for the whole step
+  const double mask = p.mask == MaskKind::explicit_mask ? S.attn_tokens * static_cast<double>(seq) * a : 0.0;
+
+  const double frag = 1.0 + rt.fragmentation;  // allocator slack on dynamically allocated tensors
+  auto base = [&](double grads_bytes) {
+    MemorySnapshot s;
+    s[Mem::weights] = w_dev;
+    s[Mem::grads] = grads_bytes;
+    s[Mem::master_weights] = m_dev;
+    s[Mem::optimizer] = o_dev;
+    s[Mem::mask] = mask * frag;
+    s[Mem::runtime] = rt.reserved_bytes;
+    return s;
+  };
+  const bool grads_always = rt.grads_persistent || p.ga > 1;
+  auto saved_layers = [&](MemorySnapshot& s, double n_layers) {
+    if (!full) {
+      s[Mem::activations] += n_layers * saved_per_layer * frag;
+    } else {
+      double on_device = p.ckpt_offload ? std::min(n_layers, rt.ckpt_offload_device_layers) : n_layers;
+      s[Mem::checkpoints] += on_device * saved_per_layer * frag;
+    }
+  };
+
+  MemoryPrediction out;
+  // forward, at the last layer (saved tensors only grow during the forward)
+  {
+    MemorySnapshot s = base(grads_always ? g_full : 0.0);
+    saved_layers(s, L);  // layer L-1's own tensors are being produced
+    if (full) s[Mem::activations] += std::max(attn_side, mlp_side - x_in + fwd_mlp) * frag;  // no-grad forward of one layer
+    s[Mem::workspace] += (fwd_ws + fwd_mlp) * frag;
+    s[Mem::comm_buffers] += (fwd_comm + zero3_gather) * frag;
+    out.phase_peak[static_cast<int>(Phase::forward)] = s;
+  }
+  // loss: every layer's saved tensors, the logits working set, the head (gathered under ZeRO-3)
+  {
+    MemorySnapshot s = base(grads_always ? g_full : 0.0);
+    saved_layers(s, L);
+    s[Mem::logits] = logits * frag;
+    s[Mem::comm_buffers] = head_gather * frag;
+    out.phase_peak[static_cast<int>(Phase::loss)] = s;
+  }
+  // backward: evaluate the first and the last layer (everything in between is linear in the layer)
+  {
+    MemorySnapshot best;
+    int64_t best_layer = -1;
+    for (int64_t i : {m.layers - 1, int64_t(0)}) {
+      double remaining = static_cast<double>(i + 1);            // layers 0..i still hold their saved tensors
+      double grads = grads_always ? g_full : g_full * (L - static_cast<double>(i)) / L;
+      MemorySnapshot s = base(grads);
+      saved_layers(s, remaining);
+      s[Mem::activations] += recomputed * frag;                 // layer i rematerialised
+      s[Mem::workspace] += (std::max(bwd_mlp, bwd_ws) + grad_tensors) * frag;
+      s[Mem::comm_buffers] += (bwd_comm + zero3_gather + grad_reduce) * frag;
+      if (best_layer < 0 || s.total() > best.total()) { best = s; best_layer = i; }
+    }
+    out.phase_peak[static_cast<int>(Phase::backward)] = best;
+    out.peak_layer = best_layer;
+  }
+  // optimizer: model states with every gradient
+  {
+    MemorySnapshot s = base(g_full);
+    out.phase_peak[static_cast<int>(Phase::optimizer)] = s;
+  }
+  for (int i = 0; i < kPhases; ++i) {
+    if (out.phase_peak[i].total() > out.peak.total()) {
+      out.peak = out.phase_peak[i];
+      out.peak_phase = static_cast<Phase>(i);
+    }
+  }
+  if (out.peak_phase == Phase::forward) out.peak_layer = m.layers - 1;
+  else if (out.peak_phase != Phase::backward) out.peak_layer = -1;
+
+  // ---- host memory per node
+  const int64_t world = std::max<int64_t>(1, p.dp) * p.tp * p.cp;
+  out.ranks_per_node = std::min<int64_t>(world, c.gpus_per_node);
+  const double rpn = static_cast<double>(out.ranks_per_node);
+  auto& hb = out.host_bytes_per_node;
+  if (p.opt_offload) {
+    hb[static_cast<int>(HostMem::optimizer)] = rpn * rt.optimizer_bytes * P / opt_shard;
+    hb[static_cast<int>(HostMem::master_weights)] = rpn * rt.master_bytes * P / opt_shard;
+    if (grads_on_host) hb[static_cast<int>(HostMem::grads)] = rpn * fp32 * P / (p.zero >= 2 ? Z : 1.0);
+  }
+  if (p.param_offload) hb[static_cast<int>(HostMem::weights)] = rpn * rt.weight_bytes * P / Z;
+  if (full && p.ckpt_offload) hb[static_cast<int>(HostMem::checkpoints)] = rpn * L * saved_per_layer;
+  hb[static_cast<int>(HostMem::runtime)] = rpn * rt.host_bytes_per_rank;
+  for (double v : hb) out.host_total_bytes_per_node += v;
+
+  out.device_capacity_bytes = static_cast<double>(c.gpu.usable_bytes);
+  out.host_capacity_bytes_per_node = static_cast<double>(c.host_bytes_per_node);
+  out.fits_device = out.peak.total() <= out.device_capacity_bytes;
+  out.fits_host = out.host_total_bytes_per_node <= out.host_capacity_bytes_per_node;
+  return out;
+}
+
+}  // namespace ctx

@@ -1,0 +1,74 @@
+// Per-rank device memory and per-node host memory of one training step, by category, with the
+// peak taken over the step's timeline (forward layer by layer, loss, backward layer by layer,
+// optimizer), not as a sum of per-category maxima.
+#pragma once
+#include <array>
+#include <cstdint>
+
+#include "costmodel/hardware_spec.hpp"
+#include "costmodel/model_spec.hpp"
+#include "costmodel/plan.hpp"
+#include "costmodel/runtime_profile.hpp"
+
+namespace ctx {
+
+// Device categories. The executor's allocator tags every allocation with one of these.
+enum class Mem : int {
+  weights, grads, master_weights, optimizer, activations, checkpoints, workspace, comm_buffers, logits, mask,
+  runtime, count
+};
+constexpr int kMemCategories = static_cast<int>(Mem::count);
+const char* to_string(Mem m);
+
+// Host categories, per node.
+enum class HostMem : int { optimizer, master_weights, grads, weights, checkpoints, runtime, count };
+constexpr int kHostCategories = static_cast<int>(HostMem::count);
+const char* to_string(HostMem m);
+
+struct MemorySnapshot {
+  std::array<double, kMemCategories> bytes{};
+  double total() const;
+  double& operator[](Mem m) { return bytes[static_cast<int>(m)]; }
+  double operator[](Mem m) const { return bytes[static_cast<int>(m)]; }
+};
+
+enum class Phase : int { forward, loss, backward, optimizer, count };
+constexpr int kPhases = static_cast<int>(Phase::count);
+const char* to_string(Phase p);
+
+struct MemoryPrediction {
+  MemorySnapshot peak;                         // the breakdown at the instant of the peak
+  Phase peak_phase = Phase::forward;
+  int64_t peak_layer = -1;                     // layer being run at the peak (-1: none)
+  std::array<MemorySnapshot, kPhases> phase_peak;  // each phase's own peak instant
+  double device_capacity_bytes = 0;            // usable after the CUDA context
+  std::array<double, kHostCategories> host_bytes_per_node{};
+  double host_total_bytes_per_node = 0;
+  double host_capacity_bytes_per_node = 0;
+  int64_t ranks_per_node = 0;
+  bool fits_device = false;
+  bool fits_host = false;
+  bool fits() const { return fits_device && fits_host; }
+  double headroom_bytes() const { return device_capacity_bytes - peak.total(); }
+};
+
+// The shapes one rank holds, derived from the plan (exposed for tests and the op cost model).
+struct LocalShapes {
+  double tokens;        // tokens per rank in the sequence-sharded regions: mbs*seq/cp
+  double tokens_sp;     // tokens in norm/residual regions: tokens/tp under SP
+  double attn_tokens;   // query/key tokens inside attention: tokens, or mbs*seq/ring under Ulysses
+  double q_heads;       // query heads inside attention: heads/(tp*ulysses)
+  double kv_heads;      // KV heads inside attention (at least 1: replicated beyond the KV-head count)
+  double ffn;           // MLP width per rank: ffn/tp
+  double vocab;         // vocabulary per rank: ceil(vocab/tp)
+  double params;        // parameters this TP rank owns before ZeRO sharding
+  double layer_params;  // one layer's parameters on this TP rank
+  double zero_degree;   // dp*cp
+};
+LocalShapes local_shapes(const ModelSpec& m, const Plan& p, int64_t seq);
+
+// Hot path: allocation-free, no exceptions. The plan must have passed check_plan.
+MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p,
+                                int64_t seq);
+
+}  // namespace ctx

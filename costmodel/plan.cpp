@@ -1,0 +1,327 @@
+#include "costmodel/plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "costmodel/errors.hpp"
+#include "costmodel/suggest.hpp"
+
+namespace ctx {
+
+bool sp_enabled(const Plan& p) { return p.sp < 0 ? p.tp > 1 : p.sp != 0; }
+
+int64_t ulysses_degree(const Plan& p) {
+  if (p.cp_kind == CpKind::ulysses) return p.cp;
+  if (p.cp_kind == CpKind::usp) return p.ulysses > 0 ? p.ulysses : 1;
+  return 1;
+}
+int64_t ring_degree(const Plan& p) { return p.cp / std::max<int64_t>(1, ulysses_degree(p)); }
+int64_t zero_shard_degree(const Plan& p) { return std::max<int64_t>(1, p.dp) * p.cp; }
+
+const char* to_string(CpKind k) {
+  switch (k) {
+    case CpKind::ring: return "ring";
+    case CpKind::zigzag: return "zigzag";
+    case CpKind::allgather: return "allgather";
+    case CpKind::ulysses: return "ulysses";
+    case CpKind::usp: return "usp";
+  }
+  return "?";
+}
+const char* to_string(Recompute r) {
+  switch (r) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
+const char* to_string(Dim d) {
+  switch (d) {
+    case Dim::tp: return "tp";
+    case Dim::cp: return "cp";
+    case Dim::dp: return "dp";
+  }
+  return "?";
+}
+
+std::string order_to_string(const Plan& p) {
+  return std::string(to_string(p.order[0])) + "-" + to_string(p.order[1]) + "-" + to_string(p.order[2]);
+}
+
+std::string mask_to_string(const Plan& p) {
+  if (p.mask == MaskKind::causal) return "causal";
+  if (p.mask == MaskKind::explicit_mask) return "explicit";
+  std::ostringstream os;
+  os << "doc:";
+  if (p.docs.kind == DocLengths::Kind::histogram) os << "hist:";
+  for (size_t i = 0; i < p.docs.tokens.size(); ++i) {
+    if (i) os << "/";
+    os << p.docs.tokens[i];
+    if (p.docs.kind == DocLengths::Kind::histogram) os << "@" << p.docs.weights[i];
+  }
+  return os.str();
+}
+
+const std::vector<std::pair<std::string, std::string>>& plan_key_help() {
+  static const std::vector<std::pair<std::string, std::string>> keys = {
+      {"dp", "data-parallel degree (default: the GPUs left by tp*cp)"},
+      {"tp", "tensor-parallel degree (default 1)"},
+      {"sp", "Megatron sequence parallel on top of TP: 0|1 (default: 1 when tp>1)"},
+      {"cp", "context-parallel degree (default 1)"},
+      {"cp_kind", "ring|zigzag|allgather|ulysses|usp (default zigzag)"},
+      {"ulysses", "Ulysses degree inside cp_kind=usp; ring degree = cp/ulysses"},
+      {"zero", "ZeRO stage 0-3 over dp*cp ranks (default 0)"},
+      {"mbs", "sequences per micro-batch (default 1)"},
+      {"ga", "gradient-accumulation micro-batches per step (default 1)"},
+      {"recompute", "none|selective|full (default none)"},
+      {"ckpt_offload", "0|1: keep full-recompute checkpoints in host memory (default 0)"},
+      {"opt_offload", "0|1: fp32 master weights + Adam states in host memory (default 0)"},
+      {"param_offload", "0|1: ZeRO-3 parameter shards in host memory (default 0)"},
+      {"tiled_loss", "tokens per logits+loss tile, 0 = untiled (default 0)"},
+      {"tiled_mlp", "MLP chunks along the sequence, 0 = untiled (default 0)"},
+      {"mask", "causal | explicit | doc:<len> | doc:<l1>/<l2>/... | doc:hist:<len>@<frac>/... (default causal)"},
+      {"precision", "bf16|fp8 (default bf16)"},
+      {"order", "rank order, innermost first, e.g. tp-cp-dp (default)"},
+  };
+  return keys;
+}
+
+namespace {
+
+std::vector<std::string> plan_key_names() {
+  std::vector<std::string> names;
+  for (auto& kv : plan_key_help()) names.push_back(kv.first);
+  return names;
+}
+
+int64_t parse_int(const std::string& where, const std::string& key, const std::string& v, int64_t lo, int64_t hi) {
+  size_t used = 0;
+  int64_t x = 0;
+  try {
+    // accept 128k / 1m suffixes for token counts
+    double scale = 1;
+    std::string body = v;
+    if (!body.empty() && (body.back() == 'k' || body.back() == 'K')) { scale = 1024; body.pop_back(); }
+    else if (!body.empty() && (body.back() == 'm' || body.back() == 'M')) { scale = 1024 * 1024; body.pop_back(); }
+    double d = std::stod(body, &used);
+    if (used != body.size() || d != std::floor(d)) throw std::invalid_argument(v);
+    x = static_cast<int64_t>(d * scale);
+  } catch (const std::exception&) {
+    throw InputError(where, key, "expected an integer, got '" + v + "'");
+  }
+  if (x < lo || x > hi)
+    throw InputError(where, key,
+                     "value " + std::to_string(x) + " is out of range; valid: " + std::to_string(lo) + ".." +
+                         std::to_string(hi));
+  return x;
+}
+
+bool parse_bool(const std::string& where, const std::string& key, const std::string& v) {
+  if (v == "1" || v == "true" || v == "on" || v == "yes") return true;
+  if (v == "0" || v == "false" || v == "off" || v == "no") return false;
+  throw InputError(where, key, "expected 0 or 1, got '" + v + "'");
+}
+
+template <class E>
+E parse_enum(const std::string& where, const std::string& key, const std::string& v,
+             const std::vector<std::pair<std::string, E>>& options) {
+  std::vector<std::string> names;
+  for (auto& [n, e] : options) {
+    if (n == v) return e;
+    names.push_back(n);
+  }
+  std::string valid;
+  for (auto& n : names) valid += (valid.empty() ? "" : "|") + n;
+  std::string msg = "unknown value '" + v + "'; valid: " + valid;
+  auto close = closest_names(v, names, 1);
+  if (!close.empty()) msg += " (did you mean '" + close[0] + "'?)";
+  throw InputError(where, key, msg);
+}
+
+void parse_mask(const std::string& where, const std::string& v, Plan& p) {
+  if (v == "causal") { p.mask = MaskKind::causal; return; }
+  if (v == "explicit") { p.mask = MaskKind::explicit_mask; return; }
+  if (v.rfind("doc:", 0) != 0)
+    throw InputError(where, "mask",
+                     "unknown value '" + v + "'; valid: causal | explicit | doc:<len> | doc:<l1>/<l2>/... | "
+                     "doc:hist:<len>@<frac>/...");
+  std::string body = v.substr(4);
+  DocLengths d;
+  bool hist = body.rfind("hist:", 0) == 0;
+  if (hist) body = body.substr(5);
+  std::stringstream ss(body);
+  std::string item;
+  while (std::getline(ss, item, '/')) {
+    if (hist) {
+      auto at = item.find('@');
+      if (at == std::string::npos) throw InputError(where, "mask", "histogram bin '" + item + "' needs <len>@<fraction>");
+      d.tokens.push_back(parse_int(where, "mask", item.substr(0, at), 1, int64_t(1) << 34));
+      try {
+        d.weights.push_back(std::stod(item.substr(at + 1)));
+      } catch (const std::exception&) {
+        throw InputError(where, "mask", "bad fraction in '" + item + "'");
+      }
+    } else {
+      d.tokens.push_back(parse_int(where, "mask", item, 1, int64_t(1) << 34));
+    }
+  }
+  if (d.tokens.empty()) throw InputError(where, "mask", "doc: needs at least one length");
+  if (hist) {
+    double sum = 0;
+    for (double w : d.weights) {
+      if (w < 0) throw InputError(where, "mask", "histogram fractions must be >= 0");
+      sum += w;
+    }
+    if (std::abs(sum - 1.0) > 1e-6) throw InputError(where, "mask", "histogram fractions must sum to 1, got " + std::to_string(sum));
+    if (!std::is_sorted(d.tokens.begin(), d.tokens.end())) throw InputError(where, "mask", "histogram bin edges must increase");
+    d.kind = DocLengths::Kind::histogram;
+  } else {
+    d.kind = d.tokens.size() == 1 ? DocLengths::Kind::fixed : DocLengths::Kind::list;
+  }
+  p.mask = MaskKind::document;
+  p.docs = d;
+}
+
+void parse_order(const std::string& where, const std::string& v, Plan& p) {
+  std::stringstream ss(v);
+  std::string item;
+  std::vector<Dim> dims;
+  while (std::getline(ss, item, '-')) {
+    if (item == "tp") dims.push_back(Dim::tp);
+    else if (item == "cp") dims.push_back(Dim::cp);
+    else if (item == "dp") dims.push_back(Dim::dp);
+    else throw InputError(where, "order", "unknown dimension '" + item + "'; valid: a permutation of tp, cp, dp such as tp-cp-dp");
+  }
+  if (dims.size() != 3 || dims[0] == dims[1] || dims[1] == dims[2] || dims[0] == dims[2])
+    throw InputError(where, "order", "must name tp, cp and dp once each, innermost first (e.g. tp-cp-dp), got '" + v + "'");
+  for (int i = 0; i < 3; ++i) p.order[i] = dims[i];
+}
+
+void set_key(Plan& p, const std::string& where, const std::string& key, const std::string& v) {
+  constexpr int64_t kMaxDegree = 1 << 20;
+  if (key == "dp") p.dp = parse_int(where, key, v, 0, kMaxDegree);
+  else if (key == "tp") p.tp = parse_int(where, key, v, 1, kMaxDegree);
+  else if (key == "sp") p.sp = parse_bool(where, key, v) ? 1 : 0;
+  else if (key == "cp") p.cp = parse_int(where, key, v, 1, kMaxDegree);
+  else if (key == "cp_kind")
+    p.cp_kind = parse_enum<CpKind>(where, key, v,
+                                   {{"ring", CpKind::ring}, {"zigzag", CpKind::zigzag}, {"allgather", CpKind::allgather},
+                                    {"ulysses", CpKind::ulysses}, {"usp", CpKind::usp}});
+  else if (key == "ulysses") p.ulysses = parse_int(where, key, v, 1, kMaxDegree);
+  else if (key == "zero") p.zero = static_cast<int>(parse_int(where, key, v, 0, 3));
+  else if (key == "mbs") p.mbs = parse_int(where, key, v, 1, 1 << 16);
+  else if (key == "ga") p.ga = parse_int(where, key, v, 1, 1 << 20);
+  else if (key == "recompute")
+    p.recompute = parse_enum<Recompute>(where, key, v,
+                                        {{"none", Recompute::none}, {"selective", Recompute::selective}, {"full", Recompute::full}});
+  else if (key == "ckpt_offload") p.ckpt_offload = parse_bool(where, key, v);
+  else if (key == "opt_offload") p.opt_offload = parse_bool(where, key, v);
+  else if (key == "param_offload") p.param_offload = parse_bool(where, key, v);
+  else if (key == "tiled_loss") p.tiled_loss = parse_int(where, key, v, 0, int64_t(1) << 34);
+  else if (key == "tiled_mlp") p.tiled_mlp = parse_int(where, key, v, 0, 1 << 20);
+  else if (key == "mask") parse_mask(where, v, p);
+  else if (key == "precision") p.precision = parse_enum<Precision>(where, key, v, {{"bf16", Precision::bf16}, {"fp8", Precision::fp8}});
+  else if (key == "order") parse_order(where, v, p);
+  else {
+    std::string msg = "unknown plan key";
+    auto close = closest_names(key, plan_key_names(), 2);
+    if (!close.empty()) {
+      msg += " (did you mean ";
+      for (size_t i = 0; i < close.size(); ++i) msg += (i ? " or '" : "'") + close[i] + "'";
+      msg += "?)";
+    }
+    std::string valid;
+    for (auto& n : plan_key_names()) valid += (valid.empty() ? "" : ", ") + n;
+    throw InputError(where, key, msg + "; valid keys: " + valid);
+  }
+}
+
+}  // namespace
+
+Plan parse_plan(const std::string& text, const std::string& where) {
+  Plan p;
+  std::stringstream ss(text);
+  std::string item;
+  std::vector<std::string> seen;
+  while (std::getline(ss, item, ',')) {
+    // trim spaces
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (item.empty()) continue;
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw InputError(where, item, "expected key=value (e.g. tp=2,cp=4,cp_kind=zigzag)");
+    std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) throw InputError(where, key, "given twice");
+    seen.push_back(key);
+    set_key(p, where, key, value);
+  }
+  return p;
+}
+
+std::string plan_to_string(const Plan& p) {
+  Plan d;  // defaults
+  std::ostringstream os;
+  os << "dp=" << p.dp << ",tp=" << p.tp << ",cp=" << p.cp;
+  if (p.cp > 1 || p.cp_kind != d.cp_kind) os << ",cp_kind=" << to_string(p.cp_kind);
+  if (p.cp_kind == CpKind::usp) os << ",ulysses=" << p.ulysses;
+  if (p.sp >= 0 && sp_enabled(p) != (p.tp > 1)) os << ",sp=" << (sp_enabled(p) ? 1 : 0);
+  if (p.zero != d.zero) os << ",zero=" << p.zero;
+  if (p.mbs != d.mbs) os << ",mbs=" << p.mbs;
+  if (p.ga != d.ga) os << ",ga=" << p.ga;
+  if (p.recompute != d.recompute) os << ",recompute=" << to_string(p.recompute);
+  if (p.ckpt_offload) os << ",ckpt_offload=1";
+  if (p.opt_offload) os << ",opt_offload=1";
+  if (p.param_offload) os << ",param_offload=1";
+  if (p.tiled_loss) os << ",tiled_loss=" << p.tiled_loss;
+  if (p.tiled_mlp > 1) os << ",tiled_mlp=" << p.tiled_mlp;
+  if (p.mask != MaskKind::causal) os << ",mask=" << mask_to_string(p);
+  if (p.precision != d.precision) os << ",precision=fp8";
+  if (order_to_string(p) != order_to_string(d)) os << ",order=" << order_to_string(p);
+  return os.str();
+}
+
+json plan_to_json(const Plan& p) {
+  json j;
+  j["dp"] = p.dp;
+  j["tp"] = p.tp;
+  j["sp"] = sp_enabled(p);
+  j["cp"] = p.cp;
+  j["cp_kind"] = to_string(p.cp_kind);
+  j["ulysses"] = ulysses_degree(p);
+  j["zero"] = p.zero;
+  j["mbs"] = p.mbs;
+  j["ga"] = p.ga;
+  j["recompute"] = to_string(p.recompute);
+  j["ckpt_offload"] = p.ckpt_offload;
+  j["opt_offload"] = p.opt_offload;
+  j["param_offload"] = p.param_offload;
+  j["tiled_loss"] = p.tiled_loss;
+  j["tiled_mlp"] = p.tiled_mlp;
+  j["mask"] = mask_to_string(p);
+  j["precision"] = p.precision == Precision::bf16 ? "bf16" : "fp8";
+  j["order"] = order_to_string(p);
+  return j;
+}
+
+Plan plan_from_json(const json& j, const std::string& where) {
+  if (!j.is_object()) throw InputError(where, "plan", "expected an object of plan keys");
+  // Reuse the command-line parser so both forms accept and reject exactly the same things.
+  std::string text;
+  for (auto& [k, v] : j.items()) {
+    std::string s;
+    if (v.is_string()) s = v.get<std::string>();
+    else if (v.is_boolean()) s = v.get<bool>() ? "1" : "0";
+    else if (v.is_number_integer()) s = std::to_string(v.get<int64_t>());
+    else if (v.is_number()) s = v.dump();
+    else throw InputError(where, "plan." + k, "expected a string, number or boolean");
+    if (s.find(',') != std::string::npos) throw InputError(where, "plan." + k, "value may not contain ','");
+    if (k == "ulysses" && j.value("cp_kind", "") != "usp") continue;  // derived field in our own output
+    text += (text.empty() ? "" : ",") + k + "=" + s;
+  }
+  return parse_plan(text, where + ": plan");
+}
+
+}  // namespace ctx

@@ -1,0 +1,70 @@
+// A parallel plan: how one training step of one model is laid out over the GPUs.
+// Written on the command line as `key=value,...` (parse_plan) or as plan.json (plan_to_json).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "costmodel/json_util.hpp"
+
+namespace ctx {
+
+enum class CpKind { ring, zigzag, allgather, ulysses, usp };
+enum class Recompute { none, selective, full };
+enum class MaskKind { causal, document, explicit_mask };
+enum class Precision { bf16, fp8 };
+enum class Dim { tp, cp, dp };
+
+// Lengths of the documents packed into a sequence (intra-document masking).
+struct DocLengths {
+  enum class Kind { fixed, list, histogram } kind = Kind::fixed;
+  std::vector<int64_t> tokens;   // fixed: one length; list: each length; histogram: bin upper edges
+  std::vector<double> weights;   // histogram: fraction of documents in each bin (sums to 1)
+};
+
+struct Plan {
+  int64_t dp = 0;                 // 0 = fill the GPUs the other degrees leave
+  int64_t tp = 1;
+  int sp = -1;                    // Megatron sequence parallel; -1 = on whenever tp > 1
+  int64_t cp = 1;
+  CpKind cp_kind = CpKind::zigzag;
+  int64_t ulysses = 0;            // Ulysses degree inside usp (0 = all of cp for ulysses, required for usp)
+  int zero = 0;                   // 0..3, sharded over dp x cp (every rank with the same TP shard)
+  int64_t mbs = 1;                // sequences per micro-batch
+  int64_t ga = 1;                 // micro-batches per step (gradient accumulation)
+  Recompute recompute = Recompute::none;
+  bool ckpt_offload = false;      // full-recompute checkpoints kept in host memory
+  bool opt_offload = false;       // fp32 master weights and Adam states in host memory
+  bool param_offload = false;     // ZeRO-3 parameter shards in host memory
+  int64_t tiled_loss = 0;         // tokens per logits/loss tile; 0 = untiled
+  int64_t tiled_mlp = 0;          // MLP chunks along the sequence; 0 or 1 = untiled
+  MaskKind mask = MaskKind::causal;
+  DocLengths docs;                // with mask=document
+  Precision precision = Precision::bf16;
+  Dim order[3] = {Dim::tp, Dim::cp, Dim::dp};  // innermost first: consecutive ranks differ in order[0]
+};
+
+// Degrees after defaults are resolved against a world size.
+bool sp_enabled(const Plan& p);
+int64_t ulysses_degree(const Plan& p);   // 1 for ring kinds, cp for ulysses, `ulysses` for usp
+int64_t ring_degree(const Plan& p);      // cp / ulysses_degree
+int64_t zero_shard_degree(const Plan& p);  // dp * cp
+
+const char* to_string(CpKind k);
+const char* to_string(Recompute r);
+const char* to_string(Dim d);
+std::string mask_to_string(const Plan& p);
+std::string order_to_string(const Plan& p);
+
+// The plan keys, their meaning and defaults, for --help and error messages.
+const std::vector<std::pair<std::string, std::string>>& plan_key_help();
+
+// Parses `dp=8,tp=2,cp_kind=zigzag,...`; `where` names the source in errors ("--plan").
+Plan parse_plan(const std::string& text, const std::string& where = "--plan");
+// The canonical `key=value` form (only keys that differ from the defaults, plus dp/tp/cp).
+std::string plan_to_string(const Plan& p);
+
+json plan_to_json(const Plan& p);
+Plan plan_from_json(const json& j, const std::string& where);
+
+}  // namespace ctx

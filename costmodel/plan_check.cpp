@@ -1,0 +1,173 @@
+#include "costmodel/plan_check.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "costmodel/process_groups.hpp"
+
+namespace ctx {
+namespace {
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+// The valid values nearest to `want` (at most two: one below, one above).
+std::vector<int64_t> nearest(const std::vector<int64_t>& valid, int64_t want) {
+  int64_t below = -1, above = -1;
+  for (int64_t v : valid) {
+    if (v <= want) below = v;
+    if (v >= want && above < 0) above = v;
+  }
+  std::vector<int64_t> out;
+  if (below > 0) out.push_back(below);
+  if (above > 0 && above != below) out.push_back(above);
+  return out;
+}
+
+bool ulysses_ok(const ModelSpec& m, int64_t tp, int64_t u) {
+  int64_t q = m.heads / tp, kv = std::max<int64_t>(1, m.kv_heads / tp);
+  if (q % u != 0) return false;
+  // DeepSpeed's rule: u divides the KV heads, or (u > KV heads) KV heads divide u and are replicated
+  return kv % u == 0 || u % kv == 0;
+}
+
+}  // namespace
+
+std::string PlanCheck::message() const {
+  std::string s;
+  for (auto& e : errors) s += (s.empty() ? "" : "; ") + e;
+  if (!alternatives.empty()) {
+    s += "; nearest valid: ";
+    for (size_t i = 0; i < alternatives.size(); ++i) s += (i ? " | " : "") + alternatives[i];
+  }
+  return s;
+}
+
+int64_t seq_granule(const Plan& p) {
+  switch (p.cp_kind) {
+    case CpKind::zigzag: return 2 * p.cp;               // 2*cp chunks, two per rank
+    case CpKind::usp: return 2 * p.cp;                  // zig-zag ring across Ulysses groups
+    default: return p.cp * (sp_enabled(p) ? p.tp : 1);  // even shards (and SP shards)
+  }
+}
+
+PlanCheck check_plan(Plan& p, const ModelSpec& m, const ClusterSpec& c, int64_t seq) {
+  PlanCheck r;
+  const int64_t world = world_size(c);
+  auto err = [&](std::string e) { r.errors.push_back(std::move(e)); };
+  auto alt = [&](std::string a) {
+    if (std::find(r.alternatives.begin(), r.alternatives.end(), a) == r.alternatives.end()) r.alternatives.push_back(a);
+  };
+
+  if (seq <= 0 || seq > (int64_t(1) << 34)) err("sequence length must be 1..17179869184 tokens, got " + std::to_string(seq));
+
+  // ---- world size: dp * tp * cp must equal the GPUs
+  int64_t tpcp = p.tp * p.cp;
+  if (p.dp == 0) {
+    if (tpcp > 0 && world % tpcp == 0) p.dp = world / tpcp;
+    else {
+      err("tp*cp = " + std::to_string(tpcp) + " does not divide the " + std::to_string(world) + " GPUs, so dp cannot fill them");
+      if (world % p.tp == 0)
+        for (int64_t cp : nearest(divisors(world / p.tp), p.cp)) alt("cp=" + std::to_string(cp));
+      p.dp = 1;
+    }
+  } else if (p.dp * tpcp != world) {
+    err("dp*tp*cp = " + std::to_string(p.dp) + "*" + std::to_string(p.tp) + "*" + std::to_string(p.cp) + " = " +
+        std::to_string(p.dp * tpcp) + ", but the cluster has " + std::to_string(world) + " GPUs");
+    if (world % tpcp == 0) alt("dp=" + std::to_string(world / tpcp));
+  }
+
+  // ---- tensor parallel: heads, KV heads and the MLP split evenly
+  if (m.heads % p.tp != 0 || m.ffn % p.tp != 0 || (m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0)) {
+    err("tp=" + std::to_string(p.tp) + " must divide the query heads (" + std::to_string(m.heads) + "), the MLP width (" +
+        std::to_string(m.ffn) + ") and the KV heads (" + std::to_string(m.kv_heads) + ", or be a multiple of them)");
+    std::vector<int64_t> ok;
+    for (int64_t t : divisors(m.heads))
+      if (m.ffn % t == 0 && (m.kv_heads % t == 0 || t % m.kv_heads == 0) && world % t == 0) ok.push_back(t);
+    for (int64_t t : nearest(ok, p.tp)) alt("tp=" + std::to_string(t));
+  } else if (p.tp > m.kv_heads) {
+    r.warnings.push_back("tp=" + std::to_string(p.tp) + " exceeds the " + std::to_string(m.kv_heads) +
+                         " KV heads: each KV head is replicated on " + std::to_string(p.tp / m.kv_heads) + " TP ranks");
+  }
+  if (p.sp == 1 && p.tp == 1) r.warnings.push_back("sp=1 has no effect with tp=1");
+
+  // ---- context parallel kinds
+  if (p.cp_kind == CpKind::usp) {
+    if (p.ulysses <= 0) {
+      err("cp_kind=usp needs ulysses=<degree> (the Ulysses part of cp; ring degree = cp/ulysses)");
+      p.ulysses = 1;
+    } else if (p.cp % p.ulysses != 0) {
+      err("ulysses=" + std::to_string(p.ulysses) + " must divide cp=" + std::to_string(p.cp));
+      for (int64_t u : nearest(divisors(p.cp), p.ulysses)) alt("ulysses=" + std::to_string(u));
+    }
+  } else if (p.ulysses > 0 && p.cp_kind != CpKind::ulysses) {
+    err("ulysses=" + std::to_string(p.ulysses) + " is only meaningful with cp_kind=usp");
+    alt("cp_kind=usp");
+  } else if (p.cp_kind == CpKind::ulysses && p.ulysses > 0 && p.ulysses != p.cp) {
+    err("with cp_kind=ulysses the Ulysses degree is cp (" + std::to_string(p.cp) + "); use cp_kind=usp for a hybrid");
+  }
+  int64_t u = ulysses_degree(p);
+  if (u > 1 && p.tp > 0 && m.heads % p.tp == 0 && !ulysses_ok(m, p.tp, u)) {
+    int64_t q = m.heads / p.tp, kv = std::max<int64_t>(1, m.kv_heads / p.tp);
+    err("Ulysses degree " + std::to_string(u) + " must divide the " + std::to_string(q) +
+        " query heads per TP rank, and either divide the " + std::to_string(kv) +
+        " KV heads per TP rank or be a multiple of them (KV heads are then replicated)");
+    std::vector<int64_t> ok;
+    for (int64_t d : divisors(q))
+      if (ulysses_ok(m, p.tp, d)) ok.push_back(d);
+    for (int64_t d : nearest(ok, u))
+      alt(p.cp_kind == CpKind::usp ? "ulysses=" + std::to_string(d) : "cp=" + std::to_string(d));
+  } else if (u > 1 && m.kv_heads / std::max<int64_t>(1, p.tp) < u) {
+    int64_t kv = std::max<int64_t>(1, m.kv_heads / std::max<int64_t>(1, p.tp));
+    r.warnings.push_back("Ulysses degree " + std::to_string(u) + " exceeds the " + std::to_string(kv) +
+                         " KV heads per TP rank: each KV head is replicated " + std::to_string(u / kv) + "x");
+  }
+
+  // ---- sequence divisibility
+  int64_t g = seq_granule(p);
+  if (seq > 0 && g > 0 && seq % g != 0) {
+    std::string why = p.cp_kind == CpKind::zigzag || p.cp_kind == CpKind::usp
+                          ? "zig-zag placement needs the sequence divisible by 2*cp = " + std::to_string(g)
+                          : "the sequence must split evenly over cp" + std::string(sp_enabled(p) ? "*tp" : "") + " = " +
+                                std::to_string(g) + " ranks";
+    err(why + ", got " + std::to_string(seq));
+    int64_t down = seq / g * g, up = down + g;
+    if (down > 0) alt("--seq " + std::to_string(down));
+    alt("--seq " + std::to_string(up));
+  }
+  if (seq > 0 && p.cp > seq) err("cp=" + std::to_string(p.cp) + " exceeds the sequence length");
+
+  // ---- memory features
+  if (p.ckpt_offload && p.recompute != Recompute::full) {
+    err("ckpt_offload=1 offloads the per-layer checkpoints of full recompute; it needs recompute=full");
+    alt("recompute=full");
+  }
+  if (p.param_offload && p.zero != 3) {
+    err("param_offload=1 offloads ZeRO-3 parameter shards; it needs zero=3");
+    alt("zero=3");
+  }
+  int64_t local_tokens = (seq > 0 ? seq : 1) * p.mbs / std::max<int64_t>(1, p.cp);
+  if (p.tiled_loss > local_tokens)
+    r.warnings.push_back("tiled_loss=" + std::to_string(p.tiled_loss) + " is larger than the " +
+                         std::to_string(local_tokens) + " tokens each rank holds: one tile");
+  if (p.tiled_mlp > local_tokens) err("tiled_mlp=" + std::to_string(p.tiled_mlp) + " chunks exceed the " +
+                                      std::to_string(local_tokens) + " tokens each rank holds");
+  if (p.zero > 0 && p.dp * p.cp == 1) r.warnings.push_back("zero=" + std::to_string(p.zero) + " has no effect on one rank per TP shard");
+  if (p.precision == Precision::fp8 && c.gpu.peak_fp8_flops <= 0) err(c.gpu.name + " has no fp8 tensor cores; use precision=bf16");
+  if (p.mask == MaskKind::explicit_mask)
+    r.warnings.push_back("mask=explicit materialises an s x s mask per GPU; pass document boundaries instead (mask=doc:...)");
+
+  // ---- placement
+  if (r.errors.empty() && world > 1) {
+    if (p.tp > 1 && nodes_spanned(p, Group::tp, c.gpus_per_node) > 1)
+      r.warnings.push_back("the TP group spans " + std::to_string(nodes_spanned(p, Group::tp, c.gpus_per_node)) +
+                           " nodes: its collectives run on the inter-node network");
+  }
+  return r;
+}
+
+}  // namespace ctx

@@ -1,0 +1,414 @@
+#include "costmodel/profile_store.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+
+#include "costmodel/suggest.hpp"
+
+#ifndef CTXPLAN_PROFILES_DIR
+#define CTXPLAN_PROFILES_DIR "profiles"
+#endif
+
+namespace fs = std::filesystem;
+
+namespace ctx {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kGiB = 1024.0 * kMiB;
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+void require_schema(const JsonReader& r, const std::string& expected) {
+  std::string s = r.string_or("schema", "");
+  if (s != expected) r.fail("schema", "expected \"" + expected + "\", got \"" + s + "\"");
+}
+
+std::vector<std::string> string_list(const JsonReader& r, const std::string& key) {
+  std::vector<std::string> out;
+  if (!r.has(key)) return out;
+  const json& v = r.raw(key);
+  if (!v.is_array()) r.fail(key, "expected an array of strings");
+  for (auto& e : v) {
+    if (!e.is_string()) r.fail(key, "expected an array of strings");
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
+std::vector<fs::path> json_files(const fs::path& dir) {
+  std::vector<fs::path> files;
+  if (!fs::is_directory(dir)) return files;
+  for (auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+[[noreturn]] void unknown_name(const std::string& what, const std::string& arg, const std::vector<std::string>& names,
+                               const std::string& extra) {
+  std::string msg = "unknown " + what + " '" + arg + "'";
+  auto close = closest_names(arg, names, 3);
+  if (!close.empty()) {
+    msg += "; did you mean ";
+    for (size_t i = 0; i < close.size(); ++i) msg += (i ? ", '" : "'") + close[i] + "'";
+    msg += "?";
+  }
+  msg += " (`ctxplan list " + what + (what == "hardware" ? "" : "s") + "` shows all" + extra + ")";
+  throw InputError("--" + (what == "hardware" ? std::string("gpu") : what), "", msg);
+}
+
+bool looks_like_path(const std::string& arg) {
+  return arg.find('/') != std::string::npos || (arg.size() > 5 && arg.substr(arg.size() - 5) == ".json");
+}
+
+}  // namespace
+
+std::string default_profiles_dir() {
+  if (const char* env = std::getenv("CTXPLAN_PROFILES"); env && *env) return env;
+  return CTXPLAN_PROFILES_DIR;
+}
+
+ModelSpec model_from_json(const json& j, const std::string& where, std::vector<std::string>* aliases) {
+  JsonReader r(j, where);
+  require_schema(r, "ctxplan.model/1");
+  ModelSpec m;
+  m.name = r.string("name");
+  m.source = r.string_or("source", "");
+  m.layers = r.integer_in("layers", 1, 10000);
+  m.hidden = r.integer_in("hidden", 1, 1 << 20);
+  m.heads = r.integer_in("heads", 1, 1 << 14);
+  m.kv_heads = r.integer_in("kv_heads", 1, 1 << 14);
+  m.head_dim = r.has("head_dim") ? r.integer_in("head_dim", 1, 1 << 12) : m.hidden / m.heads;
+  m.ffn = r.integer_in("ffn", 1, 1 << 22);
+  m.vocab = r.integer_in("vocab", 1, 1 << 24);
+  m.tied_embeddings = r.boolean_or("tied_embeddings", false);
+  m.qkv_bias = r.boolean_or("qkv_bias", false);
+  m.qk_norm = r.boolean_or("qk_norm", false);
+  m.max_position = r.integer_or("max_position", 0);
+  std::string norm = r.string_or("norm", "rmsnorm");
+  if (norm == "rmsnorm") m.norm = NormKind::rmsnorm;
+  else if (norm == "layernorm") m.norm = NormKind::layernorm;
+  else r.fail("norm", "unknown norm '" + norm + "'; valid: rmsnorm, layernorm");
+  std::string act = r.string_or("activation", "swiglu");
+  if (act == "swiglu") m.activation = ActivationKind::swiglu;
+  else if (act == "gelu") m.activation = ActivationKind::gelu;
+  else r.fail("activation", "unknown activation '" + act + "'; valid: swiglu, gelu");
+
+  // positional: {"default": "rope"|"nope"|"alibi", "nope_layers": [...], "nope_interval": N}
+  PositionKind def = PositionKind::rope;
+  std::vector<int64_t> nope_layers;
+  int64_t nope_interval = 0;
+  if (r.has("positional")) {
+    JsonReader p = r.object("positional");
+    std::string d = p.string_or("default", "rope");
+    if (d == "rope") def = PositionKind::rope;
+    else if (d == "nope") def = PositionKind::nope;
+    else if (d == "alibi") def = PositionKind::alibi;
+    else p.fail("default", "unknown positional scheme '" + d + "'; valid: rope, nope, alibi");
+    if (p.has("nope_layers")) {
+      const json& v = p.raw("nope_layers");
+      if (!v.is_array()) p.fail("nope_layers", "expected an array of layer indices");
+      for (auto& e : v) {
+        if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= m.layers)
+          p.fail("nope_layers", "entries must be layer indices 0.." + std::to_string(m.layers - 1));
+        nope_layers.push_back(e.get<int64_t>());
+      }
+    }
+    nope_interval = p.integer_or("nope_interval", 0);
+  }
+  m.layer_position.assign(static_cast<size_t>(m.layers), def);
+  for (auto i : nope_layers) m.layer_position[static_cast<size_t>(i)] = PositionKind::nope;
+  if (nope_interval > 0)
+    for (int64_t i = 0; i < m.layers; ++i)
+      if ((i + 1) % nope_interval == 0) m.layer_position[static_cast<size_t>(i)] = PositionKind::nope;
+
+  if (r.has("rope")) {
+    JsonReader rope = r.object("rope");
+    m.rope.base = rope.number("base");
+    m.rope.partial_rotary_factor = rope.number_or("partial_rotary_factor", 1.0);
+    if (rope.has("scaling")) {
+      JsonReader s = rope.object("scaling");
+      std::string t = s.string("type");
+      if (t == "none") m.rope.scaling = RopeScaling::none;
+      else if (t == "linear") m.rope.scaling = RopeScaling::linear;
+      else if (t == "ntk") m.rope.scaling = RopeScaling::ntk;
+      else if (t == "yarn") m.rope.scaling = RopeScaling::yarn;
+      else if (t == "llama3") m.rope.scaling = RopeScaling::llama3;
+      else s.fail("type", "unknown RoPE scaling '" + t + "'; valid: none, linear, ntk, yarn, llama3");
+      m.rope.factor = s.number_or("factor", 1.0);
+      m.rope.original_max_positions = s.integer_or("original_max_positions", 0);
+      m.rope.low_freq_factor = s.number_or("low_freq_factor", 1.0);
+      m.rope.high_freq_factor = s.number_or("high_freq_factor", 4.0);
+      m.rope.beta_fast = s.number_or("beta_fast", 32.0);
+      m.rope.beta_slow = s.number_or("beta_slow", 1.0);
+    }
+  }
+  if (aliases) *aliases = string_list(r, "aliases");
+  validate_model(m, where);
+  return m;
+}
+
+json model_to_json(const ModelSpec& m) {
+  json j;
+  j["schema"] = "ctxplan.model/1";
+  j["name"] = m.name;
+  j["source"] = m.source;
+  j["layers"] = m.layers;
+  j["hidden"] = m.hidden;
+  j["heads"] = m.heads;
+  j["kv_heads"] = m.kv_heads;
+  j["head_dim"] = m.head_dim;
+  j["ffn"] = m.ffn;
+  j["vocab"] = m.vocab;
+  j["tied_embeddings"] = m.tied_embeddings;
+  j["qkv_bias"] = m.qkv_bias;
+  j["qk_norm"] = m.qk_norm;
+  j["norm"] = to_string(m.norm);
+  j["activation"] = to_string(m.activation);
+  j["max_position"] = m.max_position;
+  PositionKind def = m.layer_position.empty() ? PositionKind::rope : m.layer_position[0];
+  for (auto k : m.layer_position)
+    if (k != PositionKind::nope) def = k;
+  json nope = json::array();
+  for (size_t i = 0; i < m.layer_position.size(); ++i)
+    if (m.layer_position[i] == PositionKind::nope && def != PositionKind::nope) nope.push_back(i);
+  j["positional"] = {{"default", to_string(def)}, {"nope_layers", nope}};
+  j["rope"] = {{"base", m.rope.base},
+               {"partial_rotary_factor", m.rope.partial_rotary_factor},
+               {"scaling",
+                {{"type", to_string(m.rope.scaling)},
+                 {"factor", m.rope.factor},
+                 {"original_max_positions", m.rope.original_max_positions},
+                 {"low_freq_factor", m.rope.low_freq_factor},
+                 {"high_freq_factor", m.rope.high_freq_factor},
+                 {"beta_fast", m.rope.beta_fast},
+                 {"beta_slow", m.rope.beta_slow}}}};
+  return j;
+}
+
+HardwareSpec hardware_from_json(const json& j, const std::string& where) {
+  JsonReader r(j, where);
+  require_schema(r, "ctxplan.hardware/1");
+  HardwareSpec h;
+  h.name = r.string("name");
+  h.aliases = string_list(r, "aliases");
+  h.source = r.string_or("source", "");
+  h.peak_bf16_flops = r.number("peak_bf16_tflops") * 1e12;
+  h.peak_fp8_flops = r.number_or("peak_fp8_tflops", 0) * 1e12;
+  h.hbm_bytes = static_cast<int64_t>(r.number("hbm_mib") * kMiB);
+  h.usable_bytes = static_cast<int64_t>(r.number("usable_mib") * kMiB);
+  if (h.usable_bytes <= 0 || h.usable_bytes > h.hbm_bytes) r.fail("usable_mib", "must be positive and at most hbm_mib");
+  h.hbm_bytes_per_second = r.number("hbm_gbps") * 1e9;
+  h.pcie_bytes_per_second = r.number("pcie_gbps") * 1e9;
+  JsonReader f = r.object("default_fabric");
+  h.default_gpus_per_node = f.integer_in("gpus_per_node", 1, 1024);
+  h.nvlink_bytes_per_second = f.number("nvlink_gbps") * 1e9;
+  h.nvlink_latency_seconds = f.number("nvlink_latency_us") * 1e-6;
+  h.network_bytes_per_second = f.number("network_gbps") * 1e9;
+  h.network_latency_seconds = f.number("network_latency_us") * 1e-6;
+  h.default_host_bytes_per_node = static_cast<int64_t>(f.number("host_gib_per_node") * kGiB);
+  if (h.peak_bf16_flops <= 0) r.fail("peak_bf16_tflops", "must be positive");
+  return h;
+}
+
+ClusterSpec make_cluster(const HardwareSpec& gpu, int64_t nodes, int64_t gpus_per_node) {
+  ClusterSpec c;
+  c.name = std::to_string(nodes) + "x" + std::to_string(gpus_per_node) + "x" + gpu.name;
+  c.source = "shorthand: " + gpu.name + " default fabric";
+  c.gpu = gpu;
+  c.nodes = nodes;
+  c.gpus_per_node = gpus_per_node;
+  c.intra_bytes_per_second = gpu.nvlink_bytes_per_second;
+  c.intra_latency_seconds = gpu.nvlink_latency_seconds;
+  c.inter_bytes_per_second = gpu.network_bytes_per_second;
+  c.inter_latency_seconds = gpu.network_latency_seconds;
+  c.host_bytes_per_node = gpu.default_host_bytes_per_node;
+  return c;
+}
+
+static ClusterSpec cluster_from_json(const json& j, const std::string& where, const std::vector<HardwareSpec>& hw) {
+  JsonReader r(j, where);
+  require_schema(r, "ctxplan.cluster/1");
+  std::string gpu_name = r.string("gpu");
+  const HardwareSpec* gpu = nullptr;
+  for (auto& h : hw)
+    if (lower(h.name) == lower(gpu_name)) gpu = &h;
+  if (!gpu) r.fail("gpu", "unknown GPU '" + gpu_name + "'; it must name a profile in profiles/hardware");
+  ClusterSpec c = make_cluster(*gpu, r.integer_in("nodes", 1, 1 << 20), r.integer_in("gpus_per_node", 1, 1024));
+  c.name = r.string("name");
+  c.source = r.string_or("source", "");
+  c.intra_bytes_per_second = r.number_or("intra_gbps", c.intra_bytes_per_second / 1e9) * 1e9;
+  c.intra_latency_seconds = r.number_or("intra_latency_us", c.intra_latency_seconds * 1e6) * 1e-6;
+  c.inter_bytes_per_second = r.number_or("inter_gbps", c.inter_bytes_per_second / 1e9) * 1e9;
+  c.inter_latency_seconds = r.number_or("inter_latency_us", c.inter_latency_seconds * 1e6) * 1e-6;
+  c.host_bytes_per_node = static_cast<int64_t>(r.number_or("host_gib_per_node", c.host_bytes_per_node / kGiB) * kGiB);
+  return c;
+}
+
+RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
+  JsonReader r(j, where);
+  require_schema(r, "ctxplan.runtime/1");
+  RuntimeProfile rt;
+  rt.name = r.string("name");
+  rt.description = r.string_or("description", "");
+  JsonReader c = r.object("constants");
+  struct Field { const char* key; double* num; bool* flag; };
+  Field fields[] = {
+      {"weight_bytes", &rt.weight_bytes, nullptr},
+      {"grad_bytes", &rt.grad_bytes, nullptr},
+      {"master_bytes", &rt.master_bytes, nullptr},
+      {"optimizer_bytes", &rt.optimizer_bytes, nullptr},
+      {"grads_persistent", nullptr, &rt.grads_persistent},
+      {"offload_grads_with_optimizer", nullptr, &rt.offload_grads_with_optimizer},
+      {"activation_bytes", &rt.activation_bytes, nullptr},
+      {"saves_norm_outputs", nullptr, &rt.saves_norm_outputs},
+      {"mlp_saved_ffn_tensors", &rt.mlp_saved_ffn_tensors, nullptr},
+      {"ulysses_saves_both_layouts", nullptr, &rt.ulysses_saves_both_layouts},
+      {"logits_bytes", &rt.logits_bytes, nullptr},
+      {"loss_fp32_copies", &rt.loss_fp32_copies, nullptr},
+      {"tiled_loss_fp32_copies", &rt.tiled_loss_fp32_copies, nullptr},
+      {"zero3_prefetch_layers", &rt.zero3_prefetch_layers, nullptr},
+      {"ckpt_offload_device_layers", &rt.ckpt_offload_device_layers, nullptr},
+      {"backward_grad_tensors", &rt.backward_grad_tensors, nullptr},
+      {"reduce_bucket_mib", &rt.reduce_bucket_bytes, nullptr},
+      {"reserved_mib", &rt.reserved_bytes, nullptr},
+      {"fragmentation", &rt.fragmentation, nullptr},
+      {"host_gib_per_rank", &rt.host_bytes_per_rank, nullptr},
+  };
+  for (auto& [key, v] : c.self().items()) {
+    bool known = false;
+    for (auto& f : fields) known |= (key == f.key);
+    if (!known) {
+      std::vector<std::string> names;
+      for (auto& f : fields) names.push_back(f.key);
+      auto close = closest_names(key, names, 1);
+      c.fail(key, "unknown runtime constant" + (close.empty() ? std::string() : " (did you mean '" + close[0] + "'?)"));
+    }
+  }
+  for (auto& f : fields) {
+    JsonReader e = c.object(f.key);  // every constant is {"value": ..., "source": "..."}
+    std::string src = e.string("source");
+    if (src.empty()) e.fail("source", "every runtime constant needs a source or reason");
+    rt.sources[f.key] = src;
+    if (f.flag) {
+      const json& v = e.raw("value");
+      if (!v.is_boolean()) e.fail("value", "expected true or false");
+      *f.flag = v.get<bool>();
+    } else {
+      double v = e.number("value");
+      if (v < 0) e.fail("value", "must be >= 0");
+      *f.num = v;
+    }
+  }
+  rt.reduce_bucket_bytes *= kMiB;
+  rt.reserved_bytes *= kMiB;
+  rt.host_bytes_per_rank *= kGiB;
+  return rt;
+}
+
+Profiles load_profiles(const std::string& dir) {
+  Profiles p;
+  p.dir = dir;
+  if (!fs::is_directory(dir))
+    throw InputError(dir, "", "profiles folder not found (set CTXPLAN_PROFILES or pass --profiles)");
+  for (auto& f : json_files(fs::path(dir) / "hardware")) p.hardware.push_back(hardware_from_json(read_json_file(f), f));
+  for (auto& f : json_files(fs::path(dir) / "models")) {
+    std::vector<std::string> aliases;
+    p.models.push_back(model_from_json(read_json_file(f), f, &aliases));
+    p.model_aliases.push_back(aliases);
+  }
+  for (auto& f : json_files(fs::path(dir) / "clusters"))
+    p.clusters.push_back(cluster_from_json(read_json_file(f), f, p.hardware));
+  for (auto& f : json_files(fs::path(dir) / "runtimes")) p.runtimes.push_back(runtime_from_json(read_json_file(f), f));
+  return p;
+}
+
+ModelSpec resolve_model(const Profiles& p, const std::string& arg) {
+  std::string a = lower(arg);
+  for (size_t i = 0; i < p.models.size(); ++i) {
+    if (lower(p.models[i].name) == a) return p.models[i];
+    for (auto& al : p.model_aliases[i])
+      if (lower(al) == a) return p.models[i];
+  }
+  if (looks_like_path(arg) || fs::exists(arg)) {
+    std::string path = arg;
+    if (fs::is_directory(path)) path = (fs::path(path) / "config.json").string();
+    json j = read_json_file(path);
+    if (j.is_object() && j.contains("schema")) return model_from_json(j, path);
+    return model_from_hf_config(j, path);
+  }
+  std::vector<std::string> names;
+  for (size_t i = 0; i < p.models.size(); ++i) {
+    names.push_back(p.models[i].name);
+    for (auto& al : p.model_aliases[i]) names.push_back(al);
+  }
+  unknown_name("model", arg, names, ", or pass a path to a Hugging Face config.json");
+}
+
+const HardwareSpec& resolve_hardware(const Profiles& p, const std::string& arg) {
+  std::string a = lower(arg);
+  std::vector<std::string> names;
+  for (auto& h : p.hardware) {
+    if (lower(h.name) == a) return h;
+    for (auto& al : h.aliases)
+      if (lower(al) == a) return h;
+    names.push_back(h.name);
+    for (auto& al : h.aliases) names.push_back(al);
+  }
+  unknown_name("hardware", arg, names, "");
+}
+
+ClusterSpec resolve_cluster(const Profiles& p, const std::string& arg) {
+  std::string a = lower(arg);
+  for (auto& c : p.clusters)
+    if (lower(c.name) == a) return c;
+  static const std::regex shorthand(R"(^(?:(\d+)x)?(\d+)x([A-Za-z][A-Za-z0-9_.-]*)$)");
+  std::smatch m;
+  if (std::regex_match(arg, m, shorthand)) {
+    int64_t nodes = m[1].matched ? std::stoll(m[1].str()) : 1;
+    int64_t per_node = std::stoll(m[2].str());
+    if (nodes < 1 || nodes > (1 << 20) || per_node < 1 || per_node > 1024)
+      throw InputError("--cluster", "", "'" + arg + "': nodes must be 1..1048576 and GPUs per node 1..1024");
+    const HardwareSpec* gpu = nullptr;
+    std::string g = lower(m[3].str());
+    for (auto& h : p.hardware) {
+      if (lower(h.name) == g) gpu = &h;
+      for (auto& al : h.aliases)
+        if (lower(al) == g) gpu = &h;
+    }
+    if (!gpu) {
+      std::vector<std::string> names;
+      for (auto& h : p.hardware) {
+        names.push_back(h.name);
+        for (auto& al : h.aliases) names.push_back(al);
+      }
+      auto close = closest_names(m[3].str(), names, 3);
+      std::string msg = "unknown GPU '" + m[3].str() + "' in cluster shorthand '" + arg + "'";
+      if (!close.empty()) msg += "; did you mean '" + close[0] + "'?";
+      throw InputError("--cluster", "", msg + " (`ctxplan list hardware` shows all)");
+    }
+    return make_cluster(*gpu, nodes, per_node);
+  }
+  if (looks_like_path(arg)) return cluster_from_json(read_json_file(arg), arg, p.hardware);
+  std::vector<std::string> names;
+  for (auto& c : p.clusters) names.push_back(c.name);
+  unknown_name("cluster", arg, names, "; or write <nodes>x<gpus per node>x<gpu>, e.g. 8xh100 or 16x8xh200");
+}
+
+const RuntimeProfile& resolve_runtime(const Profiles& p, const std::string& arg) {
+  std::vector<std::string> names;
+  for (auto& r : p.runtimes) {
+    if (lower(r.name) == lower(arg)) return r;
+    names.push_back(r.name);
+  }
+  unknown_name("runtime", arg, names, "");
+}
+
+}  // namespace ctx

@@ -1,0 +1,42 @@
+// What a training stack adds on top of the model's own tensors: dtypes of the model states,
+// which tensors it saves for backward, how it materialises logits, and fixed overheads.
+// One profile per stack (profiles/runtimes/): ctxrun, hf-deepspeed (ALST), megatron.
+// Every field in the JSON carries its source ({"value": ..., "source": "..."}).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace ctx {
+
+struct RuntimeProfile {
+  std::string name;
+  std::string description;
+  // ---- model states, bytes per parameter
+  double weight_bytes = 2;        // compute copy of the weights (bf16)
+  double grad_bytes = 4;          // gradient accumulation buffer (fp32 main grads)
+  double master_bytes = 4;        // fp32 master weights
+  double optimizer_bytes = 8;     // Adam m and v in fp32
+  bool grads_persistent = true;   // gradient buffer lives across steps (not freed after the step)
+  bool offload_grads_with_optimizer = false;  // optimizer offload moves fp32 grads to host too
+  // ---- saved activations (bf16 tensors per layer unless named otherwise)
+  double activation_bytes = 2;    // activation dtype
+  bool saves_norm_outputs = true; // norm outputs saved as matmul inputs (else recomputed)
+  double mlp_saved_ffn_tensors = 4;   // [tokens, ffn] tensors the MLP keeps for backward
+  bool ulysses_saves_both_layouts = true;  // attention output kept head- and sequence-sharded
+  // ---- logits and loss
+  double logits_bytes = 2;        // dtype of the head's output
+  double loss_fp32_copies = 2;    // fp32 [tokens, vocab] copies alive at the loss (untiled)
+  double tiled_loss_fp32_copies = 2;  // fp32 [chunk, vocab] copies per tile
+  // ---- transients and overheads
+  double zero3_prefetch_layers = 2;   // gathered layers alive at once under ZeRO-3
+  double ckpt_offload_device_layers = 2;  // offloaded checkpoints in flight on the device
+  double backward_grad_tensors = 3;   // [tokens, hidden] activation-gradient tensors in flight
+  double reduce_bucket_bytes = 0;     // gradient reduce/reduce-scatter bucket
+  double reserved_bytes = 0;          // NCCL buffers, cuBLAS workspace, allocator slack (fixed)
+  double fragmentation = 0;           // fraction added to activations and transients
+  double host_bytes_per_rank = 0;     // host memory a rank's process takes besides offload
+  std::map<std::string, std::string> sources;  // field -> where the value comes from
+};
+
+}  // namespace ctx

@@ -1,0 +1,51 @@
+// ctxplan: the headless planner. Subcommands live in cmd_*.cpp; exit codes in exit_codes.hpp.
+#include <iostream>
+#include <vector>
+
+#include "costmodel/errors.hpp"
+#include "planner/commands.hpp"
+#include "planner/exit_codes.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "ctxplan: predict per-GPU memory (and, with the planner, step time) of parallel plans for long-context "
+      "training.\n\nExit codes: 0 ok (predict: the plan fits), 2 bad input, 3 the plan does not fit, 1 internal "
+      "error.\nProfiles: CTXPLAN_PROFILES or --profiles names the profiles folder."};
+  app.require_subcommand(0, 1);
+  ctx::CommonOptions common;
+  app.add_option("--profiles", common.profiles, "profiles folder (default: $CTXPLAN_PROFILES or the source tree's)");
+  std::vector<std::pair<CLI::App*, std::function<int()>>> commands;
+  auto* predict = app.add_subcommand("predict", "predict one plan's per-GPU and per-node memory");
+  commands.push_back({predict, ctx::add_predict_command(*predict, common)});
+  auto* list = app.add_subcommand("list", "list profiles: models | hardware | clusters | runtimes");
+  commands.push_back({list, ctx::add_list_command(*list, common)});
+  auto* show = app.add_subcommand("show", "show one profile with derived quantities: show model M");
+  commands.push_back({show, ctx::add_show_command(*show, common)});
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "ctxplan: " << e.what() << "\n(run with --help for usage)\n";
+    return ctx::kExitBadInput;
+  }
+  try {
+    for (auto& [sub, run] : commands)
+      if (sub->parsed()) return run();
+    // no subcommand: the built-in default job
+    std::cout << "(no subcommand: running `ctxplan predict` on its built-in defaults; see ctxplan --help)\n\n";
+    CLI::App dflt;
+    ctx::CommonOptions c2 = common;
+    auto run = ctx::add_predict_command(dflt, c2);
+    dflt.parse(std::vector<std::string>{});
+    return run();
+  } catch (const ctx::InputError& e) {
+    std::cerr << "ctxplan: error: " << e.what() << "\n";
+    return ctx::kExitBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << "ctxplan: internal error: " << e.what() << "\n";
+    return ctx::kExitInternal;
+  }
+}
