@@ -4,6 +4,8 @@
 // d = head_dim, a = activation bytes, F = ffn/tp, V = vocab/tp.
 #include "costmodel/memory_model.hpp"
 
+#include "costmodel/plan_check.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -56,6 +58,31 @@ LocalShapes local_shapes(const ModelSpec& m, const Plan& p, int64_t seq) {
   return s;
 }
 
+double mlp_chunks(const ModelSpec& m, const Plan& p, const LocalShapes& s) {
+  if (p.tiled_mlp < 0) return std::ceil(s.tokens / static_cast<double>(m.hidden));  // auto: ALST's ceil(seq/hidden)
+  return p.tiled_mlp > 1 ? static_cast<double>(p.tiled_mlp) : 1.0;
+}
+
+double ring_kv_bytes_per_step(const ModelSpec& m, const LocalShapes& s, double elem_bytes) {
+  return 2.0 * s.attn_tokens * s.kv_heads * static_cast<double>(m.head_dim) * elem_bytes;  // K and V blocks
+}
+
+LossWorkingSet loss_working_set(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, const LocalShapes& s) {
+  // rows = tokens after the SP gather; columns = this rank's vocabulary shard
+  LossWorkingSet w;
+  const double fp32 = 4.0;
+  double rows = s.tokens;
+  double copies = rt.loss_fp32_copies;
+  if (p.tiled_loss > 0) {
+    rows = std::min(static_cast<double>(p.tiled_loss), s.tokens);             // one tile at a time
+    copies = rt.tiled_loss_fp32_copies;
+    w.hidden_grad_bytes = s.tokens * static_cast<double>(m.hidden) * rt.activation_bytes;  // d(final hidden)
+  }
+  w.logits_bytes = rows * s.vocab * rt.logits_bytes;
+  w.fp32_bytes = rows * s.vocab * copies * fp32;
+  return w;
+}
+
 MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p,
                                 int64_t seq) {
   const LocalShapes S = local_shapes(m, p, seq);
@@ -89,8 +116,8 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
   const double qk_pre = m.qk_norm ? S.attn_tokens * (S.q_heads + S.kv_heads) * d * a : 0.0;  // q,k before qk-norm
   const double ffn_t = S.tokens * S.ffn * a;                  // one [T, F] tensor
   const double mlp_tensors = rt.mlp_saved_ffn_tensors * (m.activation == ActivationKind::swiglu ? 1.0 : 0.5);
-  const bool tiled_mlp = p.tiled_mlp > 1;
-  const double mlp_chunks = tiled_mlp ? static_cast<double>(p.tiled_mlp) : 1.0;
+  const double chunks = mlp_chunks(m, p, S);
+  const bool tiled_mlp = chunks > 1;
   const double mlp_saved = tiled_mlp ? 0.0 : mlp_tensors * ffn_t;  // TiledMLP saves only its input
 
   const double attn_side = x_in + rstd + norm_out + q + kv + o + lse + o_seq + qk_pre;
@@ -139,10 +166,10 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
 
   // ---- MLP transients
   double fwd_mlp = 0;
-  if (tiled_mlp) fwd_mlp = mlp_tensors * ffn_t / mlp_chunks;                 // one chunk's intermediates
+  if (tiled_mlp) fwd_mlp = mlp_tensors * ffn_t / chunks;                 // one chunk's intermediates
   else if (full) fwd_mlp = 0;                                                // counted in the layer's own tensors
   else if (p.recompute == Recompute::selective) fwd_mlp = (mlp_tensors - 2.0) * ffn_t;  // act, product: recomputed later
-  const double bwd_mlp = tiled_mlp ? (mlp_tensors + 3.0) * ffn_t / mlp_chunks  // chunk recompute + its gradients
+  const double bwd_mlp = tiled_mlp ? (mlp_tensors + 3.0) * ffn_t / chunks  // chunk recompute + its gradients
                                    : 3.0 * ffn_t;                              // d(gate), d(up), d(act)
   const double grad_tensors = rt.backward_grad_tensors * S.tokens_sp * h * a;  // activation gradients in flight
 
@@ -151,15 +178,8 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
   const double head_gather = p.zero == 3 ? S.vocab * h * rt.weight_bytes : 0.0;  // embedding/head gathered at the ends
   const double grad_reduce = rt.reduce_bucket_bytes + (p.zero >= 2 ? S.layer_params * rt.weight_bytes : 0.0);
 
-  // ---- logits and loss (rows = tokens after the SP gather)
-  double logits = 0;
-  if (p.tiled_loss > 0) {
-    double chunk = std::min(static_cast<double>(p.tiled_loss), S.tokens);
-    logits = chunk * S.vocab * (rt.logits_bytes + rt.tiled_loss_fp32_copies * fp32)  // one tile's logits + fp32 copies
-             + S.tokens * h * a;                                                      // grad of the final hidden states
-  } else {
-    logits = S.tokens * S.vocab * (rt.logits_bytes + rt.loss_fp32_copies * fp32);
-  }
+  // ---- logits and loss
+  const double logits = loss_working_set(m, rt, p, S).total();
 
   // ---- an explicit mask: [attention query rows, seq] for the whole step
   const double mask = p.mask == MaskKind::explicit_mask ? S.attn_tokens * static_cast<double>(seq) * a : 0.0;
@@ -254,6 +274,27 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
   out.fits_device = out.peak.total() <= out.device_capacity_bytes;
   out.fits_host = out.host_total_bytes_per_node <= out.host_capacity_bytes_per_node;
   return out;
+}
+
+}  // namespace ctx
+
+namespace ctx {
+
+int64_t max_trainable_seq(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p0,
+                          int64_t hi) {
+  const int64_t g = std::max<int64_t>(1, seq_granule(p0));
+  auto fits = [&](int64_t seq) {
+    return predict_memory(m, c, rt, p0, seq).fits();
+  };
+  int64_t lo = 0, up = hi / g;  // in granules: lo fits (0 = nothing), up+1 does not
+  if (up < 1 || !fits(g)) return 0;
+  lo = 1;
+  if (fits(up * g)) return up * g;
+  while (up - lo > 1) {
+    int64_t mid = lo + (up - lo) / 2;
+    if (fits(mid * g)) lo = mid; else up = mid;
+  }
+  return lo * g;
 }
 
 }  // namespace ctx

@@ -67,6 +67,26 @@ struct LocalShapes {
 };
 LocalShapes local_shapes(const ModelSpec& m, const Plan& p, int64_t seq);
 
+// Bytes of K and V one rank sends to its ring neighbour per ring step and layer: its local
+// attention tokens x KV heads x head_dim, K and V, at `elem_bytes` each.
+double ring_kv_bytes_per_step(const ModelSpec& m, const LocalShapes& s, double elem_bytes);
+
+// The logits + loss working set at the loss, split by dtype (the memory model's logits term).
+struct LossWorkingSet {
+  double logits_bytes = 0;       // the head's output (a tile of it when tiled)
+  double fp32_bytes = 0;         // fp32 copies of the logits (or of one tile) alive at once
+  double hidden_grad_bytes = 0;  // tiled: gradient of the final hidden states, accumulated tile by tile
+  double total() const { return logits_bytes + fp32_bytes + hidden_grad_bytes; }
+};
+LossWorkingSet loss_working_set(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, const LocalShapes& s);
+
+// Largest sequence (a multiple of the plan's granule, at most `hi`) at which the plan fits device
+// and host memory; 0 if none does. Memory grows with the sequence, so this bisects.
+int64_t max_trainable_seq(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p, int64_t hi);
+
+// MLP chunks a plan runs (tiled_mlp=auto: ceil(tokens per rank / hidden), ALST's TiledMLP rule).
+double mlp_chunks(const ModelSpec& m, const Plan& p, const LocalShapes& s);
+
 // Hot path: allocation-free, no exceptions. The plan must have passed check_plan.
 MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p,
                                 int64_t seq);

@@ -37,7 +37,7 @@ struct Plan {
   bool opt_offload = false;       // fp32 master weights and Adam states in host memory
   bool param_offload = false;     // ZeRO-3 parameter shards in host memory
   int64_t tiled_loss = 0;         // tokens per logits/loss tile; 0 = untiled
-  int64_t tiled_mlp = 0;          // MLP chunks along the sequence; 0 or 1 = untiled
+  int64_t tiled_mlp = 0;          // MLP chunks along the sequence; 0 or 1 = untiled, -1 = auto (ceil(tokens/hidden))
   MaskKind mask = MaskKind::causal;
   DocLengths docs;                // with mask=document
   Precision precision = Precision::bf16;
