@@ -1,0 +1,132 @@
+// Properties of the memory model that follow from what each plan knob does.
+#include <gtest/gtest.h>
+
+#include "costmodel/memory_model.hpp"
+#include "costmodel/plan_check.hpp"
+#include "costmodel/profile_store.hpp"
+
+namespace ctx {
+namespace {
+
+const Profiles& profiles() {
+  static Profiles p = load_profiles(default_profiles_dir());
+  return p;
+}
+
+MemoryPrediction run(const std::string& plan_text, int64_t seq = 131072, const std::string& cluster = "8xh100",
+                     const std::string& model = "Llama-3.1-8B", const std::string& runtime = "megatron") {
+  ModelSpec m = resolve_model(profiles(), model);
+  ClusterSpec c = resolve_cluster(profiles(), cluster);
+  Plan p = parse_plan(plan_text);
+  PlanCheck chk = check_plan(p, m, c, seq);
+  EXPECT_TRUE(chk.ok()) << plan_text << ": " << chk.message();
+  return predict_memory(m, c, resolve_runtime(profiles(), runtime), p, seq);
+}
+
+double states(const MemoryPrediction& mp) {
+  const MemorySnapshot& s = mp.phase_peak[static_cast<int>(Phase::optimizer)];
+  return s[Mem::weights] + s[Mem::grads] + s[Mem::master_weights] + s[Mem::optimizer];
+}
+
+TEST(MemoryModel, ZeroStagesShardExactlyTheirStatesOverDpTimesCp) {
+  // 8B on 8 GPUs with dp=4, cp=2: ZeRO shards over 8 ranks
+  MemoryPrediction z0 = run("dp=4,cp=2,zero=0"), z1 = run("dp=4,cp=2,zero=1"), z2 = run("dp=4,cp=2,zero=2"),
+                   z3 = run("dp=4,cp=2,zero=3");
+  auto cat = [](const MemoryPrediction& mp, Mem m) { return mp.phase_peak[static_cast<int>(Phase::optimizer)][m]; };
+  EXPECT_DOUBLE_EQ(cat(z1, Mem::optimizer), cat(z0, Mem::optimizer) / 8);
+  EXPECT_DOUBLE_EQ(cat(z1, Mem::master_weights), cat(z0, Mem::master_weights) / 8);
+  EXPECT_DOUBLE_EQ(cat(z1, Mem::grads), cat(z0, Mem::grads));
+  EXPECT_DOUBLE_EQ(cat(z2, Mem::grads), cat(z0, Mem::grads) / 8);
+  EXPECT_DOUBLE_EQ(cat(z2, Mem::weights), cat(z0, Mem::weights));
+  EXPECT_DOUBLE_EQ(cat(z3, Mem::weights), cat(z0, Mem::weights) / 8);
+}
+
+TEST(MemoryModel, RecomputeOrdersActivationMemory) {
+  double none = run("cp=8,recompute=none", 32768).peak.total();
+  double sel = run("cp=8,recompute=selective", 32768).peak.total();
+  double full = run("cp=8,recompute=full", 32768).peak.total();
+  EXPECT_GT(none, sel);
+  EXPECT_GT(sel, full);
+}
+
+TEST(MemoryModel, MoreContextParallelNeverNeedsMorePerGpuActivations) {
+  double prev = 1e300;
+  for (int cp : {1, 2, 4, 8}) {
+    MemoryPrediction mp = run("cp=" + std::to_string(cp) + ",zero=3,recompute=full", 65536);
+    double act = mp.peak.total() - states(mp);
+    EXPECT_LT(act, prev) << "cp=" << cp;
+    prev = act;
+  }
+}
+
+TEST(MemoryModel, ZigZagAndRingHoldTheSameBytes) {
+  // placement changes who computes what, not what each rank stores
+  EXPECT_DOUBLE_EQ(run("cp=8,cp_kind=ring,recompute=full").peak.total(),
+                   run("cp=8,cp_kind=zigzag,recompute=full").peak.total());
+}
+
+TEST(MemoryModel, CheckpointOffloadMovesCheckpointsToHost) {
+  MemoryPrediction dev = run("cp=8,zero=3,recompute=full", 1048576);
+  MemoryPrediction off = run("cp=8,zero=3,recompute=full,ckpt_offload=1", 1048576);
+  double ckpt = dev.phase_peak[static_cast<int>(Phase::loss)][Mem::checkpoints];
+  EXPECT_GT(ckpt, 0);
+  // 8 ranks per node each put all their checkpoints on the host
+  // (the device figure carries the runtime's allocator slack; host buffers are pinned, exact)
+  double frag = resolve_runtime(profiles(), "megatron").fragmentation;
+  EXPECT_DOUBLE_EQ(off.host_bytes_per_node[static_cast<int>(HostMem::checkpoints)], 8 * ckpt / (1.0 + frag));
+  EXPECT_LT(off.phase_peak[static_cast<int>(Phase::loss)][Mem::checkpoints], ckpt / 10);
+}
+
+TEST(MemoryModel, OptimizerOffloadEmptiesDeviceStatesAndFillsHost) {
+  MemoryPrediction mp = run("dp=8,zero=1,opt_offload=1", 8192);
+  EXPECT_EQ(mp.peak[Mem::optimizer], 0);
+  EXPECT_EQ(mp.peak[Mem::master_weights], 0);
+  EXPECT_GT(mp.host_bytes_per_node[static_cast<int>(HostMem::optimizer)], 0);
+}
+
+TEST(MemoryModel, TiledLossShrinksTheLogitsWorkingSet) {
+  MemoryPrediction untiled = run("cp=8,recompute=full", 131072);
+  MemoryPrediction tiled = run("cp=8,recompute=full,tiled_loss=1024", 131072);
+  EXPECT_LT(tiled.phase_peak[static_cast<int>(Phase::loss)][Mem::logits],
+            untiled.phase_peak[static_cast<int>(Phase::loss)][Mem::logits] / 4);
+}
+
+TEST(MemoryModel, UlyssesBeyondKvHeadsReplicatesKv) {
+  // 8B has 8 KV heads: Ulysses 8 gives each rank one KV head; Ulysses 32 still one (replicated)
+  ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  Plan u8 = parse_plan("cp=8,cp_kind=ulysses"), u32 = parse_plan("cp=32,cp_kind=ulysses");
+  u8.dp = u32.dp = 1;
+  EXPECT_DOUBLE_EQ(local_shapes(m, u8, 1 << 20).kv_heads, 1.0);
+  EXPECT_DOUBLE_EQ(local_shapes(m, u32, 1 << 20).kv_heads, 1.0);
+  EXPECT_DOUBLE_EQ(local_shapes(m, u32, 1 << 20).q_heads, 1.0);
+}
+
+TEST(MemoryModel, PeakIsTheLargestPhaseNotASumOfMaxima) {
+  MemoryPrediction mp = run("cp=8,zero=3,recompute=full", 131072);
+  double max_phase = 0, sum_of_category_maxima = 0;
+  for (auto& s : mp.phase_peak) max_phase = std::max(max_phase, s.total());
+  for (int c = 0; c < kMemCategories; ++c) {
+    double m = 0;
+    for (auto& s : mp.phase_peak) m = std::max(m, s.bytes[c]);
+    sum_of_category_maxima += m;
+  }
+  EXPECT_DOUBLE_EQ(mp.peak.total(), max_phase);
+  EXPECT_LT(mp.peak.total(), sum_of_category_maxima);
+}
+
+TEST(MemoryModel, MaxTrainableSequenceGrowsWithGpus) {
+  ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  const RuntimeProfile& rt = resolve_runtime(profiles(), "hf-deepspeed");
+  int64_t prev = 0;
+  for (int gpus : {1, 2, 4, 8}) {
+    Plan p = parse_plan("cp=" + std::to_string(gpus) + ",cp_kind=ulysses,zero=3,recompute=full,opt_offload=1");
+    p.dp = 1;
+    ClusterSpec c = resolve_cluster(profiles(), std::to_string(gpus) + "xh100");
+    int64_t s = max_trainable_seq(m, c, rt, p, int64_t(1) << 26);
+    EXPECT_GT(s, prev) << gpus << " GPUs";
+    prev = s;
+  }
+}
+
+}  // namespace
+}  // namespace ctx
