@@ -1,0 +1,187 @@
+// Process groups from a plan's degrees and rank order: the groups of each kind partition the
+// ranks, have the planned sizes, and sit where the rank order says they sit.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "costmodel/plan.hpp"
+#include "costmodel/process_groups.hpp"
+
+using namespace ctx;
+
+namespace {
+
+// Plans with every degree resolved (dp given explicitly), covering each rank order and CP kind.
+std::vector<std::string> plan_texts() {
+  return {
+      "dp=8,tp=1,cp=1",
+      "dp=2,tp=4,cp=1",
+      "dp=1,tp=8,cp=1",
+      "dp=2,tp=2,cp=2",
+      "dp=2,tp=2,cp=4,cp_kind=zigzag",
+      "dp=2,tp=2,cp=4,cp_kind=ring,order=dp-cp-tp",
+      "dp=3,tp=2,cp=2,order=cp-dp-tp",
+      "dp=2,tp=1,cp=8,cp_kind=ulysses",
+      "dp=2,tp=2,cp=8,cp_kind=usp,ulysses=4",
+      "dp=1,tp=2,cp=8,cp_kind=usp,ulysses=2,order=cp-tp-dp",
+      "dp=2,tp=1,cp=6,cp_kind=usp,ulysses=3,order=dp-tp-cp",
+      "dp=2,tp=4,cp=2,order=tp-dp-cp",
+  };
+}
+
+int64_t world(const Plan& p) { return p.dp * p.tp * p.cp; }
+
+const std::vector<std::pair<Group, const char*>>& kinds() {
+  static const std::vector<std::pair<Group, const char*>> k = {{Group::tp, "tp"},   {Group::cp, "cp"},
+                                                              {Group::dp, "dp"},   {Group::ulysses, "ulysses"},
+                                                              {Group::ring, "ring"}, {Group::zero, "zero"}};
+  return k;
+}
+
+// The size a group of kind g must have, from the plan's degrees alone.
+int64_t expected_size(const Plan& p, Group g) {
+  switch (g) {
+    case Group::tp: return p.tp;
+    case Group::cp: return p.cp;
+    case Group::dp: return p.dp;
+    case Group::ulysses: return p.cp_kind == CpKind::ulysses ? p.cp : p.cp_kind == CpKind::usp ? p.ulysses : 1;
+    case Group::ring: return p.cp / expected_size(p, Group::ulysses);
+    case Group::zero: return p.dp * p.cp;
+  }
+  return 0;
+}
+
+std::set<int64_t> as_set(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
+
+}  // namespace
+
+TEST(ProcessGroups, EveryRankInExactlyOneGroupOfEachKind) {
+  for (const auto& text : plan_texts()) {
+    Plan p = parse_plan(text);
+    for (auto [g, name] : kinds()) {
+      SCOPED_TRACE(text + " group " + name);
+      // Collect the distinct groups; each rank must be counted once over all of them.
+      std::set<std::set<int64_t>> groups;
+      for (int64_t r = 0; r < world(p); ++r) {
+        std::vector<int64_t> mine = group_ranks(p, g, r);
+        std::set<int64_t> s = as_set(mine);
+        ASSERT_EQ(s.size(), mine.size()) << "duplicate rank in group of rank " << r;
+        ASSERT_TRUE(s.count(r)) << "rank " << r << " missing from its own group";
+        groups.insert(s);
+      }
+      std::vector<int> seen(static_cast<size_t>(world(p)), 0);
+      for (auto& s : groups)
+        for (int64_t r : s) {
+          ASSERT_GE(r, 0);
+          ASSERT_LT(r, world(p));
+          ++seen[static_cast<size_t>(r)];
+        }
+      for (int64_t r = 0; r < world(p); ++r) EXPECT_EQ(seen[static_cast<size_t>(r)], 1) << "rank " << r;
+    }
+  }
+}
+
+TEST(ProcessGroups, GroupSizesEqualDegrees) {
+  for (const auto& text : plan_texts()) {
+    Plan p = parse_plan(text);
+    for (auto [g, name] : kinds())
+      for (int64_t r = 0; r < world(p); ++r)
+        EXPECT_EQ(static_cast<int64_t>(group_ranks(p, g, r).size()), expected_size(p, g)) << text << " " << name;
+  }
+}
+
+TEST(ProcessGroups, TpInnermostMakesRankZerosTpGroupContiguous) {
+  for (int64_t tp : {1, 2, 4, 8}) {
+    Plan p = parse_plan("dp=2,cp=2,tp=" + std::to_string(tp) + ",order=tp-cp-dp");
+    std::vector<int64_t> want;
+    for (int64_t i = 0; i < tp; ++i) want.push_back(i);
+    EXPECT_EQ(group_ranks(p, Group::tp, 0), want) << tp;
+  }
+}
+
+TEST(ProcessGroups, DefaultOrderStridesCpByTpAndDpByTpCp) {
+  // order tp-cp-dp, tp=2, cp=4, dp=2: rank = tp + 2*cp + 8*dp.
+  Plan p = parse_plan("dp=2,tp=2,cp=4");
+  EXPECT_EQ(group_ranks(p, Group::cp, 0), (std::vector<int64_t>{0, 2, 4, 6}));
+  EXPECT_EQ(group_ranks(p, Group::cp, 1), (std::vector<int64_t>{1, 3, 5, 7}));
+  EXPECT_EQ(group_ranks(p, Group::dp, 3), (std::vector<int64_t>{3, 11}));
+}
+
+TEST(ProcessGroups, DpInnermostOrderPutsDpRanksNextToEachOther) {
+  // order dp-cp-tp, dp=2, cp=2, tp=2: rank = dp + 2*cp + 4*tp.
+  Plan p = parse_plan("dp=2,tp=2,cp=2,order=dp-cp-tp");
+  EXPECT_EQ(group_ranks(p, Group::dp, 0), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(group_ranks(p, Group::cp, 0), (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(group_ranks(p, Group::tp, 0), (std::vector<int64_t>{0, 4}));
+}
+
+TEST(ProcessGroups, UspUlyssesIsInnermostInsideCp) {
+  // tp=2, cp=8 = ring 2 x ulysses 4, order tp-cp-dp: cp index c sits at rank 2*c (for tp 0, dp 0),
+  // and c = ring*4 + ulysses. Rank 0's Ulysses group: c = 0..3 -> ranks 0,2,4,6; ring group: c = 0,4 -> 0,8.
+  Plan p = parse_plan("dp=2,tp=2,cp=8,cp_kind=usp,ulysses=4");
+  EXPECT_EQ(group_ranks(p, Group::ulysses, 0), (std::vector<int64_t>{0, 2, 4, 6}));
+  EXPECT_EQ(group_ranks(p, Group::ring, 0), (std::vector<int64_t>{0, 8}));
+  // rank 10 = tp 0, cp 5 (ring 1, ulysses 1), dp 0
+  RankCoord c = coord_of_rank(p, 10);
+  EXPECT_EQ(c.tp, 0);
+  EXPECT_EQ(c.cp, 5);
+  EXPECT_EQ(c.ring, 1);
+  EXPECT_EQ(c.ulysses, 1);
+  EXPECT_EQ(c.dp, 0);
+}
+
+TEST(ProcessGroups, CoordAndRankAreInverse) {
+  for (const auto& text : plan_texts()) {
+    Plan p = parse_plan(text);
+    int64_t u = expected_size(p, Group::ulysses);
+    std::set<std::tuple<int64_t, int64_t, int64_t>> coords;
+    for (int64_t r = 0; r < world(p); ++r) {
+      RankCoord c = coord_of_rank(p, r);
+      EXPECT_EQ(rank_of_coord(p, c), r) << text;
+      EXPECT_GE(c.tp, 0);
+      EXPECT_LT(c.tp, p.tp);
+      EXPECT_GE(c.cp, 0);
+      EXPECT_LT(c.cp, p.cp);
+      EXPECT_GE(c.dp, 0);
+      EXPECT_LT(c.dp, p.dp);
+      EXPECT_EQ(c.cp, c.ring * u + c.ulysses) << text;
+      EXPECT_LT(c.ulysses, u);
+      coords.insert({c.tp, c.cp, c.dp});
+    }
+    EXPECT_EQ(static_cast<int64_t>(coords.size()), world(p)) << "coords are distinct: " << text;
+  }
+}
+
+TEST(ProcessGroups, ZeroGroupIsUnionOverDpAndCp) {
+  for (const auto& text : plan_texts()) {
+    Plan p = parse_plan(text);
+    for (int64_t r = 0; r < world(p); ++r) {
+      // union over my dp group of each member's cp group
+      std::set<int64_t> want;
+      for (int64_t d : group_ranks(p, Group::dp, r))
+        for (int64_t c : group_ranks(p, Group::cp, d)) want.insert(c);
+      EXPECT_EQ(as_set(group_ranks(p, Group::zero, r)), want) << text << " rank " << r;
+      // equivalently: every rank holding the same TP shard
+      std::set<int64_t> same_tp;
+      int64_t my_tp = coord_of_rank(p, r).tp;
+      for (int64_t s = 0; s < world(p); ++s)
+        if (coord_of_rank(p, s).tp == my_tp) same_tp.insert(s);
+      EXPECT_EQ(want, same_tp) << text << " rank " << r;
+    }
+  }
+}
+
+TEST(ProcessGroups, TpEightFitsOneNodeAndTpSixteenSpansTwo) {
+  Plan p8 = parse_plan("dp=2,tp=8,cp=1");
+  EXPECT_EQ(nodes_spanned(p8, Group::tp, 8), 1);
+  Plan p16 = parse_plan("dp=2,tp=16,cp=1");
+  EXPECT_EQ(nodes_spanned(p16, Group::tp, 8), 2);
+  // With dp innermost, a tp=8 group strides by dp=8: ranks 0, 8, ..., 56 sit on 8 different nodes.
+  Plan strided = parse_plan("dp=8,tp=8,cp=1,order=dp-tp-cp");
+  EXPECT_EQ(nodes_spanned(strided, Group::tp, 8), 8);
+  // And the dp group then sits inside one node.
+  EXPECT_EQ(nodes_spanned(strided, Group::dp, 8), 1);
+}
