@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 #include "costmodel/errors.hpp"
@@ -59,7 +60,11 @@ std::string mask_to_string(const Plan& p) {
   for (size_t i = 0; i < p.docs.tokens.size(); ++i) {
     if (i) os << "/";
     os << p.docs.tokens[i];
-    if (p.docs.kind == DocLengths::Kind::histogram) os << "@" << p.docs.weights[i];
+    if (p.docs.kind == DocLengths::Kind::histogram) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.17g", p.docs.weights[i]);  // round-trips exactly
+      os << "@" << buf;
+    }
   }
   return os.str();
 }
@@ -107,7 +112,13 @@ int64_t parse_int(const std::string& where, const std::string& key, const std::s
     else if (!body.empty() && (body.back() == 'm' || body.back() == 'M')) { scale = 1024 * 1024; body.pop_back(); }
     double d = std::stod(body, &used);
     if (used != body.size() || d != std::floor(d)) throw std::invalid_argument(v);
-    x = static_cast<int64_t>(d * scale);
+    d *= scale;
+    if (!std::isfinite(d) || d < static_cast<double>(lo) || d > static_cast<double>(hi))
+      throw InputError(where, key, "value '" + v + "' is out of range; valid: " + std::to_string(lo) + ".." +
+                                       std::to_string(hi));
+    x = static_cast<int64_t>(d);
+  } catch (const InputError&) {
+    throw;
   } catch (const std::exception&) {
     throw InputError(where, key, "expected an integer, got '" + v + "'");
   }
@@ -158,11 +169,17 @@ void parse_mask(const std::string& where, const std::string& v, Plan& p) {
       auto at = item.find('@');
       if (at == std::string::npos) throw InputError(where, "mask", "histogram bin '" + item + "' needs <len>@<fraction>");
       d.tokens.push_back(parse_int(where, "mask", item.substr(0, at), 1, int64_t(1) << 34));
+      std::string frac = item.substr(at + 1);
+      size_t used = 0;
+      double w = 0;
       try {
-        d.weights.push_back(std::stod(item.substr(at + 1)));
+        w = std::stod(frac, &used);
       } catch (const std::exception&) {
-        throw InputError(where, "mask", "bad fraction in '" + item + "'");
+        used = 0;
       }
+      if (used == 0 || used != frac.size() || !std::isfinite(w))
+        throw InputError(where, "mask", "bad fraction in '" + item + "'; expected a number between 0 and 1");
+      d.weights.push_back(w);
     } else {
       d.tokens.push_back(parse_int(where, "mask", item, 1, int64_t(1) << 34));
     }
@@ -320,7 +337,8 @@ Plan plan_from_json(const json& j, const std::string& where) {
     else if (v.is_number()) s = v.dump();
     else throw InputError(where, "plan." + k, "expected a string, number or boolean");
     if (s.find(',') != std::string::npos) throw InputError(where, "plan." + k, "value may not contain ','");
-    if (k == "ulysses" && j.value("cp_kind", "") != "usp") continue;  // derived field in our own output
+    bool usp = j.contains("cp_kind") && j.at("cp_kind").is_string() && j.at("cp_kind").get<std::string>() == "usp";
+    if (k == "ulysses" && !usp) continue;  // derived field in our own output
     text += (text.empty() ? "" : ",") + k + "=" + s;
   }
   return parse_plan(text, where + ": plan");
