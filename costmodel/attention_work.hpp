@@ -1,0 +1,26 @@
+// How much attention work (query-key pairs the mask keeps) each context-parallel rank does, for
+// plain ring placement (rank i holds chunk i) and zig-zag placement (rank i holds chunks i and
+// 2cp-1-i), under a causal mask with or without intra-document masking. Computed exactly from
+// the placement and the document layout, never assumed.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "costmodel/plan.hpp"
+
+namespace ctx {
+
+// Document lengths laid end to end over one sequence of `seq` tokens (the last one cut at seq).
+// fixed: repeated; list: cycled; histogram: a cycle of 100 documents, round(fraction*100) of each
+// bin at its upper edge (deterministic). Causal without documents: one document.
+std::vector<int64_t> document_layout(const Plan& p, int64_t seq);
+
+// Query-key pairs (k <= q, same document) for queries in [q0, q1) and keys in [k0, k1).
+double masked_pairs(int64_t q0, int64_t q1, int64_t k0, int64_t k1, const std::vector<int64_t>& doc_starts);
+
+// Pairs per CP rank (index = position in the CP group), for the plan's placement (zigzag and usp
+// zig-zag; ring and allgather plain; ulysses: every rank sees all tokens for its heads, so the
+// work is the total divided evenly).
+std::vector<double> attention_pairs_per_rank(const Plan& p, int64_t seq);
+
+}  // namespace ctx
