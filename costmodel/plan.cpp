@@ -93,6 +93,23 @@ const std::vector<std::pair<std::string, std::string>>& plan_key_help() {
   return keys;
 }
 
+bool parse_scaled_number(const std::string& text, double* out) {
+  std::string body = text;
+  double scale = 1;
+  if (!body.empty() && (body.back() == 'k' || body.back() == 'K')) { scale = 1024; body.pop_back(); }
+  else if (!body.empty() && (body.back() == 'm' || body.back() == 'M')) { scale = 1024.0 * 1024.0; body.pop_back(); }
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(body, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  if (used == 0 || used != body.size() || !std::isfinite(v * scale)) return false;
+  *out = v * scale;
+  return true;
+}
+
 namespace {
 
 std::vector<std::string> plan_key_names() {
@@ -102,31 +119,13 @@ std::vector<std::string> plan_key_names() {
 }
 
 int64_t parse_int(const std::string& where, const std::string& key, const std::string& v, int64_t lo, int64_t hi) {
-  size_t used = 0;
-  int64_t x = 0;
-  try {
-    // accept 128k / 1m suffixes for token counts
-    double scale = 1;
-    std::string body = v;
-    if (!body.empty() && (body.back() == 'k' || body.back() == 'K')) { scale = 1024; body.pop_back(); }
-    else if (!body.empty() && (body.back() == 'm' || body.back() == 'M')) { scale = 1024 * 1024; body.pop_back(); }
-    double d = std::stod(body, &used);
-    if (used != body.size() || d != std::floor(d)) throw std::invalid_argument(v);
-    d *= scale;
-    if (!std::isfinite(d) || d < static_cast<double>(lo) || d > static_cast<double>(hi))
-      throw InputError(where, key, "value '" + v + "' is out of range; valid: " + std::to_string(lo) + ".." +
-                                       std::to_string(hi));
-    x = static_cast<int64_t>(d);
-  } catch (const InputError&) {
-    throw;
-  } catch (const std::exception&) {
+  double d = 0;
+  if (!parse_scaled_number(v, &d) || d != std::floor(d))
     throw InputError(where, key, "expected an integer, got '" + v + "'");
-  }
-  if (x < lo || x > hi)
+  if (d < static_cast<double>(lo) || d > static_cast<double>(hi))
     throw InputError(where, key,
-                     "value " + std::to_string(x) + " is out of range; valid: " + std::to_string(lo) + ".." +
-                         std::to_string(hi));
-  return x;
+                     "value '" + v + "' is out of range; valid: " + std::to_string(lo) + ".." + std::to_string(hi));
+  return static_cast<int64_t>(d);
 }
 
 bool parse_bool(const std::string& where, const std::string& key, const std::string& v) {

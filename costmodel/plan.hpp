@@ -59,6 +59,10 @@ std::string order_to_string(const Plan& p);
 // The plan keys, their meaning and defaults, for --help and error messages.
 const std::vector<std::pair<std::string, std::string>>& plan_key_help();
 
+// A number with an optional binary suffix: 128k = 131072, 1m = 1048576, 1.5m = 1572864.
+// Returns false unless the whole text is a finite number (suffix included).
+bool parse_scaled_number(const std::string& text, double* out);
+
 // Parses `dp=8,tp=2,cp_kind=zigzag,...`; `where` names the source in errors ("--plan").
 Plan parse_plan(const std::string& text, const std::string& where = "--plan");
 // The canonical `key=value` form (only keys that differ from the defaults, plus dp/tp/cp).

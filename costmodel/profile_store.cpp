@@ -64,6 +64,23 @@ std::vector<fs::path> json_files(const fs::path& dir) {
   throw InputError("--" + (what == "hardware" ? std::string("gpu") : what), "", msg);
 }
 
+// A GPU profile by name or alias (case-insensitive), or nullptr; `names` collects every spelling.
+const HardwareSpec* find_hardware(const std::vector<HardwareSpec>& hw, const std::string& arg,
+                                  std::vector<std::string>* names = nullptr) {
+  const HardwareSpec* found = nullptr;
+  std::string a = lower(arg);
+  for (auto& h : hw) {
+    if (lower(h.name) == a) found = &h;
+    for (auto& al : h.aliases)
+      if (lower(al) == a) found = &h;
+    if (names) {
+      names->push_back(h.name);
+      names->insert(names->end(), h.aliases.begin(), h.aliases.end());
+    }
+  }
+  return found;
+}
+
 bool looks_like_path(const std::string& arg) {
   return arg.find('/') != std::string::npos || (arg.size() > 5 && arg.substr(arg.size() - 5) == ".json");
 }
@@ -237,9 +254,7 @@ static ClusterSpec cluster_from_json(const json& j, const std::string& where, co
   JsonReader r(j, where);
   require_schema(r, "ctxplan.cluster/1");
   std::string gpu_name = r.string("gpu");
-  const HardwareSpec* gpu = nullptr;
-  for (auto& h : hw)
-    if (lower(h.name) == lower(gpu_name)) gpu = &h;
+  const HardwareSpec* gpu = find_hardware(hw, gpu_name);
   if (!gpu) r.fail("gpu", "unknown GPU '" + gpu_name + "'; it must name a profile in profiles/hardware");
   ClusterSpec c = make_cluster(*gpu, r.integer_in("nodes", 1, 1 << 20), r.integer_in("gpus_per_node", 1, 1024));
   c.name = r.string("name");
@@ -353,15 +368,8 @@ ModelSpec resolve_model(const Profiles& p, const std::string& arg) {
 }
 
 const HardwareSpec& resolve_hardware(const Profiles& p, const std::string& arg) {
-  std::string a = lower(arg);
   std::vector<std::string> names;
-  for (auto& h : p.hardware) {
-    if (lower(h.name) == a) return h;
-    for (auto& al : h.aliases)
-      if (lower(al) == a) return h;
-    names.push_back(h.name);
-    for (auto& al : h.aliases) names.push_back(al);
-  }
+  if (const HardwareSpec* h = find_hardware(p.hardware, arg, &names)) return *h;
   unknown_name("hardware", arg, names, "");
 }
 
@@ -372,23 +380,15 @@ ClusterSpec resolve_cluster(const Profiles& p, const std::string& arg) {
   static const std::regex shorthand(R"(^(?:(\d+)x)?(\d+)x([A-Za-z][A-Za-z0-9_.-]*)$)");
   std::smatch m;
   if (std::regex_match(arg, m, shorthand)) {
-    int64_t nodes = m[1].matched ? std::stoll(m[1].str()) : 1;
-    int64_t per_node = std::stoll(m[2].str());
+    // digits only (the pattern guarantees it); compare as text length first so huge counts cannot overflow
+    auto count = [](const std::string& digits) { return digits.size() > 9 ? int64_t(-1) : std::stoll(digits); };
+    int64_t nodes = m[1].matched ? count(m[1].str()) : 1;
+    int64_t per_node = count(m[2].str());
     if (nodes < 1 || nodes > (1 << 20) || per_node < 1 || per_node > 1024)
       throw InputError("--cluster", "", "'" + arg + "': nodes must be 1..1048576 and GPUs per node 1..1024");
-    const HardwareSpec* gpu = nullptr;
-    std::string g = lower(m[3].str());
-    for (auto& h : p.hardware) {
-      if (lower(h.name) == g) gpu = &h;
-      for (auto& al : h.aliases)
-        if (lower(al) == g) gpu = &h;
-    }
+    std::vector<std::string> names;
+    const HardwareSpec* gpu = find_hardware(p.hardware, m[3].str(), &names);
     if (!gpu) {
-      std::vector<std::string> names;
-      for (auto& h : p.hardware) {
-        names.push_back(h.name);
-        for (auto& al : h.aliases) names.push_back(al);
-      }
       auto close = closest_names(m[3].str(), names, 3);
       std::string msg = "unknown GPU '" + m[3].str() + "' in cluster shorthand '" + arg + "'";
       if (!close.empty()) msg += "; did you mean '" + close[0] + "'?";

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "costmodel/errors.hpp"
+#include "costmodel/plan.hpp"
 
 namespace ctx {
 
@@ -57,23 +58,10 @@ std::string Table::render(const std::string& indent) const {
 }
 
 int64_t parse_tokens(const std::string& text, const std::string& where) {
-  std::string body = text;
-  double scale = 1;
-  if (!body.empty()) {
-    char c = body.back();
-    if (c == 'k' || c == 'K') { scale = 1024; body.pop_back(); }
-    else if (c == 'm' || c == 'M') { scale = 1024.0 * 1024.0; body.pop_back(); }
-  }
-  size_t used = 0;
   double v = 0;
-  try {
-    v = std::stod(body, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != body.size() || !std::isfinite(v))
+  if (!parse_scaled_number(text, &v))
     throw InputError(where, "", "expected a token count such as 131072, 128k or 1m, got '" + text + "'");
-  double tokens = std::round(v * scale);
+  double tokens = std::round(v);
   if (tokens < 1 || tokens > 17179869184.0)
     throw InputError(where, "", "token count must be 1..17179869184 (16Gi), got '" + text + "'");
   return static_cast<int64_t>(tokens);
