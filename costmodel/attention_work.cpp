@@ -82,3 +82,150 @@ std::vector<double> attention_pairs_per_rank(const Plan& p, int64_t seq) {
 }
 
 }  // namespace ctx
+
+namespace ctx {
+
+std::vector<std::vector<double>> attention_pairs_per_step(const Plan& p, int64_t seq) {
+  std::vector<int64_t> lengths = document_layout(p, seq);
+  std::vector<int64_t> starts{0};
+  for (int64_t len : lengths) starts.push_back(starts.back() + len);
+  const int64_t cp = p.cp, u = ulysses_degree(p), r = ring_degree(p);
+  std::vector<std::vector<double>> out(static_cast<size_t>(cp));
+  if (p.cp_kind == CpKind::ulysses || cp == 1) {
+    double all = masked_pairs(0, seq, 0, seq, starts);
+    for (auto& v : out) v.assign(1, all / static_cast<double>(cp));
+    return out;
+  }
+  const bool zigzag = p.cp_kind == CpKind::zigzag || p.cp_kind == CpKind::usp;
+  const int64_t chunks = zigzag ? 2 * r : r;
+  const int64_t chunk = seq / chunks;
+  auto chunk_range = [&](int64_t c) {
+    int64_t a = c * chunk;
+    return std::pair<int64_t, int64_t>{a, c == chunks - 1 ? seq : a + chunk};
+  };
+  auto owned = [&](int64_t pos) {
+    std::vector<int64_t> mine{pos};
+    if (zigzag) mine.push_back(2 * r - 1 - pos);
+    return mine;
+  };
+  std::vector<std::vector<double>> by_pos(static_cast<size_t>(r));
+  for (int64_t pos = 0; pos < r; ++pos) {
+    if (p.cp_kind == CpKind::allgather) {
+      double w = 0;
+      for (int64_t c : owned(pos)) {
+        auto [q0, q1] = chunk_range(c);
+        w += masked_pairs(q0, q1, 0, q1, starts);
+      }
+      by_pos[static_cast<size_t>(pos)].assign(1, w);
+      continue;
+    }
+    for (int64_t step = 0; step < r; ++step) {
+      int64_t src = ((pos - step) % r + r) % r;  // keys that arrive at step `step` come from `step` places back
+      double w = 0;
+      for (int64_t qc : owned(pos)) {
+        auto [q0, q1] = chunk_range(qc);
+        for (int64_t kc : owned(src)) {
+          auto [k0, k1] = chunk_range(kc);
+          w += masked_pairs(q0, q1, k0, k1, starts);
+        }
+      }
+      by_pos[static_cast<size_t>(pos)].push_back(w / static_cast<double>(u));
+    }
+  }
+  for (int64_t c = 0; c < cp; ++c) out[static_cast<size_t>(c)] = by_pos[static_cast<size_t>(c / u)];
+  return out;
+}
+
+namespace {
+
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+double uniform01(uint64_t& s) { return static_cast<double>(splitmix64(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+int64_t sample_length(const DocLengths& d, uint64_t& s) {
+  if (d.kind == DocLengths::Kind::fixed) return d.tokens[0];
+  if (d.kind == DocLengths::Kind::list) return d.tokens[splitmix64(s) % d.tokens.size()];
+  double x = uniform01(s), acc = 0;
+  for (size_t i = 0; i < d.tokens.size(); ++i) {
+    acc += d.weights[i];
+    if (x < acc || i + 1 == d.tokens.size()) {
+      int64_t lo = i == 0 ? 1 : d.tokens[i - 1] + 1, hi = d.tokens[i];
+      return lo + static_cast<int64_t>(uniform01(s) * static_cast<double>(hi - lo + 1));
+    }
+  }
+  return d.tokens.back();
+}
+
+double pairs_of(double len) { return len * (len + 1.0) / 2.0; }
+
+}  // namespace
+
+std::vector<double> pack_attention_work(const Plan& p, int64_t seq, int64_t packs) {
+  packs = std::max<int64_t>(1, packs);
+  const bool docs = p.mask == MaskKind::document && !p.docs.tokens.empty();
+  if (!docs || p.docs.kind == DocLengths::Kind::fixed) {
+    std::vector<int64_t> layout = document_layout(p, seq);
+    double w = 0;
+    for (int64_t l : layout) w += pairs_of(static_cast<double>(l));
+    return std::vector<double>(static_cast<size_t>(packs), w);
+  }
+  uint64_t state = 0x5EEDC0FFEEull;
+  std::vector<int64_t> stream;  // documents in arrival order, enough to fill every pack
+  int64_t total = 0;
+  const int64_t need = seq * packs;
+  while (total < need) {
+    int64_t l = std::max<int64_t>(1, std::min(sample_length(p.docs, state), seq));
+    stream.push_back(l);
+    total += l;
+  }
+  std::vector<double> work(static_cast<size_t>(packs), 0.0);
+  if (!p.sorted_packing) {
+    size_t pack = 0;
+    int64_t room = seq;
+    for (int64_t l : stream) {
+      while (l > 0 && pack < work.size()) {
+        int64_t take = std::min(l, room);
+        work[pack] += pairs_of(static_cast<double>(take));
+        l -= take;
+        room -= take;
+        if (room == 0) { ++pack; room = seq; }
+      }
+      if (pack >= work.size()) break;
+    }
+    return work;
+  }
+  std::sort(stream.begin(), stream.end(), std::greater<>());
+  std::vector<int64_t> room(static_cast<size_t>(packs), seq);
+  for (int64_t l : stream) {
+    while (l > 0) {
+      // the pack with the least work that can take the whole document; else the roomiest pack
+      int best = -1, roomiest = 0;
+      for (size_t i = 0; i < work.size(); ++i) {
+        if (room[i] > room[static_cast<size_t>(roomiest)]) roomiest = static_cast<int>(i);
+        if (room[i] >= l && (best < 0 || work[i] < work[static_cast<size_t>(best)])) best = static_cast<int>(i);
+      }
+      size_t at = static_cast<size_t>(best >= 0 ? best : roomiest);
+      if (room[at] == 0) return work;  // every pack is full
+      int64_t take = std::min(l, room[at]);
+      work[at] += pairs_of(static_cast<double>(take));
+      room[at] -= take;
+      l -= take;
+    }
+  }
+  return work;
+}
+
+double effective_document_length(const Plan& p, int64_t seq) {
+  double sq = 0, sum = 0;
+  for (int64_t l : document_layout(p, seq)) {
+    sq += static_cast<double>(l) * static_cast<double>(l);
+    sum += static_cast<double>(l);
+  }
+  return sum > 0 ? sq / sum : static_cast<double>(seq);
+}
+
+}  // namespace ctx

@@ -23,4 +23,22 @@ double masked_pairs(int64_t q0, int64_t q1, int64_t k0, int64_t k1, const std::v
 // work is the total divided evenly).
 std::vector<double> attention_pairs_per_rank(const Plan& p, int64_t seq);
 
+// Attention work per CP rank and ring step, in query-key pairs times the fraction of heads the rank
+// holds (so Ulysses ranks, which hold 1/u of the heads over u times the tokens, compare directly):
+// out[cp rank][step]. Ring kinds: step j pairs the rank's queries with the keys that arrived from
+// the rank j places before it in the ring (plain or zig-zag chunks). allgather: one step with all
+// keys. ulysses: one step. usp: ring steps over the ring positions, each pair count divided by u.
+std::vector<std::vector<double>> attention_pairs_per_step(const Plan& p, int64_t seq);
+
+// Attention work (query-key pairs) of the sequence each data-parallel rank receives, for `packs`
+// packed sequences drawn from the plan's document-length distribution with a fixed seed
+// (deterministic). greedy packing fills sequences in arrival order, cutting the last document at
+// the boundary; sorted packing (packing=sorted, as GLM-4) places the longest documents first, each
+// into the sequence with the least work that has room. Without documents every pack is equal.
+std::vector<double> pack_attention_work(const Plan& p, int64_t seq, int64_t packs);
+
+// Work-weighted mean document length (sum l^2 / sum l) of the plan's layout: the length attention
+// kernels effectively run at under intra-document masking (seq for a plain causal mask).
+double effective_document_length(const Plan& p, int64_t seq);
+
 }  // namespace ctx

@@ -5,7 +5,29 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/curve.hpp"
+
 namespace ctx {
+
+// Achieved throughput of the kernels a training step runs, as curves over their size.
+struct AttentionKernel {
+  std::string name;       // "flash2", "cudnn", ...
+  Curve fwd, bwd;         // efficiency vs key/value tokens per call (vs peak bf16)
+};
+struct KernelCurves {
+  Curve gemm;             // efficiency vs the GEMM's FLOPs (2*M*N*K), vs peak bf16 (or fp8)
+  std::vector<AttentionKernel> attention;
+  Curve memory;           // efficiency vs bytes moved, vs hbm_bytes_per_second
+  double launch_seconds = 0;  // fixed cost per kernel
+  std::string source;
+};
+// Collectives in nccl-tests terms: bus bandwidth as a fraction of the link's one-way rate.
+struct CollectiveCurves {
+  double all_reduce = 0.8, all_gather = 0.8, reduce_scatter = 0.8, all_to_all = 0.75, p2p = 0.88;  // intra-node
+  double inter_efficiency = 0.9;  // fraction of the NIC rate achieved across nodes
+  double launch_seconds = 0;      // fixed cost per collective call
+  std::string source;
+};
 
 struct HardwareSpec {
   std::string name;                     // "H100-SXM-80GB"
@@ -24,6 +46,8 @@ struct HardwareSpec {
   double network_bytes_per_second = 0;  // inter-node, per GPU, one direction
   double network_latency_seconds = 0;
   int64_t default_host_bytes_per_node = 0;
+  KernelCurves kernels;
+  CollectiveCurves collectives;
 };
 
 struct ClusterSpec {

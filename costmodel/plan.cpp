@@ -87,6 +87,7 @@ const std::vector<std::pair<std::string, std::string>>& plan_key_help() {
       {"tiled_loss", "tokens per logits+loss tile, 0 = untiled (default 0)"},
       {"tiled_mlp", "MLP chunks along the sequence, auto = ceil(tokens per rank / hidden), 0 = untiled (default 0)"},
       {"mask", "causal | explicit | doc:<len> | doc:<l1>/<l2>/... | doc:hist:<len>@<frac>/... (default causal)"},
+      {"packing", "greedy|sorted: how documents are packed into sequences; sorted balances attention work over DP ranks (default greedy)"},
       {"precision", "bf16|fp8 (default bf16)"},
       {"order", "rank order, innermost first, e.g. tp-cp-dp (default)"},
   };
@@ -238,6 +239,8 @@ void set_key(Plan& p, const std::string& where, const std::string& key, const st
   else if (key == "tiled_loss") p.tiled_loss = parse_int(where, key, v, 0, int64_t(1) << 34);
   else if (key == "tiled_mlp") p.tiled_mlp = v == "auto" ? -1 : parse_int(where, key, v, 0, 1 << 20);
   else if (key == "mask") parse_mask(where, v, p);
+  else if (key == "packing")
+    p.sorted_packing = parse_enum<bool>(where, key, v, {{"greedy", false}, {"sorted", true}});
   else if (key == "precision") p.precision = parse_enum<Precision>(where, key, v, {{"bf16", Precision::bf16}, {"fp8", Precision::fp8}});
   else if (key == "order") parse_order(where, v, p);
   else {
@@ -295,6 +298,7 @@ std::string plan_to_string(const Plan& p) {
   if (p.tiled_mlp > 1) os << ",tiled_mlp=" << p.tiled_mlp;
   if (p.tiled_mlp < 0) os << ",tiled_mlp=auto";
   if (p.mask != MaskKind::causal) os << ",mask=" << mask_to_string(p);
+  if (p.sorted_packing) os << ",packing=sorted";
   if (p.precision != d.precision) os << ",precision=fp8";
   if (order_to_string(p) != order_to_string(d)) os << ",order=" << order_to_string(p);
   return os.str();
@@ -319,6 +323,7 @@ json plan_to_json(const Plan& p) {
   if (p.tiled_mlp < 0) j["tiled_mlp"] = "auto";
   else j["tiled_mlp"] = p.tiled_mlp;
   j["mask"] = mask_to_string(p);
+  j["packing"] = p.sorted_packing ? "sorted" : "greedy";
   j["precision"] = p.precision == Precision::bf16 ? "bf16" : "fp8";
   j["order"] = order_to_string(p);
   return j;

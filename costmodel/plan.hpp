@@ -40,6 +40,7 @@ struct Plan {
   int64_t tiled_mlp = 0;          // MLP chunks along the sequence; 0 or 1 = untiled, -1 = auto (ceil(tokens/hidden))
   MaskKind mask = MaskKind::causal;
   DocLengths docs;                // with mask=document
+  bool sorted_packing = false;    // packing=sorted: balance attention work (sum of squared document lengths) over DP ranks
   Precision precision = Precision::bf16;
   Dim order[3] = {Dim::tp, Dim::cp, Dim::dp};  // innermost first: consecutive ranks differ in order[0]
 };

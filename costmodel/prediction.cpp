@@ -2,7 +2,8 @@
 
 namespace ctx {
 
-Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, Plan plan, int64_t seq) {
+Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, Plan plan, int64_t seq,
+                   SimResult* sim) {
   PlanCheck check = check_plan(plan, m, c, seq);
   if (!check.ok()) throw InputError("--plan", "", "invalid plan for " + m.name + " on " + c.name + " at " +
                                                      std::to_string(seq) + " tokens: " + check.message());
@@ -16,6 +17,12 @@ Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfil
   p.plan = plan;
   p.warnings = check.warnings;
   p.memory = predict_memory(m, c, rt, plan, seq);
+  StepCosts costs = step_costs(m, c, rt, plan, seq, true);
+  p.time_closed_form = estimate_step(costs);
+  SimResult r = simulate_step(costs, plan);
+  p.time = r.time;
+  p.sim_stats = r.stats;
+  if (sim) *sim = std::move(r);
   return p;
 }
 
@@ -23,6 +30,24 @@ static json snapshot_json(const MemorySnapshot& s) {
   json j = json::object();
   for (int i = 0; i < kMemCategories; ++i) j[to_string(static_cast<Mem>(i))] = s.bytes[i];
   return j;
+}
+
+json step_time_to_json(const StepTime& t) {
+  json phases = json::object();
+  for (int i = 0; i < static_cast<int>(TimePhase::count); ++i) phases[to_string(static_cast<TimePhase>(i))] = t.phase_seconds[i];
+  return {{"method", t.method},
+          {"step_seconds", t.step_seconds},
+          {"phases_seconds", phases},
+          {"breakdown_seconds",
+           {{"compute", t.breakdown.compute},
+            {"exposed_comm", t.breakdown.exposed_comm},
+            {"offload_stall", t.breakdown.offload_stall},
+            {"imbalance_bubble", t.breakdown.imbalance},
+            {"optimizer", t.breakdown.optimizer}}},
+          {"tokens_per_second", t.tokens_per_second},
+          {"mfu", t.mfu},
+          {"model_tflops_per_gpu", t.model_tflops_per_gpu},
+          {"hardware_tflops_per_gpu", t.hardware_tflops_per_gpu}};
 }
 
 json prediction_to_json(const Prediction& p) {
@@ -57,6 +82,8 @@ json prediction_to_json(const Prediction& p) {
                    {"by_category", host}}},
                  {"fits_device", mp.fits_device},
                  {"fits_host", mp.fits_host}};
+  j["time"] = step_time_to_json(p.time);
+  j["time"]["closed_form_step_seconds"] = p.time_closed_form.step_seconds;
   j["fits"] = mp.fits();
   j["warnings"] = p.warnings;
   return j;

@@ -7,6 +7,8 @@
 #include "costmodel/memory_model.hpp"
 #include "costmodel/plan_check.hpp"
 #include "costmodel/profile_store.hpp"
+#include "costmodel/simulator.hpp"
+#include "costmodel/step_model.hpp"
 
 namespace ctx {
 
@@ -16,12 +18,19 @@ struct Prediction {
   int64_t world = 0;
   Plan plan;
   MemoryPrediction memory;
+  StepTime time;               // simulated (the event simulator)
+  StepTime time_closed_form;   // the search's fast estimate, for comparison
+  SimStats sim_stats;
   std::vector<std::string> warnings;
 };
 
 // Checks the plan (throws InputError with the reason and nearest valid alternatives when it
 // cannot run) and predicts it.
-Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, Plan plan, int64_t seq);
+// With `sim` non-null the simulation (its tasks, for a trace) is returned there too.
+Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, Plan plan, int64_t seq,
+                   SimResult* sim = nullptr);
+
+json step_time_to_json(const StepTime& t);
 
 json prediction_to_json(const Prediction& p);
 

@@ -1,5 +1,7 @@
 #include "costmodel/profile_store.hpp"
 
+#include <cmath>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -210,6 +212,61 @@ json model_to_json(const ModelSpec& m) {
   return j;
 }
 
+// {"source": "...", "points": [[size, efficiency], ...]}: sizes ascending and positive (scaled by
+// `unit` into base units), efficiencies in (0, 1.2].
+static Curve curve_from_json(const JsonReader& parent, const std::string& key, double unit) {
+  JsonReader r = parent.object(key);
+  Curve c;
+  c.source = r.string("source");
+  const json& pts = r.raw("points");
+  if (!pts.is_array() || pts.empty()) r.fail("points", "expected a non-empty list of [size, efficiency] pairs");
+  for (size_t i = 0; i < pts.size(); ++i) {
+    const json& e = pts[i];
+    std::string at = "points[" + std::to_string(i) + "]";
+    if (!e.is_array() || e.size() != 2 || !e[0].is_number() || !e[1].is_number())
+      r.fail(at, "expected [size, efficiency] (two numbers)");
+    double x = e[0].get<double>() * unit, y = e[1].get<double>();
+    if (!(x > 0) || !std::isfinite(x)) r.fail(at, "size must be a positive number");
+    if (!(y > 0 && y <= 1.2)) r.fail(at, "efficiency must be in (0, 1.2] (a fraction of the peak)");
+    if (!c.points.empty() && x <= c.points.back().first) r.fail(at, "sizes must be strictly ascending");
+    c.points.emplace_back(x, y);
+  }
+  return c;
+}
+
+static KernelCurves kernels_from_json(const JsonReader& r) {
+  KernelCurves k;
+  JsonReader j = r.object("kernels");
+  k.source = j.string_or("source", "");
+  k.gemm = curve_from_json(j, "gemm_gflop", 1e9);
+  k.memory = curve_from_json(j, "memory_mib", kMiB);
+  k.launch_seconds = j.number("launch_us") * 1e-6;
+  JsonReader a = j.object("attention");
+  for (auto& [name, v] : a.self().items()) {
+    JsonReader e = a.object(name);
+    k.attention.push_back({name, curve_from_json(e, "fwd_tokens", 1), curve_from_json(e, "bwd_tokens", 1)});
+  }
+  if (k.attention.empty()) a.fail("", "needs at least one attention kernel (e.g. \"flash2\")");
+  return k;
+}
+
+static CollectiveCurves collectives_from_json(const JsonReader& r) {
+  CollectiveCurves c;
+  JsonReader j = r.object("collectives");
+  c.source = j.string("source");
+  JsonReader b = j.object("intra_busbw_fraction");
+  double* dst[] = {&c.all_reduce, &c.all_gather, &c.reduce_scatter, &c.all_to_all, &c.p2p};
+  const char* keys[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p"};
+  for (int i = 0; i < 5; ++i) {
+    *dst[i] = b.number(keys[i]);
+    if (!(*dst[i] > 0 && *dst[i] <= 2)) b.fail(keys[i], "must be in (0, 2] (bus bandwidth over the link rate)");
+  }
+  c.inter_efficiency = j.number("inter_efficiency");
+  if (!(c.inter_efficiency > 0 && c.inter_efficiency <= 1)) j.fail("inter_efficiency", "must be in (0, 1]");
+  c.launch_seconds = j.number("launch_us") * 1e-6;
+  return c;
+}
+
 HardwareSpec hardware_from_json(const json& j, const std::string& where) {
   JsonReader r(j, where);
   require_schema(r, "ctxplan.hardware/1");
@@ -232,6 +289,8 @@ HardwareSpec hardware_from_json(const json& j, const std::string& where) {
   h.network_latency_seconds = f.number("network_latency_us") * 1e-6;
   h.default_host_bytes_per_node = static_cast<int64_t>(f.number("host_gib_per_node") * kGiB);
   if (h.peak_bf16_flops <= 0) r.fail("peak_bf16_tflops", "must be positive");
+  h.kernels = kernels_from_json(r);
+  h.collectives = collectives_from_json(r);
   return h;
 }
 
@@ -274,7 +333,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
   rt.name = r.string("name");
   rt.description = r.string_or("description", "");
   JsonReader c = r.object("constants");
-  struct Field { const char* key; double* num; bool* flag; };
+  struct Field { const char* key; double* num; bool* flag; std::string* str = nullptr; };
   Field fields[] = {
       {"weight_bytes", &rt.weight_bytes, nullptr},
       {"grad_bytes", &rt.grad_bytes, nullptr},
@@ -296,6 +355,8 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"reserved_mib", &rt.reserved_bytes, nullptr},
       {"fragmentation", &rt.fragmentation, nullptr},
       {"host_gib_per_rank", &rt.host_bytes_per_rank, nullptr},
+      {"attention_kernel", nullptr, nullptr, &rt.attention_kernel},
+      {"cpu_adam_gparams_per_s", &rt.cpu_adam_params_per_second, nullptr},
   };
   for (auto& [key, v] : c.self().items()) {
     bool known = false;
@@ -312,7 +373,9 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
     std::string src = e.string("source");
     if (src.empty()) e.fail("source", "every runtime constant needs a source or reason");
     rt.sources[f.key] = src;
-    if (f.flag) {
+    if (f.str) {
+      *f.str = e.string("value");
+    } else if (f.flag) {
       const json& v = e.raw("value");
       if (!v.is_boolean()) e.fail("value", "expected true or false");
       *f.flag = v.get<bool>();
@@ -325,6 +388,8 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
   rt.reduce_bucket_bytes *= kMiB;
   rt.reserved_bytes *= kMiB;
   rt.host_bytes_per_rank *= kGiB;
+  rt.cpu_adam_params_per_second *= 1e9;
+  if (rt.cpu_adam_params_per_second <= 0) c.object("cpu_adam_gparams_per_s").fail("value", "must be positive");
   return rt;
 }
 

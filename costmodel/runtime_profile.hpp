@@ -36,6 +36,9 @@ struct RuntimeProfile {
   double reserved_bytes = 0;          // NCCL buffers, cuBLAS workspace, allocator slack (fixed)
   double fragmentation = 0;           // fraction added to activations and transients
   double host_bytes_per_rank = 0;     // host memory a rank's process takes besides offload
+  // ---- time
+  std::string attention_kernel = "flash2";  // which of the hardware profile's attention curves it runs
+  double cpu_adam_params_per_second = 1e9;  // host AdamW rate per node (optimizer offload)
   std::map<std::string, std::string> sources;  // field -> where the value comes from
 };
 

@@ -44,6 +44,15 @@ std::string print_table(const Prediction& p) {
   t.rows.push_back({"usable capacity", gib(m.device_capacity_bytes), ""});
   t.rows.push_back({"headroom", gib(m.headroom_bytes()), fixed(100.0 * m.headroom_bytes() / m.device_capacity_bytes, 1) + "%"});
   os << t.render();
+  const StepTime& st = p.time;
+  os << "\nStep time (simulated): " << fixed(st.step_seconds, 3) << " s  |  " << fixed(st.tokens_per_second, 0)
+     << " tokens/s  |  MFU " << fixed(100.0 * st.mfu, 1) << "%  |  " << fixed(st.model_tflops_per_gpu, 0)
+     << " model TFLOP/s per GPU  (closed form: " << fixed(p.time_closed_form.step_seconds, 3) << " s)\n";
+  os << "  phases: forward " << fixed(st.phase_seconds[0], 3) << " s, backward " << fixed(st.phase_seconds[1], 3)
+     << " s, optimizer " << fixed(st.phase_seconds[2], 3) << " s\n";
+  os << "  where it goes: compute " << fixed(st.breakdown.compute, 3) << " s, exposed comm " << fixed(st.breakdown.exposed_comm, 3)
+     << " s, offload stall " << fixed(st.breakdown.offload_stall, 3) << " s, imbalance " << fixed(st.breakdown.imbalance, 3)
+     << " s, optimizer " << fixed(st.breakdown.optimizer, 3) << " s\n";
   os << "\nPeak of each phase (GiB): ";
   for (int i = 0; i < kPhases; ++i)
     os << (i ? " | " : "") << to_string(static_cast<Phase>(i)) << " " << gib(m.phase_peak[i].total());

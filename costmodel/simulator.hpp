@@ -1,0 +1,73 @@
+// Discrete-event simulation of one training step. Every simulated rank has five in-order streams:
+// compute, tp (TP and Ulysses collectives, on the critical path), ring (context-parallel p2p),
+// dp (ZeRO-3 parameter gathers and gradient reductions, overlapped with compute) and host
+// (offload copies and the CPU optimizer). Tasks carry the dependencies a real runtime has; a
+// collective starts when every simulated member has reached it; a ring transfer starts when the
+// sender has the block. Ranks of a CP group are all simulated unless their attention work is
+// identical (then one stands for all); TP ranks are symmetric and collapsed; data-parallel ranks
+// are represented by the heaviest and the lightest pack when document packing makes them differ.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "costmodel/json_util.hpp"
+#include "costmodel/step_model.hpp"
+
+namespace ctx {
+
+enum class SimStream : uint8_t { compute, tp, ring, dp, host, count };
+constexpr int kSimStreams = static_cast<int>(SimStream::count);
+const char* to_string(SimStream s);
+
+enum class SimPass : uint8_t { forward, recompute, backward, optimizer };
+enum class SimCategory : uint8_t { compute, comm, host, optimizer };
+
+struct SimTask {
+  const char* name = "";    // static string
+  double duration = 0;
+  double ready = 0;         // when its own rank's dependencies were met
+  double start = -1, end = -1;
+  int32_t rep = 0;
+  int32_t layer = -1;
+  int32_t micro_batch = 0;
+  int32_t collective = -1;  // tasks sharing an id start together (a collective across simulated ranks)
+  SimStream stream = SimStream::compute;
+  SimPass pass = SimPass::forward;
+  SimCategory category = SimCategory::compute;
+};
+
+struct SimRep {
+  int64_t rank = 0;         // a global rank it stands for
+  int64_t cp_index = 0;
+  int pack_class = 0;       // 0: heaviest pack (or all packs equal), 1: lightest
+  int64_t stands_for = 1;   // how many ranks share its schedule
+  std::string label;
+};
+
+struct SimStats {
+  int64_t tasks = 0;
+  int64_t events = 0;            // finish events processed
+  int64_t started_twice = 0;     // must be 0
+  int64_t never_ran = 0;         // must be 0 (a dependency cycle or a collective missing a member)
+  int64_t time_regressions = 0;  // events popped earlier than the previous one; must be 0
+  double wall_seconds = 0;       // how long the simulation itself took
+};
+
+struct SimResult {
+  StepTime time;
+  std::vector<SimRep> reps;
+  std::vector<SimTask> tasks;    // in creation order (program order per stream)
+  std::vector<std::vector<int32_t>> deps;  // deps[i]: tasks i waited for (kept for tests and the GUI)
+  SimStats stats;
+  int critical_rep = 0;          // finishes last
+  int breakdown_rep = 0;         // the rank the breakdown is taken on (the one that waits most)
+};
+
+// Simulates one step of `k` (from step_costs with per_step = true) under plan `p`.
+SimResult simulate_step(const StepCosts& k, const Plan& p);
+
+// Chrome trace (chrome://tracing, Perfetto): one process per simulated rank, one thread per stream.
+json chrome_trace(const SimResult& r, const std::string& title);
+
+}  // namespace ctx

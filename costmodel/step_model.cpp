@@ -1,0 +1,368 @@
+// Notation as in memory_model.cpp: T = tokens per rank (mbs*seq/cp), Tsp = T/tp under SP,
+// h = hidden, d = head_dim, a = activation bytes, F = ffn/tp, V = vocab/tp.
+#include "costmodel/step_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "costmodel/attention_work.hpp"
+#include "costmodel/collectives.hpp"
+#include "costmodel/errors.hpp"
+#include "costmodel/memory_model.hpp"
+#include "costmodel/process_groups.hpp"
+
+namespace ctx {
+
+const char* to_string(TimePhase p) {
+  static const char* names[] = {"forward", "backward", "optimizer"};
+  return names[static_cast<int>(p)];
+}
+
+namespace {
+
+struct Pricer {
+  const ClusterSpec& c;
+  double peak;  // GEMM peak at the plan's precision
+  const AttentionKernel* attn;
+
+  double gemm(double flops, double calls = 1) const {
+    if (flops <= 0) return 0;
+    double each = flops / calls;
+    return calls * (each / (peak * c.gpu.kernels.gemm.at(each)) + c.gpu.kernels.launch_seconds);
+  }
+  double memory(double bytes) const {
+    if (bytes <= 0) return 0;
+    return bytes / (c.gpu.hbm_bytes_per_second * c.gpu.kernels.memory.at(bytes)) + c.gpu.kernels.launch_seconds;
+  }
+  // attention FLOPs run at the bf16 peak (fp8 plans keep attention in bf16, as TE and torchao do)
+  double attention(double flops, double tokens, bool backward) const {
+    if (flops <= 0) return 0;
+    const Curve& k = backward ? attn->bwd : attn->fwd;
+    return flops / (c.gpu.peak_bf16_flops * k.at(tokens)) + c.gpu.kernels.launch_seconds;
+  }
+};
+
+const AttentionKernel& find_kernel(const ClusterSpec& c, const RuntimeProfile& rt) {
+  for (auto& k : c.gpu.kernels.attention)
+    if (k.name == rt.attention_kernel) return k;
+  std::string valid;
+  for (auto& k : c.gpu.kernels.attention) valid += (valid.empty() ? "" : ", ") + k.name;
+  throw InputError("runtime profile " + rt.name, "constants.attention_kernel",
+                   "'" + rt.attention_kernel + "' has no curve in hardware profile " + c.gpu.name + "; valid: " + valid);
+}
+
+// Ring steps of one rank: step j computes block j while block j+1's keys travel.
+double ring_time(const std::vector<double>& steps, int64_t ring, double transfer) {
+  if (steps.empty()) return 0;
+  if (steps.size() == 1 && ring > 1) {  // per-rank total only: split evenly over the steps
+    double each = steps[0] / static_cast<double>(ring);
+    return static_cast<double>(ring - 1) * std::max(each, transfer) + each;
+  }
+  double t = 0;
+  for (size_t j = 0; j < steps.size(); ++j) t += (j + 1 < steps.size()) ? std::max(steps[j], transfer) : steps[j];
+  return t;
+}
+
+double sum(const std::vector<OpCost>& ops, size_t from, size_t to) {
+  double t = 0;
+  for (size_t i = from; i < to && i < ops.size(); ++i) t += ops[i].seconds;
+  return t;
+}
+
+}  // namespace
+
+StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p, int64_t seq,
+                     bool per_step) {
+  StepCosts k;
+  const LocalShapes s = local_shapes(m, p, seq);
+  const AttentionKernel& kernel = find_kernel(c, rt);
+  const double peak = p.precision == Precision::fp8 && c.gpu.peak_fp8_flops > 0 ? c.gpu.peak_fp8_flops : c.gpu.peak_bf16_flops;
+  Pricer price{c, peak, &kernel};
+  k.layers = m.layers;
+  k.ga = p.ga;
+  k.cp = p.cp;
+  k.tp = p.tp;
+  k.ring = ring_degree(p);
+  k.ulysses = ulysses_degree(p);
+  k.cp_kind = p.cp_kind;
+  k.recompute = p.recompute;
+  k.sp = sp_enabled(p);
+  k.world = std::max<int64_t>(1, p.dp) * p.cp * p.tp;
+  k.peak_flops = peak;
+  k.attention_kernel = kernel.name;
+
+  const double h = static_cast<double>(m.hidden), d = static_cast<double>(m.head_dim), a = rt.activation_bytes;
+  const double T = s.tokens, Tsp = s.tokens_sp, F = s.ffn, V = s.vocab, tp = static_cast<double>(p.tp);
+  const double kv_tp = m.kv_heads >= p.tp ? static_cast<double>(m.kv_heads) / tp : 1.0;
+  const double q_local = static_cast<double>(m.heads) / tp * d;  // q width per TP rank before Ulysses
+  const double kv_local = kv_tp * d;
+  const double chunks = mlp_chunks(m, p, s);
+
+  // ---- one layer's forward ops, in order
+  auto op = [](const char* name, double flops, double bytes, double sec) { return OpCost{name, flops, bytes, sec}; };
+  std::vector<OpCost>& f = k.forward_ops;
+  double qkv_flops = 2.0 * T * h * (q_local + 2.0 * kv_local);
+  double o_flops = 2.0 * T * q_local * h;
+  double up_flops = 2.0 * T * h * 2.0 * F, down_flops = 2.0 * T * F * h;
+  double norm_bytes = 2.0 * Tsp * h * a, resid_bytes = 3.0 * Tsp * h * a;
+  f.push_back(op("attn_norm", 0, norm_bytes, price.memory(norm_bytes)));
+  f.push_back(op("qkv_proj", qkv_flops, 0, price.gemm(qkv_flops)));
+  double rope_bytes = 2.0 * T * (q_local + kv_local) * a;
+  f.push_back(op("rope", 0, rope_bytes, price.memory(rope_bytes)));
+  const size_t pre_end = f.size();
+  f.push_back(op("o_proj", o_flops, 0, price.gemm(o_flops)));
+  f.push_back(op("residual", 0, resid_bytes, price.memory(resid_bytes)));
+  f.push_back(op("mlp_norm", 0, norm_bytes, price.memory(norm_bytes)));
+  const size_t post_end = f.size();
+  f.push_back(op("gate_up_proj", up_flops, 0, price.gemm(up_flops, chunks)));
+  double act_bytes = 3.0 * T * F * a;
+  f.push_back(op("swiglu", 0, act_bytes, chunks * price.memory(act_bytes / chunks)));
+  f.push_back(op("down_proj", down_flops, 0, price.gemm(down_flops, chunks)));
+  f.push_back(op("residual", 0, resid_bytes, price.memory(resid_bytes)));
+  k.pre_fwd = sum(f, 0, pre_end);
+  k.post_fwd = sum(f, pre_end, post_end);
+  k.mlp_fwd = sum(f, post_end, f.size());
+  // backward: every GEMM twice (input and weight gradients), memory-bound ops read twice as much
+  for (const OpCost& o : f) {
+    std::string n = o.name + "_bwd";
+    if (o.flops > 0) {
+      double calls = (o.name == "gate_up_proj" || o.name == "down_proj") ? chunks : 1.0;
+      k.backward_ops.push_back({n, 2.0 * o.flops, 0, 2.0 * price.gemm(o.flops, calls)});
+    } else {
+      k.backward_ops.push_back({n, 0, 2.0 * o.bytes, price.memory(2.0 * o.bytes)});
+    }
+  }
+  k.pre_bwd = sum(k.backward_ops, 0, pre_end);
+  k.post_bwd = sum(k.backward_ops, pre_end, post_end);
+  k.mlp_bwd = sum(k.backward_ops, post_end, k.backward_ops.size());
+
+  // ---- head, loss, embedding
+  double head_flops = 2.0 * T * h * V;
+  double loss_calls = p.tiled_loss > 0 ? std::max(1.0, std::ceil(T / static_cast<double>(p.tiled_loss))) : 1.0;
+  double logits_bytes = 4.0 * T * V * 4.0;  // fp32 logits written, read for softmax, gradient written, read
+  k.head_fwd = price.memory(norm_bytes) + price.gemm(head_flops, loss_calls) + loss_calls * price.memory(logits_bytes / loss_calls) +
+               price.memory(T * h * a);  // embedding gather
+  k.head_bwd = 2.0 * price.gemm(head_flops, loss_calls) + price.memory(2.0 * norm_bytes) + price.memory(2.0 * T * h * 4.0);
+
+  // ---- attention core: [pack class][cp rank][step]
+  std::vector<std::vector<double>> pairs;
+  if (per_step) {
+    pairs = attention_pairs_per_step(p, seq);
+  } else {
+    std::vector<double> per_rank = attention_pairs_per_rank(p, seq);
+    const double u = static_cast<double>(ulysses_degree(p));
+    for (double w : per_rank) pairs.push_back({p.cp_kind == CpKind::usp ? w : w});
+    (void)u;
+  }
+  const int64_t dp = std::max<int64_t>(1, p.dp);
+  std::vector<double> packs = pack_attention_work(p, seq, dp);
+  double mean = 0;
+  for (double w : packs) mean += w;
+  mean /= static_cast<double>(packs.size());
+  auto heavy = std::max_element(packs.begin(), packs.end()), light = std::min_element(packs.begin(), packs.end());
+  if (mean > 0 && (*heavy - *light) > 1e-9 * mean) {
+    k.pack_work = {*heavy / mean, *light / mean};
+    k.pack_dp_rank = {heavy - packs.begin(), light - packs.begin()};
+  } else {
+    k.pack_work = {1.0};
+    k.pack_dp_rank = {0};
+  }
+  const double call_tokens =
+      std::min((p.cp_kind == CpKind::ulysses || p.cp_kind == CpKind::allgather) ? static_cast<double>(seq)
+                                                                                : static_cast<double>(seq) / static_cast<double>(k.ring),
+               effective_document_length(p, seq));
+  const double flops_per_pair = 4.0 * d * static_cast<double>(m.heads) / tp * static_cast<double>(p.mbs);
+  for (double scale : k.pack_work) {
+    std::vector<std::vector<double>> fw, bw;
+    for (auto& steps : pairs) {
+      std::vector<double> fs, bs;
+      for (double w : steps) {
+        double fl = flops_per_pair * w * scale;
+        fs.push_back(price.attention(fl, call_tokens, false));
+        bs.push_back(price.attention(2.5 * fl, call_tokens, true));  // FlashAttention backward: 5 GEMMs vs 2
+      }
+      fw.push_back(std::move(fs));
+      bw.push_back(std::move(bs));
+    }
+    k.attn_fwd.push_back(std::move(fw));
+    k.attn_bwd.push_back(std::move(bw));
+  }
+
+  // ---- communication
+  const int64_t gpn = c.gpus_per_node;
+  if (p.tp > 1) {
+    GroupPlacement g = group_placement(p, Group::tp, gpn);
+    double act = T * h * a;
+    k.tp_ag = collective_seconds(Coll::all_gather, act, g, c);
+    k.tp_rs = collective_seconds(Coll::reduce_scatter, act, g, c);
+    k.tp_ar = collective_seconds(Coll::all_reduce, act, g, c);
+  }
+  if (k.ulysses > 1) {
+    GroupPlacement g = group_placement(p, Group::ulysses, gpn);
+    double kv_heads_total = std::max(kv_tp, static_cast<double>(k.ulysses));
+    k.a2a_qkv = collective_seconds(Coll::all_to_all, T * d * a * (static_cast<double>(m.heads) / tp + 2.0 * kv_heads_total), g, c);
+    k.a2a_out = collective_seconds(Coll::all_to_all, T * q_local * a, g, c);
+  }
+  if (k.ring > 1 && p.cp_kind != CpKind::ulysses) {
+    GroupPlacement g = group_placement(p, Group::ring, gpn);
+    double kv = ring_kv_bytes_per_step(m, s, a);
+    if (p.cp_kind == CpKind::allgather) {
+      GroupPlacement gc = group_placement(p, Group::cp, gpn);
+      k.kv_ag = collective_seconds(Coll::all_gather, kv * static_cast<double>(p.cp), gc, c);
+      k.dkv_rs = collective_seconds(Coll::reduce_scatter, kv * static_cast<double>(p.cp), gc, c);
+    } else {
+      GroupPlacement hop = g;
+      hop.size = 2;
+      k.p2p_fwd = collective_seconds(Coll::p2p, kv, hop, c);
+      k.p2p_bwd = collective_seconds(Coll::p2p, 2.0 * kv, hop, c);
+    }
+  }
+  const double zdeg = s.zero_degree;
+  const GroupPlacement zg = group_placement(p, Group::zero, gpn);
+  if (p.zero >= 3 && zdeg > 1) k.zero3_ag = collective_seconds(Coll::all_gather, s.layer_params * rt.weight_bytes, zg, c);
+  const double grad_comm = rt.grad_bytes;
+  if (zdeg > 1) {
+    Coll red = p.zero >= 2 ? Coll::reduce_scatter : Coll::all_reduce;
+    k.grad_reduce = collective_seconds(red, s.layer_params * grad_comm, zg, c);
+    double other = s.params - static_cast<double>(m.layers) * s.layer_params;
+    k.head_grad_reduce = collective_seconds(red, other * grad_comm, zg, c);
+    k.grad_reduce_every_microbatch = p.zero >= 2;
+  }
+  if (p.param_offload) k.param_h2d = pcie_seconds(s.layer_params / zdeg * rt.weight_bytes, c);
+  if (p.ckpt_offload && p.recompute == Recompute::full) {
+    k.ckpt_d2h = pcie_seconds(Tsp * h * a, c);
+    k.ckpt_h2d = k.ckpt_d2h;
+  }
+
+  // ---- optimizer
+  const double shard = p.zero >= 1 ? s.params / zdeg : s.params;
+  if (p.opt_offload) {
+    const double ranks_per_node = static_cast<double>(std::min<int64_t>(gpn, k.world));
+    k.opt_host = shard / (rt.cpu_adam_params_per_second / ranks_per_node);
+    k.opt_d2h = pcie_seconds(shard * rt.grad_bytes, c);
+    k.opt_h2d = pcie_seconds(shard * rt.weight_bytes, c);
+  } else {
+    // read grad, master, m, v; write master, m, v, bf16 weight
+    double bytes = shard * (rt.grad_bytes + 2.0 * rt.master_bytes + 2.0 * rt.optimizer_bytes + rt.weight_bytes);
+    k.opt_device = price.memory(bytes);
+  }
+  if ((p.zero == 1 || p.zero == 2) && zdeg > 1)
+    k.opt_param_ag = collective_seconds(Coll::all_gather, shard * zdeg * rt.weight_bytes, zg, c);
+
+  // ---- accounting
+  double seqs = static_cast<double>(p.mbs * p.ga * dp);
+  k.tokens_per_step = static_cast<double>(seq) * seqs;
+  double pairs_total = 0;
+  for (int64_t l : document_layout(p, seq)) pairs_total += static_cast<double>(l) * (static_cast<double>(l) + 1.0) / 2.0;
+  k.model_flops = dense_train_flops_per_token(m) * k.tokens_per_step +
+                  3.0 * 4.0 * d * static_cast<double>(m.heads) * pairs_total * static_cast<double>(m.layers) * seqs;
+  double layer_fwd_flops = 0, layer_bwd_flops = 0;
+  for (auto& o : k.forward_ops) layer_fwd_flops += o.flops;
+  for (auto& o : k.backward_ops) layer_bwd_flops += o.flops;
+  double attn_rank = 0;
+  for (auto& steps : pairs)
+    for (double w : steps) attn_rank += flops_per_pair * w / static_cast<double>(pairs.size());
+  double rec = p.recompute == Recompute::full ? layer_fwd_flops + attn_rank : p.recompute == Recompute::selective ? attn_rank : 0;
+  k.hardware_flops = static_cast<double>(p.ga) *
+                     (static_cast<double>(m.layers) * (layer_fwd_flops + layer_bwd_flops + 3.5 * attn_rank + rec) + 3.0 * head_flops);
+  return k;
+}
+
+void finish_step_time(const StepCosts& k, StepTime& t) {
+  if (t.step_seconds <= 0) return;
+  t.tokens_per_second = k.tokens_per_step / t.step_seconds;
+  t.model_tflops_per_gpu = k.model_flops / static_cast<double>(k.world) / t.step_seconds / 1e12;
+  t.hardware_tflops_per_gpu = k.hardware_flops / t.step_seconds / 1e12;
+  t.mfu = k.model_flops / (static_cast<double>(k.world) * k.peak_flops * t.step_seconds);
+}
+
+StepTime estimate_step(const StepCosts& k) {
+  // One micro-batch on rank (pack class, cp rank); returns compute, exposed comm, offload stall.
+  struct Parts { double compute = 0, comm = 0, offload = 0; double total() const { return compute + comm + offload; } };
+  const bool ring_kind = k.cp_kind == CpKind::ring || k.cp_kind == CpKind::zigzag || k.cp_kind == CpKind::usp;
+  auto micro_batch = [&](size_t cls, size_t rank, bool reduce_grads) {
+    Parts out;
+    const auto& af = k.attn_fwd[cls][rank];
+    const auto& ab = k.attn_bwd[cls][rank];
+    double af_sum = 0, ab_sum = 0;
+    for (double x : af) af_sum += x;
+    for (double x : ab) ab_sum += x;
+    double attn_f = ring_kind ? ring_time(af, k.ring, k.p2p_fwd) : af_sum;
+    double attn_b = ring_kind ? ring_time(ab, k.ring, k.p2p_bwd) : ab_sum;
+    double tp_comm = k.sp ? 2.0 * (k.tp_ag + k.tp_rs) : 2.0 * k.tp_ar;
+    double a2a = k.a2a_qkv + k.a2a_out;
+    double fwd_compute = k.pre_fwd + k.post_fwd + k.mlp_fwd + af_sum;
+    double fwd_comm = tp_comm + a2a + k.kv_ag + (attn_f - af_sum);
+    double fwd_layer = fwd_compute + fwd_comm;
+    double rec_compute = 0, rec_comm = 0;
+    if (k.recompute == Recompute::full) { rec_compute = fwd_compute; rec_comm = fwd_comm; }
+    else if (k.recompute == Recompute::selective) { rec_compute = af_sum; rec_comm = attn_f - af_sum; }
+    double bwd_compute = rec_compute + k.pre_bwd + k.post_bwd + k.mlp_bwd + ab_sum;
+    double bwd_comm = rec_comm + tp_comm + a2a + k.kv_ag + k.dkv_rs + (attn_b - ab_sum);
+    double bwd_layer = bwd_compute + bwd_comm;
+    double L = static_cast<double>(k.layers);
+    // overlapped streams, exposed only where they outlast the layer they hide behind
+    double f_prefetch = std::max(k.zero3_ag, k.param_h2d);
+    double f_exposed_comm = std::max(0.0, k.zero3_ag - fwd_layer), f_exposed_host = std::max(0.0, std::max(k.param_h2d, k.ckpt_d2h) - fwd_layer);
+    double red = reduce_grads ? k.grad_reduce : 0.0;
+    double b_exposed_comm = std::max(0.0, k.zero3_ag + red - bwd_layer);
+    double b_exposed_host = std::max(0.0, k.param_h2d + k.ckpt_h2d - bwd_layer);
+    out.compute = L * (fwd_compute + bwd_compute) + k.head_fwd + k.head_bwd;
+    out.comm = L * (fwd_comm + bwd_comm + f_exposed_comm + b_exposed_comm) + f_prefetch /* first layer's gather */ +
+               (reduce_grads ? red + k.head_grad_reduce : 0.0) /* the last reduction has nothing to hide behind */;
+    out.offload = L * (f_exposed_host + b_exposed_host) + k.ckpt_h2d;
+    return out;
+  };
+  // the slowest rank (heaviest pack, busiest cp rank) and the average rank
+  auto step_of = [&](size_t cls, size_t rank, Parts* acc) {
+    double t = 0;
+    for (int64_t mb = 0; mb < k.ga; ++mb) {
+      bool reduce = k.grad_reduce_every_microbatch || mb + 1 == k.ga;
+      Parts p = micro_batch(cls, rank, reduce);
+      if (acc) { acc->compute += p.compute; acc->comm += p.comm; acc->offload += p.offload; }
+      t += p.total();
+    }
+    return t;
+  };
+  double worst = 0;
+  for (size_t cls = 0; cls < k.attn_fwd.size(); ++cls)
+    for (size_t r = 0; r < k.attn_fwd[cls].size(); ++r) worst = std::max(worst, step_of(cls, r, nullptr));
+  // the average rank: mean over cp ranks of the mean pack (classes weighted evenly; one class if packs are equal)
+  Parts mean_parts;
+  double mean_t = 0, n = 0;
+  for (size_t cls = 0; cls < k.attn_fwd.size(); ++cls)
+    for (size_t r = 0; r < k.attn_fwd[cls].size(); ++r) {
+      Parts p;
+      mean_t += step_of(cls, r, &p);
+      mean_parts.compute += p.compute;
+      mean_parts.comm += p.comm;
+      mean_parts.offload += p.offload;
+      n += 1;
+    }
+  mean_t /= n;
+  StepTime t;
+  t.method = "closed-form";
+  double opt = k.opt_device + k.opt_d2h + k.opt_host + k.opt_h2d;
+  t.breakdown.compute = mean_parts.compute / n;
+  t.breakdown.exposed_comm = mean_parts.comm / n + k.opt_param_ag;
+  t.breakdown.offload_stall = mean_parts.offload / n;
+  t.breakdown.optimizer = opt;
+  t.breakdown.imbalance = worst - mean_t;
+  t.step_seconds = worst + opt + k.opt_param_ag;
+  // phases of the slowest rank: forward share of its micro-batches by the forward/backward compute ratio
+  double fwd_share = 0;
+  {
+    double L = static_cast<double>(k.layers);
+    double f = L * (k.pre_fwd + k.post_fwd + k.mlp_fwd) + k.head_fwd;
+    double b = L * (k.pre_bwd + k.post_bwd + k.mlp_bwd) + k.head_bwd;
+    double rec = k.recompute == Recompute::full ? L * (k.pre_fwd + k.post_fwd + k.mlp_fwd) : 0;
+    fwd_share = f / std::max(1e-30, f + b + rec);
+  }
+  t.phase_seconds[static_cast<int>(TimePhase::forward)] = worst * fwd_share;
+  t.phase_seconds[static_cast<int>(TimePhase::backward)] = worst * (1.0 - fwd_share);
+  t.phase_seconds[static_cast<int>(TimePhase::optimizer)] = opt + k.opt_param_ag;
+  finish_step_time(k, t);
+  return t;
+}
+
+}  // namespace ctx

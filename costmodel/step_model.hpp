@@ -1,0 +1,98 @@
+// The time of one training step: what each operation costs on one rank (FLOPs and bytes from the
+// shapes the plan leaves there, priced with the hardware profile's throughput curves), what each
+// collective costs (collectives.hpp), and a closed-form estimate of how they overlap. The event
+// simulator (simulator.hpp) runs the same costs as a schedule; the search uses the closed form to
+// rank plans and the simulator to refine the finalists.
+#pragma once
+#include <array>
+#include <string>
+#include <vector>
+
+#include "costmodel/hardware_spec.hpp"
+#include "costmodel/model_spec.hpp"
+#include "costmodel/plan.hpp"
+#include "costmodel/runtime_profile.hpp"
+
+namespace ctx {
+
+// FLOPs and bytes of one operation of one layer (or the head) for one micro-batch on one rank.
+struct OpCost {
+  std::string name;
+  double flops = 0;       // matmul FLOPs the kernel runs (2*M*N*K per GEMM)
+  double bytes = 0;       // bytes a memory-bound kernel moves
+  double seconds = 0;     // priced with the hardware curves
+};
+
+// Everything the schedule needs, in seconds, per layer and micro-batch unless said otherwise.
+struct StepCosts {
+  int64_t layers = 0, ga = 1, cp = 1, ring = 1, ulysses = 1, tp = 1;
+  CpKind cp_kind = CpKind::zigzag;
+  Recompute recompute = Recompute::none;
+  bool sp = false;
+  // ---- compute stream
+  std::vector<OpCost> forward_ops;    // one layer's forward, attention core excluded
+  std::vector<OpCost> backward_ops;   // one layer's backward, attention core excluded
+  double pre_fwd = 0, post_fwd = 0, mlp_fwd = 0;   // norm+QKV(+rope) | o-proj+residual+norm | MLP
+  double pre_bwd = 0, post_bwd = 0, mlp_bwd = 0;
+  double head_fwd = 0, head_bwd = 0;               // output head + loss (+ embedding)
+  // attention core, [pack class][cp rank][step]; pack classes: the heaviest and the lightest
+  // data-parallel pack (one class when every pack is equal)
+  std::vector<std::vector<std::vector<double>>> attn_fwd, attn_bwd;
+  std::vector<double> pack_work;      // relative attention work of each pack class (mean pack = 1)
+  std::vector<int64_t> pack_dp_rank;  // which DP rank holds each pack class
+  // ---- communication
+  double tp_ag = 0, tp_rs = 0, tp_ar = 0;  // one TP collective on a layer's activation
+  double a2a_qkv = 0, a2a_out = 0;         // Ulysses all-to-all before / after attention
+  double p2p_fwd = 0, p2p_bwd = 0;         // one ring step: K,V (forward) / K,V,dK,dV (backward), worst hop
+  double kv_ag = 0, dkv_rs = 0;            // all-gather-KV: gather K,V / reduce-scatter dK,dV
+  double zero3_ag = 0;                     // gather one layer's parameters
+  double grad_reduce = 0;                  // one layer's gradients (reduce-scatter or all-reduce)
+  bool grad_reduce_every_microbatch = false;
+  double head_grad_reduce = 0;             // embedding + head gradients
+  double param_h2d = 0;                    // parameter offload: one layer's shard to the device
+  double ckpt_d2h = 0, ckpt_h2d = 0;       // checkpoint offload, one layer
+  // ---- optimizer (once per step)
+  double opt_device = 0, opt_host = 0, opt_d2h = 0, opt_h2d = 0, opt_param_ag = 0;
+  // ---- accounting
+  double model_flops = 0;      // per step, whole cluster: 6N per token + masked attention (no recompute)
+  double hardware_flops = 0;   // per step, one (average) rank, as the kernels run them (recompute included)
+  double tokens_per_step = 0;  // global
+  int64_t world = 1;
+  double peak_flops = 0;       // per GPU, at the plan's precision
+  std::string attention_kernel;
+};
+
+// How detailed the attention work is: per ring step (for the simulator) or per rank (for the search).
+StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p, int64_t seq,
+                     bool per_step = true);
+
+// Where a step's time goes on its slowest rank.
+struct StepBreakdown {
+  double compute = 0;         // the compute stream busy
+  double exposed_comm = 0;    // compute waiting for a collective or a ring transfer
+  double offload_stall = 0;   // compute waiting for a host<->device copy
+  double imbalance = 0;       // waiting for slower ranks (zig-zag vs ring, packing spread)
+  double optimizer = 0;       // the optimizer step on the critical path (device or host)
+};
+enum class TimePhase : int { forward, backward, optimizer, count };
+struct StepTime {
+  double step_seconds = 0;
+  std::array<double, static_cast<int>(TimePhase::count)> phase_seconds{};  // forward, backward (incl. recompute and loss backward), optimizer
+  StepBreakdown breakdown;
+  double tokens_per_second = 0;
+  double mfu = 0;                     // model FLOPs / (world * peak * step)
+  double model_tflops_per_gpu = 0;
+  double hardware_tflops_per_gpu = 0;
+  std::string method;                 // "closed-form" or "simulated"
+};
+const char* to_string(TimePhase p);
+
+// Closed form: per layer, the slowest rank's ring steps take max(compute, transfer); prefetches,
+// gradient reductions and offload copies are exposed only where they outlast the compute they
+// overlap. Cheap (no allocation beyond the costs), for ranking many plans.
+StepTime estimate_step(const StepCosts& k);
+
+// Fills the derived fields (tokens/s, MFU, TFLOPS) from step_seconds.
+void finish_step_time(const StepCosts& k, StepTime& t);
+
+}  // namespace ctx
