@@ -71,8 +71,21 @@ double sum(const std::vector<OpCost>& ops, size_t from, size_t to) {
 
 }  // namespace
 
+AttentionWork attention_work(const Plan& p, int64_t seq, bool per_step) {
+  AttentionWork w;
+  if (per_step) {
+    w.pairs = attention_pairs_per_step(p, seq);
+  } else {
+    for (double x : attention_pairs_per_rank(p, seq)) w.pairs.push_back({x});
+  }
+  w.packs = pack_attention_work(p, seq, std::max<int64_t>(1, p.dp));
+  w.effective_length = effective_document_length(p, seq);
+  for (int64_t l : document_layout(p, seq)) w.pairs_per_sequence += static_cast<double>(l) * (static_cast<double>(l) + 1.0) / 2.0;
+  return w;
+}
+
 StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p, int64_t seq,
-                     bool per_step) {
+                     bool per_step, const AttentionWork* pre) {
   StepCosts k;
   const LocalShapes s = local_shapes(m, p, seq);
   const AttentionKernel& kernel = find_kernel(c, rt);
@@ -123,10 +136,13 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   k.post_fwd = sum(f, pre_end, post_end);
   k.mlp_fwd = sum(f, post_end, f.size());
   // backward: every GEMM twice (input and weight gradients), memory-bound ops read twice as much
-  for (const OpCost& o : f) {
-    std::string n = o.name + "_bwd";
+  static const char* bwd_names[] = {"attn_norm_bwd", "qkv_proj_bwd", "rope_bwd", "o_proj_bwd", "residual_bwd", "mlp_norm_bwd",
+                                     "gate_up_proj_bwd", "swiglu_bwd", "down_proj_bwd", "residual_bwd"};
+  for (size_t i = 0; i < f.size(); ++i) {
+    const OpCost& o = f[i];
+    const char* n = bwd_names[i];
     if (o.flops > 0) {
-      double calls = (o.name == "gate_up_proj" || o.name == "down_proj") ? chunks : 1.0;
+      double calls = (i == 6 || i == 8) ? chunks : 1.0;  // the MLP's GEMMs run per tile
       k.backward_ops.push_back({n, 2.0 * o.flops, 0, 2.0 * price.gemm(o.flops, calls)});
     } else {
       k.backward_ops.push_back({n, 0, 2.0 * o.bytes, price.memory(2.0 * o.bytes)});
@@ -145,17 +161,14 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   k.head_bwd = 2.0 * price.gemm(head_flops, loss_calls) + price.memory(2.0 * norm_bytes) + price.memory(2.0 * T * h * 4.0);
 
   // ---- attention core: [pack class][cp rank][step]
-  std::vector<std::vector<double>> pairs;
-  if (per_step) {
-    pairs = attention_pairs_per_step(p, seq);
-  } else {
-    std::vector<double> per_rank = attention_pairs_per_rank(p, seq);
-    const double u = static_cast<double>(ulysses_degree(p));
-    for (double w : per_rank) pairs.push_back({p.cp_kind == CpKind::usp ? w : w});
-    (void)u;
+  AttentionWork own;
+  if (!pre) {
+    own = attention_work(p, seq, per_step);
+    pre = &own;
   }
+  const std::vector<std::vector<double>>& pairs = pre->pairs;
   const int64_t dp = std::max<int64_t>(1, p.dp);
-  std::vector<double> packs = pack_attention_work(p, seq, dp);
+  const std::vector<double>& packs = pre->packs;
   double mean = 0;
   for (double w : packs) mean += w;
   mean /= static_cast<double>(packs.size());
@@ -170,7 +183,7 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   const double call_tokens =
       std::min((p.cp_kind == CpKind::ulysses || p.cp_kind == CpKind::allgather) ? static_cast<double>(seq)
                                                                                 : static_cast<double>(seq) / static_cast<double>(k.ring),
-               effective_document_length(p, seq));
+               pre->effective_length);
   const double flops_per_pair = 4.0 * d * static_cast<double>(m.heads) / tp * static_cast<double>(p.mbs);
   for (double scale : k.pack_work) {
     std::vector<std::vector<double>> fw, bw;
@@ -252,8 +265,7 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   // ---- accounting
   double seqs = static_cast<double>(p.mbs * p.ga * dp);
   k.tokens_per_step = static_cast<double>(seq) * seqs;
-  double pairs_total = 0;
-  for (int64_t l : document_layout(p, seq)) pairs_total += static_cast<double>(l) * (static_cast<double>(l) + 1.0) / 2.0;
+  const double pairs_total = pre->pairs_per_sequence;
   k.model_flops = dense_train_flops_per_token(m) * k.tokens_per_step +
                   3.0 * 4.0 * d * static_cast<double>(m.heads) * pairs_total * static_cast<double>(m.layers) * seqs;
   double layer_fwd_flops = 0, layer_bwd_flops = 0;

@@ -17,7 +17,7 @@ namespace ctx {
 
 // FLOPs and bytes of one operation of one layer (or the head) for one micro-batch on one rank.
 struct OpCost {
-  std::string name;
+  const char* name = "";
   double flops = 0;       // matmul FLOPs the kernel runs (2*M*N*K per GEMM)
   double bytes = 0;       // bytes a memory-bound kernel moves
   double seconds = 0;     // priced with the hardware curves
@@ -62,9 +62,21 @@ struct StepCosts {
   std::string attention_kernel;
 };
 
+// The plan's attention work: [cp rank][ring step] pairs (or one entry per rank), the relative
+// work of the data-parallel packs, and the effective document length. Depends only on the
+// sequence, mask, CP layout and dp, so a search computes it once per layout.
+struct AttentionWork {
+  std::vector<std::vector<double>> pairs;
+  std::vector<double> packs;
+  double effective_length = 0;
+  double pairs_per_sequence = 0;  // whole sequence, for model FLOPs
+};
+AttentionWork attention_work(const Plan& p, int64_t seq, bool per_step);
+
 // How detailed the attention work is: per ring step (for the simulator) or per rank (for the search).
+// `pre`, when given, must come from attention_work on the same layout.
 StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p, int64_t seq,
-                     bool per_step = true);
+                     bool per_step = true, const AttentionWork* pre = nullptr);
 
 // Where a step's time goes on its slowest rank.
 struct StepBreakdown {

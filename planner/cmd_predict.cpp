@@ -1,25 +1,20 @@
 // `ctxplan predict`: one plan, its per-GPU memory by category at the timeline's peak, per-phase
-// peaks, host memory per node, and the verdict (exit 0 fits, 3 does not fit).
+// peaks, host memory per node, its simulated step time with the breakdown, and the verdict
+// (exit 0 fits, 3 does not fit).
 #include <iostream>
 
 #include "costmodel/prediction.hpp"
 #include "planner/commands.hpp"
 #include "planner/exit_codes.hpp"
 #include "planner/format.hpp"
+#include "planner/job_args.hpp"
 
 namespace ctx {
 namespace {
 
-// The built-in default job: Llama-3.1-8B at 128K on one 8xH100 node.
-constexpr const char* kDefaultModel = "Llama-3.1-8B";
-constexpr const char* kDefaultCluster = "8xh100";
-constexpr const char* kDefaultSeq = "131072";
-constexpr const char* kDefaultPlan = "cp=8,cp_kind=zigzag,zero=3,recompute=full,tiled_loss=2048";
-constexpr const char* kDefaultRuntime = "ctxrun";
-
 struct PredictArgs {
-  std::string model = kDefaultModel, cluster = kDefaultCluster, seq = kDefaultSeq, plan, plan_file;
-  std::string runtime = kDefaultRuntime, out;
+  JobArgs job;
+  std::string out;
   bool json = false;
 };
 
@@ -84,17 +79,7 @@ std::string print_table(const Prediction& p) {
 
 std::function<int()> add_predict_command(CLI::App& app, CommonOptions& common) {
   auto args = std::make_shared<PredictArgs>();
-  auto* model_opt = app.add_option("--model,-m", args->model,
-                 "model profile name/alias, a profile JSON, or a Hugging Face config.json (default Llama-3.1-8B)");
-  auto* cluster_opt = app.add_option("--cluster,-c", args->cluster,
-                 "cluster profile, or <nodes>x<gpus per node>x<gpu> such as 8xh100, 16x8xh200 (default 8xh100)");
-  auto* seq_opt = app.add_option("--seq,-s", args->seq, "sequence length in tokens: 131072, 128k, 1m (default 131072)");
-  app.add_option("--plan,-p", args->plan,
-                 "plan as key=value,... (keys: dp tp sp cp cp_kind ulysses zero mbs ga recompute ckpt_offload "
-                 "opt_offload param_offload tiled_loss tiled_mlp mask precision order; default: " +
-                     std::string(kDefaultPlan) + ")");
-  app.add_option("--plan-file", args->plan_file, "plan.json (may also carry model, cluster, seq, runtime)");
-  auto* runtime_opt = app.add_option("--runtime,-r", args->runtime, "runtime profile: ctxrun | hf-deepspeed | megatron (default ctxrun)");
+  add_job_options(app, args->job, true);
   app.add_flag("--json", args->json, "print the Prediction as JSON (schema ctxplan.prediction/1)");
   app.add_option("--out,-o", args->out, "also write the Prediction JSON to this file");
   app.footer(
@@ -103,30 +88,9 @@ std::function<int()> add_predict_command(CLI::App& app, CommonOptions& common) {
       "  ctxplan predict --model Llama-3.1-70B --cluster 4x8xh100 --seq 1m --plan \"tp=8,cp=4,cp_kind=zigzag,zero=1,recompute=full\"\n"
       "  ctxplan predict --model ./config.json --cluster 8xh200 --seq 256k --plan \"cp=8,cp_kind=ulysses,zero=3,recompute=full,tiled_loss=4096\" --json\n"
       "Exit codes: 0 fits, 3 does not fit, 2 bad input.");
-  return [args, &common, model_opt, cluster_opt, seq_opt, runtime_opt]() {
-    Profiles profiles = load_profiles(common.profiles.empty() ? default_profiles_dir() : common.profiles);
-    std::string model_arg = args->model, cluster_arg = args->cluster, runtime_arg = args->runtime, seq_arg = args->seq;
-    Plan plan;
-    if (!args->plan_file.empty()) {
-      json j = read_json_file(args->plan_file);
-      JsonReader r(j, args->plan_file);
-      std::string schema = r.string_or("schema", "");
-      if (schema != "ctxplan.plan/1") r.fail("schema", "expected \"ctxplan.plan/1\", got \"" + schema + "\"");
-      plan = plan_from_json(r.raw("plan"), args->plan_file);
-      // the file's model/cluster/seq apply unless given on the command line
-      if (r.has("model") && model_opt->count() == 0) model_arg = r.string("model");
-      if (r.has("cluster") && cluster_opt->count() == 0) cluster_arg = r.string("cluster");
-      if (r.has("runtime") && runtime_opt->count() == 0) runtime_arg = r.string("runtime");
-      if (r.has("seq") && seq_opt->count() == 0) seq_arg = std::to_string(r.integer_in("seq", 1, int64_t(1) << 34));
-      if (!args->plan.empty()) throw InputError("--plan", "", "give either --plan or --plan-file, not both");
-    } else {
-      plan = parse_plan(args->plan.empty() ? kDefaultPlan : args->plan, "--plan");
-    }
-    int64_t seq = parse_tokens(seq_arg, "--seq");
-    ModelSpec model = resolve_model(profiles, model_arg);
-    ClusterSpec cluster = resolve_cluster(profiles, cluster_arg);
-    const RuntimeProfile& rt = resolve_runtime(profiles, runtime_arg);
-    Prediction p = predict(model, cluster, rt, plan, seq);
+  return [args, &common]() {
+    Job job = resolve_job(args->job, common);
+    Prediction p = predict(job.model, job.cluster, job.runtime, job.plan, job.seq);
     json j = prediction_to_json(p);
     if (!args->out.empty()) write_file_atomic(args->out, j.dump(2) + "\n");
     if (args->json) std::cout << j.dump(2) << "\n";

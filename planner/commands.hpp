@@ -14,5 +14,10 @@ struct CommonOptions {
 std::function<int()> add_predict_command(CLI::App& app, CommonOptions& common);
 std::function<int()> add_list_command(CLI::App& app, CommonOptions& common);
 std::function<int()> add_show_command(CLI::App& app, CommonOptions& common);
+std::function<int()> add_simulate_command(CLI::App& app, CommonOptions& common);
+std::function<int()> add_plan_command(CLI::App& app, CommonOptions& common);
+std::function<int()> add_maxseq_command(CLI::App& app, CommonOptions& common);
+std::function<int()> add_sweep_command(CLI::App& app, CommonOptions& common);
+std::function<int()> add_budget_command(CLI::App& app, CommonOptions& common);
 
 }  // namespace ctx

@@ -8,8 +8,8 @@
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "ctxplan: predict per-GPU memory (and, with the planner, step time) of parallel plans for long-context "
-      "training.\n\nExit codes: 0 ok (predict: the plan fits), 2 bad input, 3 the plan does not fit, 1 internal "
+      "ctxplan: predict per-GPU memory and step time of parallel plans for long-context training, and search for "
+      "the best plan.\n\nExit codes: 0 ok (predict: the plan fits), 2 bad input, 3 the plan does not fit, 1 internal "
       "error.\nProfiles: CTXPLAN_PROFILES or --profiles names the profiles folder."};
   app.require_subcommand(0, 1);
   ctx::CommonOptions common;
@@ -17,6 +17,16 @@ int main(int argc, char** argv) {
   std::vector<std::pair<CLI::App*, std::function<int()>>> commands;
   auto* predict = app.add_subcommand("predict", "predict one plan's per-GPU and per-node memory");
   commands.push_back({predict, ctx::add_predict_command(*predict, common)});
+  auto* simulate = app.add_subcommand("simulate", "simulate one plan's training step event by event (breakdown, Chrome trace)");
+  commands.push_back({simulate, ctx::add_simulate_command(*simulate, common)});
+  auto* plan = app.add_subcommand("plan", "search every plan: the fastest that fit, why, and the time/memory Pareto frontier");
+  commands.push_back({plan, ctx::add_plan_command(*plan, common)});
+  auto* maxseq = app.add_subcommand("maxseq", "the longest trainable sequence for each GPU count, with the plan");
+  commands.push_back({maxseq, ctx::add_maxseq_command(*maxseq, common)});
+  auto* sweep = app.add_subcommand("sweep", "best plan over a grid of sequence length x GPU count (CSV/JSON)");
+  commands.push_back({sweep, ctx::add_sweep_command(*sweep, common)});
+  auto* budget = app.add_subcommand("budget", "a staged context-extension recipe: best plan, wall-clock and GPU-hours per stage");
+  commands.push_back({budget, ctx::add_budget_command(*budget, common)});
   auto* list = app.add_subcommand("list", "list profiles: models | hardware | clusters | runtimes");
   commands.push_back({list, ctx::add_list_command(*list, common)});
   auto* show = app.add_subcommand("show", "show one profile with derived quantities: show model M");

@@ -1,0 +1,40 @@
+// The options every planning command shares (--model, --cluster, --seq, --runtime, --plan,
+// --plan-file) and their resolution against the profiles, so each command reads them one way.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "costmodel/plan.hpp"
+#include "costmodel/profile_store.hpp"
+#include "planner/commands.hpp"
+
+namespace ctx {
+
+// The built-in default job: Llama-3.1-8B at 128K on one 8xH100 node.
+constexpr const char* kDefaultModel = "Llama-3.1-8B";
+constexpr const char* kDefaultCluster = "8xh100";
+constexpr const char* kDefaultSeq = "131072";
+constexpr const char* kDefaultPlan = "cp=8,cp_kind=zigzag,zero=3,recompute=full,tiled_loss=2048";
+constexpr const char* kDefaultRuntime = "ctxrun";
+
+struct JobArgs {
+  std::string model = kDefaultModel, cluster = kDefaultCluster, seq = kDefaultSeq, plan, plan_file;
+  std::string runtime = kDefaultRuntime;
+  CLI::Option *model_opt = nullptr, *cluster_opt = nullptr, *seq_opt = nullptr, *runtime_opt = nullptr;
+};
+
+struct Job {
+  Profiles profiles;
+  ModelSpec model;
+  ClusterSpec cluster;
+  RuntimeProfile runtime;
+  Plan plan;
+  int64_t seq = 0;
+};
+
+// with_plan: also --plan/--plan-file (predict, simulate); without, the plan's mask/precision keys
+// may still be given with --plan as constraints (search commands use Plan as a base).
+void add_job_options(CLI::App& app, JobArgs& a, bool with_plan);
+Job resolve_job(const JobArgs& a, const CommonOptions& common);
+
+}  // namespace ctx

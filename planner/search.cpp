@@ -1,0 +1,340 @@
+#include "planner/search.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "costmodel/plan_check.hpp"
+#include "costmodel/simulator.hpp"
+
+namespace ctx {
+namespace {
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i * i <= n; ++i)
+    if (n % i == 0) {
+      d.push_back(i);
+      if (i != n / i) d.push_back(n / i);
+    }
+  std::sort(d.begin(), d.end());
+  return d;
+}
+
+bool allowed(const std::vector<int64_t>& only, int64_t v) { return only.empty() || std::find(only.begin(), only.end(), v) != only.end(); }
+
+// Calls f(plan) for every plan of the search space, in a fixed order. `with_batch` enumerates
+// micro-batch splits and rank orders (they change time, not memory per sequence... except mbs).
+template <class F>
+void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
+  const ClusterSpec& c = req.cluster;
+  const int64_t world = world_size(c);
+  std::vector<CpKind> kinds = req.cp_kinds;
+  if (kinds.empty()) kinds = {CpKind::zigzag, CpKind::ring, CpKind::allgather, CpKind::ulysses, CpKind::usp};
+  const bool offload = req.allow_offload;
+  for (int64_t tp : divisors(std::min(world, c.gpus_per_node))) {
+    if (!allowed(req.tp_values, tp) || world % tp != 0) continue;
+    for (int64_t cp : divisors(world / tp)) {
+      if (!allowed(req.cp_values, cp)) continue;
+      const int64_t dp = world / (tp * cp);
+      // sequences per data-parallel rank per step
+      int64_t per_dp = 1;
+      if (req.global_batch_tokens > 0) {
+        int64_t seqs = req.global_batch_tokens / req.seq;
+        if (seqs < dp || seqs % dp != 0 || req.global_batch_tokens % req.seq != 0) continue;
+        per_dp = seqs / dp;
+      }
+      std::vector<std::pair<CpKind, int64_t>> layouts;  // (kind, ulysses degree for usp)
+      if (cp == 1) {
+        layouts.push_back({CpKind::zigzag, 0});
+      } else {
+        for (CpKind k : kinds) {
+          if (k == CpKind::usp) {
+            for (int64_t u : divisors(cp))
+              if (u > 1 && u < cp) layouts.push_back({k, u});
+          } else {
+            layouts.push_back({k, 0});
+          }
+        }
+      }
+      for (auto [kind, u] : layouts) {
+        for (int zero = 0; zero <= 3; ++zero) {
+          if (dp * cp == 1 && zero > 0) continue;
+          for (int rec = 0; rec < 3; ++rec) {
+            for (int opt_off = 0; opt_off <= (offload ? 1 : 0); ++opt_off) {
+              for (int ckpt_off = 0; ckpt_off <= (offload && rec == 2 ? 1 : 0); ++ckpt_off) {
+                for (int param_off = 0; param_off <= (offload && zero == 3 ? 1 : 0); ++param_off) {
+                  for (int tiled = 0; tiled < 4; ++tiled) {
+                    Plan p = req.base;
+                    p.tp = tp;
+                    p.cp = cp;
+                    p.dp = dp;
+                    p.sp = -1;
+                    p.cp_kind = kind;
+                    p.ulysses = u;
+                    p.zero = zero;
+                    p.recompute = static_cast<Recompute>(rec);
+                    p.opt_offload = opt_off;
+                    p.ckpt_offload = ckpt_off;
+                    p.param_offload = param_off;
+                    p.tiled_loss = (tiled & 1) ? 4096 : 0;
+                    p.tiled_mlp = (tiled & 2) ? -1 : 0;
+                    std::vector<int64_t> mbs_values{1};
+                    if (with_time_knobs)
+                      for (int64_t m : divisors(per_dp))
+                        if (m > 1 && m <= 8) mbs_values.push_back(m);
+                    for (int64_t mbs : mbs_values) {
+                      p.mbs = mbs;
+                      p.ga = per_dp / mbs;
+                      p.order[0] = Dim::tp; p.order[1] = Dim::cp; p.order[2] = Dim::dp;
+                      if (!f(p)) return;
+                      if (with_time_knobs && tp > 1 && cp > 1) {  // CP innermost: ring hops on NVLink, TP across
+                        p.order[0] = Dim::cp; p.order[1] = Dim::tp;
+                        if (!f(p)) return;
+                      }
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+std::string diff_keys(const Plan& a, const Plan& b) {
+  // the key=value items of a's canonical text that b does not share
+  auto items = [](const std::string& s) {
+    std::vector<std::string> v;
+    std::stringstream ss(s);
+    std::string it;
+    while (std::getline(ss, it, ',')) v.push_back(it);
+    return v;
+  };
+  auto ia = items(plan_to_string(a)), ib = items(plan_to_string(b));
+  std::string out;
+  for (auto& x : ia)
+    if (std::find(ib.begin(), ib.end(), x) == ib.end()) out += (out.empty() ? "" : ",") + x;
+  return out.empty() ? "same keys" : out;
+}
+
+std::string seconds(double s) {
+  char buf[32];
+  if (s >= 1) std::snprintf(buf, sizeof buf, "%.2f s", s);
+  else std::snprintf(buf, sizeof buf, "%.0f ms", s * 1e3);
+  return buf;
+}
+
+std::string explain(const Candidate& a, const Candidate* next, Objective obj) {
+  const StepBreakdown& b = a.time.breakdown;
+  std::vector<std::pair<double, std::string>> parts = {{b.compute, "compute"},
+                                                       {b.exposed_comm, "exposed comm"},
+                                                       {b.offload_stall, "offload stalls"},
+                                                       {b.imbalance, "imbalance"},
+                                                       {b.optimizer, "optimizer"}};
+  std::sort(parts.begin(), parts.end(), [](auto& x, auto& y) { return x.first > y.first; });
+  std::ostringstream os;
+  os << "step " << seconds(a.time.step_seconds) << " = " << parts[0].second << " " << seconds(parts[0].first);
+  if (parts[1].first > 0.01 * a.time.step_seconds) os << " + " << parts[1].second << " " << seconds(parts[1].first);
+  os << "; " << std::fixed;
+  os.precision(1);
+  os << a.peak_bytes / (1024.0 * 1024 * 1024) << " GiB peak";
+  if (next) {
+    os << "; vs next (" << diff_keys(next->plan, a.plan) << "): ";
+    if (obj == Objective::time) {
+      double dt = next->time.step_seconds - a.time.step_seconds;
+      if (std::abs(next->time.tokens_per_second - a.time.tokens_per_second) > 1e-9 * a.time.tokens_per_second &&
+          std::abs(next->tokens_per_step() - a.tokens_per_step()) > 0.5) {
+        os << a.time.tokens_per_second / next->time.tokens_per_second << "x the tokens/s";
+        return os.str();
+      }
+      const StepBreakdown& n = next->time.breakdown;
+      std::vector<std::pair<double, std::string>> d = {{n.compute - b.compute, "compute"},
+                                                       {n.exposed_comm - b.exposed_comm, "exposed comm"},
+                                                       {n.offload_stall - b.offload_stall, "offload stalls"},
+                                                       {n.imbalance - b.imbalance, "imbalance"},
+                                                       {n.optimizer - b.optimizer, "optimizer"}};
+      std::sort(d.begin(), d.end(), [](auto& x, auto& y) { return std::abs(x.first) > std::abs(y.first); });
+      os << seconds(dt) << " faster";
+      if (std::abs(d[0].first) > 1e-6) os << " (mostly " << d[0].second << " " << (d[0].first > 0 ? "-" : "+") << seconds(std::abs(d[0].first)) << ")";
+    } else {
+      os << (next->peak_bytes - a.peak_bytes) / (1024.0 * 1024 * 1024) << " GiB less";
+    }
+  }
+  return os.str();
+}
+
+}  // namespace
+
+std::vector<Plan> enumerate_plans(const SearchRequest& req) {
+  std::vector<Plan> out;
+  for_each_plan(req, true, [&](const Plan& p) { out.push_back(p); return true; });
+  return out;
+}
+
+SearchResult search_plans(const SearchRequest& req, const std::function<bool(double)>& progress) {
+  auto t0 = std::chrono::steady_clock::now();
+  SearchResult r;
+  // pass 1: count (for progress), pass 2: evaluate
+  int64_t total = 0;
+  for_each_plan(req, true, [&](const Plan&) { ++total; return true; });
+  std::map<std::tuple<int64_t, int, int64_t, int64_t>, AttentionWork> attention_cache;
+  double best_ratio = 1e300;
+  std::vector<Candidate> fitting;
+  for_each_plan(req, true, [&](const Plan& plan) {
+    ++r.enumerated;
+    if (progress && (r.enumerated & 4095) == 0 && !progress(static_cast<double>(r.enumerated) / static_cast<double>(total))) {
+      r.cancelled = true;
+      return false;
+    }
+    Plan p = plan;
+    PlanCheck check = check_plan(p, req.model, req.cluster, req.seq);
+    if (!check.ok()) return true;
+    ++r.valid;
+    MemoryPrediction mem = predict_memory(req.model, req.cluster, req.runtime, p, req.seq);
+    Candidate c;
+    c.plan = p;
+    c.peak_bytes = mem.peak.total();
+    c.capacity_bytes = mem.device_capacity_bytes;
+    c.host_bytes_per_node = mem.host_total_bytes_per_node;
+    c.fits = mem.fits();
+    if (!c.fits) {
+      double ratio = std::max(c.peak_bytes / c.capacity_bytes, mem.host_total_bytes_per_node / std::max(1.0, mem.host_capacity_bytes_per_node));
+      if (ratio < best_ratio) { best_ratio = ratio; r.closest = c; }
+      return true;
+    }
+    ++r.fitting;
+    if (req.objective == Objective::time || true) {
+      auto key = std::make_tuple(p.cp, static_cast<int>(p.cp_kind), ulysses_degree(p), p.dp);
+      auto it = attention_cache.find(key);
+      if (it == attention_cache.end()) {
+        AttentionWork w = attention_work(p, req.seq, false);
+        bool equal = true;
+        for (auto& v : w.pairs) equal = equal && std::abs(v[0] - w.pairs[0][0]) <= 1e-9 * std::max(1.0, w.pairs[0][0]);
+        if (equal) w.pairs.resize(1);  // every rank alike: price one
+        it = attention_cache.emplace(key, std::move(w)).first;
+      }
+      c.time = estimate_step(step_costs(req.model, req.cluster, req.runtime, p, req.seq, false, &it->second));
+    }
+    fitting.push_back(std::move(c));
+    return true;
+  });
+  auto better = [&](const Candidate& a, const Candidate& b) {
+    if (req.objective == Objective::memory) {
+      if (a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
+      return a.time.step_seconds < b.time.step_seconds;
+    }
+    // time per token: step time alone would favour plans that process fewer sequences per step
+    if (a.time.tokens_per_second != b.time.tokens_per_second) return a.time.tokens_per_second > b.time.tokens_per_second;
+    return a.peak_bytes < b.peak_bytes;
+  };
+  std::stable_sort(fitting.begin(), fitting.end(), better);
+  // refine the finalists with the event simulator
+  const size_t nref = std::min(fitting.size(), static_cast<size_t>(std::max(0, req.refine)));
+  for (size_t i = 0; i < nref && !r.cancelled; ++i) {
+    Candidate& c = fitting[i];
+    SimResult sim = simulate_step(step_costs(req.model, req.cluster, req.runtime, c.plan, req.seq, true), c.plan);
+    c.time = sim.time;
+    c.simulated = true;
+    ++r.simulated;
+  }
+  std::stable_sort(fitting.begin(), fitting.begin() + static_cast<std::ptrdiff_t>(nref), better);
+  // Pareto frontier: by peak memory, keep plans faster than every plan that needs less
+  std::vector<Candidate> by_mem = fitting;
+  std::stable_sort(by_mem.begin(), by_mem.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
+    return a.time.step_seconds < b.time.step_seconds;
+  });
+  double best_t = 1e300;
+  for (auto& c : by_mem)
+    if (c.seconds_per_token() < best_t) {
+      best_t = c.seconds_per_token();
+      r.pareto.push_back(c);
+    }
+  for (size_t i = 0; i < fitting.size() && i < static_cast<size_t>(std::max(1, req.top_k)); ++i)
+    fitting[i].why = explain(fitting[i], i + 1 < fitting.size() ? &fitting[i + 1] : nullptr, req.objective);
+  r.ranked = std::move(fitting);
+  if (r.ranked.empty() && !r.cancelled) {
+    std::ostringstream os;
+    if (r.valid == 0) {
+      os << "no plan is valid for " << req.model.name << " at " << req.seq << " tokens on " << world_size(req.cluster)
+         << " GPUs (degrees must divide the heads and the sequence); try a sequence length divisible by 2*cp";
+    } else {
+      const double gib = 1024.0 * 1024 * 1024;
+      os << "no plan fits. Tightest constraint: device memory; the closest plan (" << plan_to_string(r.closest.plan) << ") needs "
+         << std::fixed;
+      os.precision(1);
+      os << r.closest.peak_bytes / gib << " GiB of " << r.closest.capacity_bytes / gib << " GiB per GPU ("
+         << (r.closest.peak_bytes / r.closest.capacity_bytes) << "x).";
+    }
+    r.no_fit_reason = os.str();
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+int64_t max_trainable_seq_any(const SearchRequest& req, int64_t hi, Plan* best) {
+  int64_t best_seq = 0;
+  for_each_plan(req, false, [&](const Plan& plan) {
+    Plan p = plan;
+    int64_t g = seq_granule(p);
+    int64_t probe = std::max<int64_t>(g, (std::min<int64_t>(hi, 1 << 20) / g) * g);
+    if (!check_plan(p, req.model, req.cluster, probe).ok()) return true;
+    // only plans that could beat the best so far are bisected
+    if (best_seq > 0) {
+      int64_t at = (best_seq / g + 1) * g;
+      if (at > hi || !predict_memory(req.model, req.cluster, req.runtime, p, at).fits()) return true;
+    }
+    int64_t s = max_trainable_seq(req.model, req.cluster, req.runtime, p, hi);
+    if (s > best_seq) {
+      best_seq = s;
+      if (best) *best = p;
+    }
+    return true;
+  });
+  return best_seq;
+}
+
+}  // namespace ctx
+
+namespace ctx {
+
+ClusterSpec resized_cluster(const ClusterSpec& c, int64_t gpus) {
+  ClusterSpec r = c;
+  r.gpus_per_node = std::min(gpus, c.gpus_per_node);
+  r.nodes = (gpus + r.gpus_per_node - 1) / r.gpus_per_node;
+  r.name = std::to_string(r.nodes) + "x" + std::to_string(r.gpus_per_node) + "x" + c.gpu.name;
+  return r;
+}
+
+std::string no_fit_advice(const SearchRequest& req) {
+  std::ostringstream os;
+  Plan best;
+  int64_t here = max_trainable_seq_any(req, req.seq, &best);
+  if (here > 0) os << "A shorter sequence fits here: up to " << here << " tokens (" << plan_to_string(best) << "). ";
+  else os << "Not even the shortest sequence fits on these " << world_size(req.cluster) << " GPUs. ";
+  for (int64_t mult = 2; mult <= 64; mult *= 2) {
+    SearchRequest more = req;
+    more.cluster = resized_cluster(req.cluster, world_size(req.cluster) * mult);
+    Plan p;
+    if (max_trainable_seq_any(more, req.seq, &p) >= req.seq) {
+      os << "More GPUs: " << world_size(more.cluster) << " (" << more.cluster.nodes << " nodes) fit it with " << plan_to_string(p) << ". ";
+      break;
+    }
+    if (mult == 64) os << "Even 64x the GPUs do not fit it (the model states or the per-rank activations do not shard further). ";
+  }
+  if (!req.allow_offload) {
+    SearchRequest off = req;
+    off.allow_offload = true;
+    Plan p;
+    if (max_trainable_seq_any(off, req.seq, &p) >= req.seq) os << "Allowing offload fits it: " << plan_to_string(p) << ". ";
+  }
+  return os.str();
+}
+
+}  // namespace ctx

@@ -1,0 +1,77 @@
+// Plan search: enumerate every plan the Plan schema can express for a model, cluster and
+// sequence length; prune by device and host memory (the memory model, ~100 ns a plan); rank the
+// survivors by the closed-form step time; refine the finalists with the event simulator; report
+// the top K with why each wins and the Pareto frontier of step time vs peak memory.
+// Deterministic: one thread, fixed enumeration order, ties broken by the plan's text.
+#pragma once
+#include <atomic>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "costmodel/memory_model.hpp"
+#include "costmodel/model_spec.hpp"
+#include "costmodel/plan.hpp"
+#include "costmodel/runtime_profile.hpp"
+#include "costmodel/step_model.hpp"
+
+namespace ctx {
+
+enum class Objective { time, memory };
+
+struct SearchRequest {
+  ModelSpec model;
+  ClusterSpec cluster;
+  RuntimeProfile runtime;
+  int64_t seq = 0;
+  int64_t global_batch_tokens = 0;  // 0: one sequence per data-parallel rank (mbs = ga = 1)
+  Objective objective = Objective::time;
+  Plan base;                        // mask, documents, packing and precision are taken from here
+  // constraints (empty = all allowed)
+  std::vector<CpKind> cp_kinds;
+  bool allow_offload = true;
+  std::vector<int64_t> tp_values, cp_values;  // restrict degrees (empty = all valid)
+  int top_k = 10;
+  int refine = 20;                  // finalists re-ranked by the event simulator
+};
+
+struct Candidate {
+  Plan plan;
+  double peak_bytes = 0, capacity_bytes = 0, host_bytes_per_node = 0;
+  bool fits = false;
+  StepTime time;                    // closed form, or simulated for refined finalists
+  bool simulated = false;
+  std::string why;                  // for the top K: what makes it win or lose against its neighbour
+  double tokens_per_step() const { return time.tokens_per_second * time.step_seconds; }
+  double seconds_per_token() const { return time.tokens_per_second > 0 ? 1.0 / time.tokens_per_second : 1e300; }
+};
+
+struct SearchResult {
+  std::vector<Candidate> ranked;    // fitting plans, best first (all of them, for tables and the GUI)
+  std::vector<Candidate> pareto;    // fitting plans no other beats on both step time and peak memory
+  Candidate closest;                // when nothing fits: the plan that comes nearest
+  int64_t enumerated = 0, valid = 0, fitting = 0, simulated = 0;
+  double seconds = 0;
+  bool cancelled = false;
+  std::string no_fit_reason;        // when nothing fits: the tightest constraint and what would help
+};
+
+// `progress(done_fraction)` is called now and then; returning false cancels (partial results kept).
+SearchResult search_plans(const SearchRequest& req, const std::function<bool(double)>& progress = {});
+
+// Every plan the search enumerates for a world size (valid or not), in search order.
+std::vector<Plan> enumerate_plans(const SearchRequest& req);
+
+// The longest sequence any plan of the search space trains on `cluster` (bisection per plan
+// family); `best` receives the plan. 0 when nothing fits even at the smallest sequence.
+int64_t max_trainable_seq_any(const SearchRequest& req, int64_t hi, Plan* best);
+
+}  // namespace ctx
+
+namespace ctx {
+// When nothing fits: what would (the longest sequence that fits here, the fewest nodes that fit
+// this sequence, whether allowing offload would), as sentences.
+std::string no_fit_advice(const SearchRequest& req);
+// The same cluster with `gpus` GPUs (whole nodes beyond one node).
+ClusterSpec resized_cluster(const ClusterSpec& c, int64_t gpus);
+}  // namespace ctx
