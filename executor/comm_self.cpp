@@ -1,0 +1,64 @@
+// A one-rank communicator: collectives are copies; a send to oneself is matched by the receive.
+#include <cstring>
+#include <map>
+#include <stdexcept>
+
+#include "executor/comm.hpp"
+
+namespace ctx::exec {
+namespace {
+
+class Done : public Request {
+ public:
+  void wait() override {}
+};
+
+class SelfComm : public Comm {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void allreduce_sum(float*, int64_t) override {}
+  void allreduce_sum(double*, int64_t) override {}
+  void allreduce_max(float*, int64_t) override {}
+  void allreduce_max(int*, int64_t) override {}
+  void allgather(const float* s, float* r, int64_t n) override { if (s != r) std::memmove(r, s, n * sizeof(float)); }
+  void reduce_scatter(const float* s, float* r, int64_t n) override { if (s != r) std::memmove(r, s, n * sizeof(float)); }
+  void alltoall(const float* s, float* r, int64_t n) override { if (s != r) std::memmove(r, s, n * sizeof(float)); }
+  std::unique_ptr<Request> isend(const float* buf, int64_t n, int, int tag) override {
+    pending_[tag].assign(buf, buf + n);
+    return std::make_unique<Done>();
+  }
+  std::unique_ptr<Request> irecv(float* buf, int64_t n, int, int tag) override {
+    auto it = pending_.find(tag);
+    if (it == pending_.end() || static_cast<int64_t>(it->second.size()) != n)
+      throw std::logic_error("self communicator: receive without a matching send");
+    std::memcpy(buf, it->second.data(), n * sizeof(float));
+    pending_.erase(it);
+    return std::make_unique<Done>();
+  }
+  void broadcast(float*, int64_t, int) override {}
+  void barrier() override {}
+
+ private:
+  std::map<int, std::vector<float>> pending_;
+};
+
+class SelfWorld : public CommWorld {
+ public:
+  Comm& world() override { return comm_; }
+  std::unique_ptr<Comm> split(const std::vector<int64_t>&) override { return std::make_unique<SelfComm>(); }
+
+ private:
+  SelfComm comm_;
+};
+
+}  // namespace
+
+std::unique_ptr<CommWorld> make_self_world() { return std::make_unique<SelfWorld>(); }
+
+#ifndef CTXPLAN_HAVE_MPI
+std::unique_ptr<CommWorld> make_world(int*, char***) { return make_self_world(); }
+bool mpi_available() { return false; }
+#endif
+
+}  // namespace ctx::exec

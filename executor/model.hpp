@@ -1,0 +1,66 @@
+// The Llama-style decoder, forward and backward written out, over this rank's share of the plan:
+// vocab-parallel embedding, per layer RMSNorm -> GQA attention (RoPE or NoPE per layer) -> RMSNorm
+// -> SwiGLU MLP with column/row-parallel linears and Megatron SP, then the final norm and the
+// vocab-parallel head fused with the cross-entropy (tiled when the plan says so).
+// Recompute none / selective (attention core and SwiGLU product) / full (layer input is the
+// checkpoint, optionally offloaded to host memory); tiled MLP saves only the MLP input.
+#pragma once
+#include <array>
+#include <vector>
+
+#include "costmodel/model_spec.hpp"
+#include "executor/context_parallel.hpp"
+#include "executor/params.hpp"
+#include "executor/rope.hpp"
+
+namespace ctx::exec {
+
+struct LayerActs {
+  Tensor x;                       // layer input (the checkpoint under full recompute)
+  Tensor rstd1, q, k, v, o, lse;  // attention side
+  Tensor x2, rstd2, gate, up, act;  // MLP side (x2 = input of the MLP block)
+};
+
+struct MicroResult {
+  double loss_sum = 0;     // sum of token losses on this rank's tokens (counted once per TP group)
+  int first_bad_layer = -1;  // first layer whose output was not finite (-1 none; L = the loss)
+  std::array<double, kPhases> phase_seconds{};  // forward, loss, backward (optimizer: the trainer)
+};
+
+class Model {
+ public:
+  Model(Backend& be, ParallelContext& pc, const ModelSpec& m, const Layout& l, ParamStore& ps);
+  // Forward and backward of one sequence; gradients accumulate into the parameter store, scaled
+  // by token_weight (1 / valid labels in the step's global batch).
+  MicroResult forward_backward(const SequenceMeta& s, float token_weight);
+  // Fault injection for the NaN tests: poison this layer's output on the next forward.
+  void inject_nan_at_layer(int layer) { inject_nan_layer_ = layer; }
+
+ private:
+  enum class Keep { all, selective, checkpoint };
+  Tensor layer_forward(int64_t i, const SequenceMeta& s, Tensor x, LayerActs& a, Keep keep);
+  Tensor layer_backward(int64_t i, const SequenceMeta& s, LayerActs& a, Tensor dy);
+  Tensor attention_block_forward(int64_t i, const SequenceMeta& s, const Tensor& x, LayerActs& a, Keep keep);
+  Tensor mlp_block_forward(int64_t i, const Tensor& x2, LayerActs& a, Keep keep);
+  void mlp_block_backward(int64_t i, LayerActs& a, Tensor& dy);                           // dy += block's dx
+  void attention_block_backward(int64_t i, const SequenceMeta& s, LayerActs& a, Tensor& dy);
+  int64_t mlp_chunks() const;
+  void qkv_rope(int64_t i, const SequenceMeta& s, Tensor& q, Tensor& k, bool inverse);
+  double loss_forward_backward(const SequenceMeta& s, const Tensor& xl, Tensor& dxl, float token_weight);
+
+  // Sequence-parallel helpers (identity when SP is off or tp == 1)
+  Tensor gather_seq(const Tensor& x, Mem cat);   // [Tsp, h] -> [T, h] (SP only)
+  Tensor reduce_partial(Tensor y, Mem cat);       // partial sums over TP: reduce-scatter (SP) or all-reduce
+  Tensor linear(const float* x, int64_t rows, const float* w, int64_t out, int64_t in, Mem cat);
+
+  Backend& be_;
+  ParallelContext& pc_;
+  ModelSpec m_;
+  Layout l_;
+  ParamStore& ps_;
+  ContextAttention attn_;
+  RopeTable rope_;
+  int inject_nan_layer_ = -1;
+};
+
+}  // namespace ctx::exec

@@ -1,0 +1,89 @@
+// The model's parameters as units (embedding, each layer, final norm + head), each one flat buffer
+// sharded over the ZeRO group (dp x cp) after the TP split. The unit is what ZeRO-3 gathers before
+// use and releases after, and what ZeRO-2/3 reduce-scatter when its backward is done.
+// Names and full shapes are Hugging Face Llama's (`model.layers.3.self_attn.q_proj.weight`).
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "costmodel/model_spec.hpp"
+#include "executor/backend.hpp"
+#include "executor/parallel_context.hpp"
+
+namespace ctx::exec {
+
+enum class TpSplit { replicated, rows, cols, kv_rows };
+
+struct ParamInfo {
+  std::string name;
+  int64_t rows = 0, cols = 0;            // this rank's shape (HF layout [out, in])
+  int64_t full_rows = 0, full_cols = 0;  // the model's shape
+  int64_t offset = 0;                    // in the unit's flat buffer
+  TpSplit split = TpSplit::replicated;
+  bool decay = true;                     // AdamW weight decay (not on norms)
+  bool counted_here = true;              // this rank's copy counts in the gradient norm (TP replicas once)
+  bool grad_partial_over_tp = false;     // its gradient is a partial sum over TP (norms under SP)
+  int64_t numel() const { return rows * cols; }
+};
+
+struct ParamUnit {
+  std::string name;
+  std::vector<ParamInfo> params;
+  int64_t numel = 0, padded = 0, shard = 0, shard_offset = 0;
+  Tensor w;        // full compute weights (ZeRO-3: only while gathered)
+  Tensor w_shard;  // ZeRO-3: this rank's shard of the weights
+  Tensor g;        // full gradients (ZeRO-2/3: only during the unit's backward)
+  Tensor g_shard;  // ZeRO-2/3: this rank's accumulated gradient shard
+  Tensor master, m, v;  // fp32 master weights and Adam moments for this rank's shard
+  int find(const std::string& param_name) const;
+};
+
+struct OptimizerConfig {
+  float lr = 3e-3f, min_lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+  float clip = 1.0f;     // max global gradient norm (0 = off)
+  int64_t warmup = 10, total_steps = 100;
+};
+float learning_rate(const OptimizerConfig& c, int64_t step);  // step counts from 1
+
+class ParamStore {
+ public:
+  ParamStore(Backend& be, ParallelContext& pc, const ModelSpec& m, const Layout& l, uint64_t seed);
+  std::vector<ParamUnit> units;  // [0] embedding, [1..L] layers, [L+1] final norm (+ head when untied)
+  int64_t layer_unit(int64_t layer) const { return layer + 1; }
+  int64_t final_unit() const { return static_cast<int64_t>(units.size()) - 1; }
+
+  // Weights of a unit: ZeRO-3 gathers them into a transient buffer (comm_buffers) until release.
+  void acquire_weights(int64_t u);
+  void release_weights(int64_t u);
+  float* weight(int64_t u, int p) { return units[u].w.data() + units[u].params[p].offset; }
+  // Gradient buffer of a unit (ZeRO-2/3: transient, zeroed); finish_grads reduces it into the shard.
+  float* grad(int64_t u, int p);
+  void acquire_grads(int64_t u);
+  void finish_grads(int64_t u);
+  // After the last micro-batch: TP fix-ups and the dp x cp reduction for ZeRO-0/1.
+  void reduce_grads();
+  void zero_grads();
+  // Global gradient norm (collective over the world), before clipping.
+  double grad_norm();
+  // AdamW on this rank's shards, then the compute weights are refreshed (all-gather for ZeRO-1/2).
+  void optimizer_step(const OptimizerConfig& c, int64_t step, float grad_scale);
+
+  // Full Hugging Face tensors (collective; every rank gets them). kind: weights | grads | master | m | v
+  std::map<std::string, std::vector<float>> gather_full(const std::string& kind);
+  // Sets master weights (and compute weights) or Adam moments from full tensors; kind: master | m | v.
+  void load_full(const std::string& kind, const std::map<std::string, std::vector<float>>& full,
+                 const std::string& where);
+  std::vector<std::pair<std::string, std::vector<int64_t>>> full_shapes() const;
+
+ private:
+  void tp_fixups(ParamUnit& u, float* g);
+  float* shard_grad(ParamUnit& u);
+  Backend& be_;
+  ParallelContext& pc_;
+  Layout l_;
+  int zero_;
+  int64_t shard_degree_;
+};
+
+}  // namespace ctx::exec
