@@ -1,3 +1,19 @@
-# Equivalence cases: the plan on N ranks vs one rank (see equivalence_main.cpp).
-ctxrun_equivalence(EquivSingleRankMatchesItself   1 tiny 64  "dp=1")
-ctxrun_equivalence(EquivDataParallel2             2 tiny 64  "dp=2")
+# Equivalence cases: the plan on N ranks vs one rank (see equivalence_main.cpp). Each proves the
+# step-1 loss, every parameter gradient and the parameters after 3 AdamW steps match.
+ctxrun_equivalence(EquivDataParallelMatchesSingleRank        2 tiny      64  "dp=2")
+ctxrun_equivalence(EquivZero1MicroBatch2MatchesSingleRank    2 tiny      64  "dp=2,zero=1,mbs=2")
+ctxrun_equivalence(EquivZero2GradAccumMatchesSingleRank      4 tiny      64  "dp=2,cp=2,zero=2,ga=2")
+ctxrun_equivalence(EquivZero3xCp2MatchesSingleRank           4 tiny      64  "dp=2,cp=2,cp_kind=ring,zero=3")
+ctxrun_equivalence(EquivTensorParallelNoSpMatchesSingleRank  2 tiny      64  "tp=2,sp=0")
+ctxrun_equivalence(EquivTp2SpxCp2MatchesSingleRank           4 tiny      64  "tp=2,cp=2,cp_kind=zigzag")
+ctxrun_equivalence(EquivRingAttentionMatchesSingleRank       4 tiny      128 "cp=4,cp_kind=ring")
+ctxrun_equivalence(EquivZigZagDocsCrossRanksMatchesSingleRank 4 tiny     128 "cp=4,cp_kind=zigzag,mask=doc:24")
+ctxrun_equivalence(EquivAllGatherKvMatchesSingleRank         2 tiny      64  "cp=2,cp_kind=allgather,mask=doc:20")
+ctxrun_equivalence(EquivUlyssesMatchesSingleRank             2 tiny      64  "cp=2,cp_kind=ulysses")
+ctxrun_equivalence(EquivUlysses2xRing2MatchesSingleRank      4 tiny      64  "cp=4,cp_kind=usp,ulysses=2")
+ctxrun_equivalence(EquivUlyssesKvReplication1KvHead          4 tiny-nope 64  "cp=4,cp_kind=ulysses")
+ctxrun_equivalence(EquivTpKvReplicationTiedEmbeddings        2 tiny-nope 64  "tp=2")
+ctxrun_equivalence(EquivSelectiveRecomputeMatchesSingleRank  2 tiny      64  "cp=2,recompute=selective")
+ctxrun_equivalence(EquivFullRecomputeOffloadMatchesSingleRank 2 tiny     64  "cp=2,recompute=full,ckpt_offload=1")
+ctxrun_equivalence(EquivTiledMlpTiledLossMatchesSingleRank   2 tiny      64  "tp=2,tiled_mlp=4,tiled_loss=16")
+ctxrun_equivalence(EquivEightRanksDpTpCpZero3Full            8 tiny      128 "dp=2,tp=2,cp=2,cp_kind=ring,zero=3,recompute=full")
