@@ -31,7 +31,7 @@ extern "C" void on_signal(int) { g_stop.store(1); }
 struct Options {
   std::string profiles, model = "tiny", seq = "256", plan, plan_file, cluster, data, report, ckpt_dir, init_from;
   std::string debug_nan;
-  int64_t steps = 20, save_every = 0, log_every = 1;
+  int64_t steps = 20, save_every = 0, log_every = 1, schedule_steps = 0;
   bool resume = false, sorted_packing = false, no_fit_check = false;
   uint64_t seed = 1234, data_seed = 4321;
   OptimizerConfig opt;
@@ -62,6 +62,8 @@ int run(int argc, char** argv, CommWorld& world) {
   app.add_option("--lr", o.opt.lr, "peak learning rate (default 3e-3)");
   app.add_option("--min-lr", o.opt.min_lr, "final learning rate of the cosine (default 3e-4)");
   app.add_option("--warmup", o.opt.warmup, "linear warm-up steps (default 5)");
+  app.add_option("--schedule-steps", o.schedule_steps,
+                 "length of the warm-up + cosine schedule (default --steps; keep it fixed across --resume runs)");
   app.add_option("--clip", o.opt.clip, "max global gradient norm, 0 = off (default 1)");
   app.add_option("--weight-decay", o.opt.weight_decay, "AdamW decoupled weight decay on matrices (default 0.1)");
   app.add_option("--seed", o.seed, "parameter initialisation seed");
@@ -125,7 +127,7 @@ int run(int argc, char** argv, CommWorld& world) {
                 << " GiB per node): refusing before allocating anything (--no-fit-check overrides)\n";
     return kExitDoesNotFit;
   }
-  o.opt.total_steps = std::max<int64_t>(o.steps, 1);
+  o.opt.total_steps = std::max<int64_t>(o.schedule_steps > 0 ? o.schedule_steps : o.steps, 1);
   int nan_step = -1, nan_layer = -1;
   if (!o.debug_nan.empty() && std::sscanf(o.debug_nan.c_str(), "%d:%d", &nan_step, &nan_layer) != 2)
     throw InputError("--debug-nan", "", "expected STEP:LAYER, got '" + o.debug_nan + "'");
@@ -168,7 +170,7 @@ int run(int argc, char** argv, CommWorld& world) {
   rec.seq = seq;
   rec.plan = plan;
   json run_info = {{"plan", plan_to_string(plan)}, {"seq", seq}, {"seed", o.seed}, {"data_seed", o.data_seed},
-                   {"data", o.data}};
+                   {"data", o.data}, {"schedule_steps", o.opt.total_steps}};
   auto save = [&]() {
     if (o.ckpt_dir.empty()) return;
     std::string where = save_checkpoint(trainer, o.ckpt_dir, run_info);

@@ -1,0 +1,164 @@
+// ctxrun end to end: training makes progress, resume is bit-exact, bad input is refused with the
+// file/field named and the right exit code, divergence names the step and layer, and a checkpoint
+// already on disk is never damaged.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "executor/data.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;
+};
+
+Result sh(const std::string& cmd) {
+  Result r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (p && fgets(buf, sizeof(buf), p)) r.out += buf;
+  int st = p ? pclose(p) : -1;
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string ctxrun(int ranks, const std::string& args) {
+  std::string bin = CTXRUN_BIN;
+  if (ranks <= 1) return bin + " " + args;
+  return std::string(MPIRUN) + " --allow-run-as-root --oversubscribe --bind-to none -np " + std::to_string(ranks) + " " +
+         bin + " " + args;
+}
+
+fs::path scratch(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("ctxrun_test_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+TEST(ExecCli, TrainingOnBuiltInDataLossFallsWellBelowStart) {
+  fs::path d = scratch("train");
+  Result r = sh(ctxrun(2, "--model tiny --seq 128 --steps 60 --log-every 20 --plan cp=2,cp_kind=zigzag --report " +
+                              (d / "run.json").string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(slurp(d / "run.json"));
+  auto losses = j["losses"].get<std::vector<double>>();
+  ASSERT_EQ(losses.size(), 60u);
+  // ln(256) = 5.55 at the start (uniform over the vocabulary); the bigram filler alone allows far less
+  EXPECT_NEAR(losses.front(), std::log(256.0), 0.1);
+  double tail = 0;
+  for (size_t i = losses.size() - 5; i < losses.size(); ++i) tail += losses[i] / 5;
+  EXPECT_LT(tail, 0.6 * losses.front()) << r.out;
+  EXPECT_EQ(j["schema"], "ctxplan.measurement/1");
+  EXPECT_GT(j["memory"]["by_category"]["weights"].get<double>(), 0);
+  EXPECT_EQ(j["ranks"].size(), 2u);
+}
+
+TEST(ExecCli, ResumeContinuesBitExactly) {
+  fs::path a = scratch("resume_a"), b = scratch("resume_b");
+  const std::string common = "--model tiny --seq 64 --plan cp=2,cp_kind=ring,zero=1 --lr 1e-2 --warmup 2 --schedule-steps 6 ";
+  Result full = sh(ctxrun(2, common + "--steps 6 --ckpt-dir " + a.string() + " --report " + (a / "r.json").string()));
+  ASSERT_EQ(full.code, 0) << full.out;
+  Result half = sh(ctxrun(2, common + "--steps 3 --ckpt-dir " + b.string()));
+  ASSERT_EQ(half.code, 0) << half.out;
+  Result rest = sh(ctxrun(2, common + "--steps 6 --resume --ckpt-dir " + b.string() + " --report " + (b / "r.json").string()));
+  ASSERT_EQ(rest.code, 0) << rest.out;
+  EXPECT_NE(rest.out.find("resumed"), std::string::npos);
+  std::string wa = slurp(a / "step-000006" / "model.safetensors"), wb = slurp(b / "step-000006" / "model.safetensors");
+  ASSERT_FALSE(wa.empty());
+  EXPECT_TRUE(wa == wb) << "weights after 6 steps differ between a straight run and 3 + resume + 3";
+  EXPECT_TRUE(slurp(a / "step-000006" / "optimizer.safetensors") == slurp(b / "step-000006" / "optimizer.safetensors"));
+  auto la = nlohmann::json::parse(slurp(a / "r.json"))["losses"].get<std::vector<double>>();
+  auto lb = nlohmann::json::parse(slurp(b / "r.json"))["losses"].get<std::vector<double>>();
+  ASSERT_EQ(lb.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(la[3 + i], lb[i]);  // bit for bit
+  // the checkpoint carries Hugging Face Llama names
+  std::string w = slurp(a / "step-000006" / "model.safetensors");
+  EXPECT_NE(w.find("model.layers.1.self_attn.q_proj.weight"), std::string::npos);
+  EXPECT_NE(w.find("lm_head.weight"), std::string::npos);
+}
+
+TEST(ExecCli, CorruptOrTruncatedTokenFileIsBadInput) {
+  fs::path d = scratch("tokens");
+  std::vector<uint16_t> toks(2000);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<uint16_t>(i % 200);
+  ctx::exec::write_token_file((d / "ok.bin").string(), toks);
+  Result ok = sh(ctxrun(1, "--model tiny --seq 64 --steps 2 --data " + (d / "ok.bin").string()));
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  std::string bytes = slurp(d / "ok.bin");
+  { std::ofstream f(d / "trunc.bin", std::ios::binary); f << bytes.substr(0, bytes.size() - 100); }
+  Result t = sh(ctxrun(1, "--model tiny --seq 64 --steps 2 --data " + (d / "trunc.bin").string()));
+  EXPECT_EQ(t.code, 2) << t.out;
+  EXPECT_NE(t.out.find("trunc.bin"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("truncated"), std::string::npos) << t.out;
+  std::string bad = bytes;
+  bad[0] = 'x';
+  { std::ofstream f(d / "magic.bin", std::ios::binary); f << bad; }
+  Result m = sh(ctxrun(1, "--model tiny --seq 64 --steps 2 --data " + (d / "magic.bin").string()));
+  EXPECT_EQ(m.code, 2) << m.out;
+  EXPECT_NE(m.out.find("magic"), std::string::npos) << m.out;
+  toks[7] = 300;  // outside tiny's vocabulary of 256
+  ctx::exec::write_token_file((d / "vocab.bin").string(), toks);
+  Result v = sh(ctxrun(1, "--model tiny --seq 64 --steps 2 --data " + (d / "vocab.bin").string()));
+  EXPECT_EQ(v.code, 2) << v.out;
+  EXPECT_NE(v.out.find("vocabulary"), std::string::npos) << v.out;
+}
+
+TEST(ExecCli, PlanWorldMismatchIsRefusedBeforeAllocating) {
+  Result r = sh(ctxrun(2, "--model tiny --seq 64 --steps 1 --plan tp=2,cp=2"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--plan"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 GPUs"), std::string::npos) << r.out;
+}
+
+TEST(ExecCli, PlanTheMemoryModelRejectsIsRefusedWithExitCode3) {
+  Result r = sh(ctxrun(1, "--model Llama-3.1-70B --seq 1m --steps 1 --plan recompute=none"));
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("refusing before allocating"), std::string::npos) << r.out;
+}
+
+TEST(ExecCli, CheckpointFromAnotherModelIsBadInputAndLeftIntact) {
+  fs::path d = scratch("other_model");
+  Result a = sh(ctxrun(1, "--model tiny --seq 64 --steps 2 --ckpt-dir " + d.string()));
+  ASSERT_EQ(a.code, 0) << a.out;
+  std::string before = slurp(d / "step-000002" / "model.safetensors");
+  Result b = sh(ctxrun(1, "--model tiny-nope --seq 64 --steps 4 --resume --ckpt-dir " + d.string()));
+  EXPECT_EQ(b.code, 2) << b.out;
+  EXPECT_NE(b.out.find("model.safetensors"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("tiny-nope"), std::string::npos) << b.out;
+  EXPECT_TRUE(before == slurp(d / "step-000002" / "model.safetensors"));
+}
+
+TEST(ExecCli, NanLossStopsNamingStepAndLayerWithoutTouchingCheckpoints) {
+  fs::path d = scratch("nan");
+  Result a = sh(ctxrun(2, "--model tiny --seq 64 --steps 2 --plan tp=2 --ckpt-dir " + d.string()));
+  ASSERT_EQ(a.code, 0) << a.out;
+  std::string before = slurp(d / "step-000002" / "model.safetensors");
+  Result b = sh(ctxrun(2, "--model tiny --seq 64 --steps 6 --plan tp=2 --resume --save-every 1 --debug-nan 4:1 --ckpt-dir " +
+                              d.string()));
+  EXPECT_EQ(b.code, 4) << b.out;
+  EXPECT_NE(b.out.find("step 4"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("layer 1"), std::string::npos) << b.out;
+  EXPECT_TRUE(before == slurp(d / "step-000002" / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(d / "step-000003"));   // the last good step was saved
+  EXPECT_FALSE(fs::exists(d / "step-000004"));  // the diverged one was not
+  EXPECT_EQ(slurp(d / "latest"), "step-000003\n");
+}
