@@ -208,7 +208,14 @@ int run(int argc, char** argv, CommWorld& world) {
   save();
   if (!o.report.empty()) {
     json j = measurement_json(trainer, *backend, rec);
-    j["prediction"] = prediction_to_json(pred)["memory"];
+    // the memory model with the CPU backend's dtypes: every tensor is float32 (the ctxrun profile
+    // describes the bf16 CUDA backend); the same formulas otherwise
+    RuntimeProfile cpu_rt = resolve_runtime(prof, "ctxrun");
+    cpu_rt.weight_bytes = 4;
+    cpu_rt.activation_bytes = 4;
+    cpu_rt.host_bytes_per_rank = 0;
+    j["prediction"] = prediction_to_json(predict(model, cluster, cpu_rt, plan, seq));
+    j["prediction"]["runtime"] = "ctxrun with float32 weights and activations (CPU backend)";
     if (rank == 0) {
       std::ofstream f(o.report + ".tmp");
       f << j.dump(2) << "\n";
