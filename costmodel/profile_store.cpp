@@ -357,6 +357,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"host_gib_per_rank", &rt.host_bytes_per_rank, nullptr},
       {"attention_kernel", nullptr, nullptr, &rt.attention_kernel},
       {"cpu_adam_gparams_per_s", &rt.cpu_adam_params_per_second, nullptr},
+      {"memory_traffic_factor", &rt.memory_traffic_factor, nullptr},
   };
   for (auto& [key, v] : c.self().items()) {
     bool known = false;
@@ -389,6 +390,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
   rt.reserved_bytes *= kMiB;
   rt.host_bytes_per_rank *= kGiB;
   rt.cpu_adam_params_per_second *= 1e9;
+  if (rt.memory_traffic_factor < 1) c.object("memory_traffic_factor").fail("value", "must be >= 1 (1 = fused kernels)");
   if (rt.cpu_adam_params_per_second <= 0) c.object("cpu_adam_gparams_per_s").fail("value", "must be positive");
   return rt;
 }

@@ -39,6 +39,7 @@ struct RuntimeProfile {
   // ---- time
   std::string attention_kernel = "flash2";  // which of the hardware profile's attention curves it runs
   double cpu_adam_params_per_second = 1e9;  // host AdamW rate per node (optimizer offload)
+  double memory_traffic_factor = 1;   // bytes memory-bound ops move relative to fused kernels (eager stacks > 1)
   std::map<std::string, std::string> sources;  // field -> where the value comes from
 };
 

@@ -30,8 +30,10 @@ struct Pricer {
     double each = flops / calls;
     return calls * (each / (peak * c.gpu.kernels.gemm.at(each)) + c.gpu.kernels.launch_seconds);
   }
+  double traffic = 1;  // runtime's memory_traffic_factor
   double memory(double bytes) const {
     if (bytes <= 0) return 0;
+    bytes *= traffic;
     return bytes / (c.gpu.hbm_bytes_per_second * c.gpu.kernels.memory.at(bytes)) + c.gpu.kernels.launch_seconds;
   }
   // attention FLOPs run at the bf16 peak (fp8 plans keep attention in bf16, as TE and torchao do)
@@ -90,7 +92,7 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   const LocalShapes s = local_shapes(m, p, seq);
   const AttentionKernel& kernel = find_kernel(c, rt);
   const double peak = p.precision == Precision::fp8 && c.gpu.peak_fp8_flops > 0 ? c.gpu.peak_fp8_flops : c.gpu.peak_bf16_flops;
-  Pricer price{c, peak, &kernel};
+  Pricer price{c, peak, &kernel, rt.memory_traffic_factor};
   k.layers = m.layers;
   k.ga = p.ga;
   k.cp = p.cp;
@@ -155,7 +157,8 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   // ---- head, loss, embedding
   double head_flops = 2.0 * T * h * V;
   double loss_calls = p.tiled_loss > 0 ? std::max(1.0, std::ceil(T / static_cast<double>(p.tiled_loss))) : 1.0;
-  double logits_bytes = 4.0 * T * V * 4.0;  // fp32 logits written, read for softmax, gradient written, read
+  // fp32 logits: written and read once each per fp32 copy the stack materialises, plus the gradient
+  double logits_bytes = (2.0 * std::max(1.0, rt.loss_fp32_copies) + 2.0) * T * V * 4.0;
   k.head_fwd = price.memory(norm_bytes) + price.gemm(head_flops, loss_calls) + loss_calls * price.memory(logits_bytes / loss_calls) +
                price.memory(T * h * a);  // embedding gather
   k.head_bwd = 2.0 * price.gemm(head_flops, loss_calls) + price.memory(2.0 * norm_bytes) + price.memory(2.0 * T * h * 4.0);

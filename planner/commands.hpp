@@ -19,5 +19,6 @@ std::function<int()> add_plan_command(CLI::App& app, CommonOptions& common);
 std::function<int()> add_maxseq_command(CLI::App& app, CommonOptions& common);
 std::function<int()> add_sweep_command(CLI::App& app, CommonOptions& common);
 std::function<int()> add_budget_command(CLI::App& app, CommonOptions& common);
+std::function<int()> add_validate_command(CLI::App& app, CommonOptions& common);
 
 }  // namespace ctx

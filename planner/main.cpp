@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   commands.push_back({sweep, ctx::add_sweep_command(*sweep, common)});
   auto* budget = app.add_subcommand("budget", "a staged context-extension recipe: best plan, wall-clock and GPU-hours per stage");
   commands.push_back({budget, ctx::add_budget_command(*budget, common)});
+  auto* validate = app.add_subcommand("validate", "predict every published reference point and print the errors");
+  commands.push_back({validate, ctx::add_validate_command(*validate, common)});
   auto* list = app.add_subcommand("list", "list profiles: models | hardware | clusters | runtimes");
   commands.push_back({list, ctx::add_list_command(*list, common)});
   auto* show = app.add_subcommand("show", "show one profile with derived quantities: show model M");
