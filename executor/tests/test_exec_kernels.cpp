@@ -259,9 +259,12 @@ TEST(ExecKernels, RopeIsARotationAndInverseIsItsTranspose) {
     for (int64_t i = 0; i < heads * d; ++i) EXPECT_FLOAT_EQ(rx[i], x[i]);  // position 0 is the identity
     // scaled variants slow the lowest frequency down by the factor (PI, YaRN, llama3 all interpolate it)
     RopeTable base = make_rope_table(RopeSpec{}, 16);
-    if (sc == RopeScaling::linear || sc == RopeScaling::yarn || sc == RopeScaling::llama3)
+    if (sc == RopeScaling::linear || sc == RopeScaling::yarn || sc == RopeScaling::llama3) {
       EXPECT_NEAR(t.inv_freq.back(), base.inv_freq.back() / 4.0, 1e-9) << to_string(sc);
-    if (sc == RopeScaling::none) EXPECT_EQ(t.inv_freq, base.inv_freq);
+    }
+    if (sc == RopeScaling::none) {
+      EXPECT_EQ(t.inv_freq, base.inv_freq);
+    }
   }
 }
 
