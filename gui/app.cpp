@@ -1,0 +1,281 @@
+#include "gui/app.hpp"
+
+#include <filesystem>
+#include <sstream>
+
+namespace ctx::gui {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Searches restart this long after the last input change, so dragging a slider does not start
+// one search per frame.
+constexpr double kSearchDebounceSeconds = 0.3;
+// The max-seq curve's ceiling: 4x the slider's top (16M tokens).
+constexpr int64_t kMaxSeqCeilingTokens = int64_t(1) << 26;
+
+std::string shell_quote(const std::string& s) {
+  bool plain = !s.empty();
+  for (char ch : s) plain = plain && (std::isalnum(static_cast<unsigned char>(ch)) || std::string("-_./:=,@+").find(ch) != std::string::npos);
+  if (plain) return s;
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
+}  // namespace
+
+App::App(std::string profiles_dir) {
+  state = default_state();
+  try {
+    profiles = load_profiles(profiles_dir);
+  } catch (const InputError& e) {
+    profiles.dir = profiles_dir;
+    set_error("profiles", e);
+  }
+}
+
+void App::set_error(const std::string& source, const InputError& e) { errors[source] = {e.where, e.field, e.what()}; }
+void App::set_error(const std::string& source, const std::string& message) { errors[source] = {"", "", message}; }
+
+void App::reload_profiles() {
+  try {
+    profiles = load_profiles(profiles.dir);
+    errors.erase("profiles");
+    inputs_dirty_ = true;
+  } catch (const InputError& e) {
+    set_error("profiles", e);  // keep the profiles loaded before
+  }
+}
+
+void App::inputs_changed(double now) {
+  inputs_dirty_ = true;
+  last_input_change_ = now;
+}
+
+void App::select_plan(const std::string& text) {
+  state.plan = text;
+  plan_dirty_ = true;
+}
+
+void App::predict_selected() {
+  plan_dirty_ = false;
+  if (!job) return;
+  try {
+    Plan p = selected_plan(*job, state.plan);
+    SimResult s;
+    Prediction pred = predict(job->model, job->cluster, job->runtime, p, job->seq_tokens, &s);
+    prediction = std::move(pred);
+    sim = std::move(s);
+    have_prediction = true;
+    errors.erase("plan");
+  } catch (const InputError& e) {
+    set_error("plan", e);
+  }
+  if (measured && have_prediction) comparison = compare_to_prediction(*measured, prediction);
+}
+
+void App::update(double now) {
+  if (inputs_dirty_) {
+    inputs_dirty_ = false;
+    try {
+      ResolvedJob j = resolve_inputs(profiles, state.inputs);
+      const bool same = job && job->key == j.key;
+      job = std::move(j);
+      using_previous_inputs = false;
+      errors.erase("inputs");
+      if (!same) plan_dirty_ = true;
+    } catch (const InputError& e) {
+      set_error("inputs", e);
+      using_previous_inputs = job.has_value();
+    }
+  }
+  if (plan_dirty_) predict_selected();
+
+  // search: one per job, restarted when the job changes (debounced)
+  PlanTable done;
+  if (search_.take(done)) {
+    const bool for_current = job && done.job_key == job->key;
+    if (done.complete || table.job_key != done.job_key) table = std::move(done);
+    running_search_key_.clear();
+    if (for_current && !table.rows.empty() && table.rows[0].fits) {
+      // a requested rank, or the best plan when the selected one cannot run here
+      if (select_after_search_ && state.select_rank >= 0 && state.select_rank < table.fitting) {
+        select_plan(table.rows[static_cast<size_t>(state.select_rank)].text);
+      } else if (errors.count("plan")) {
+        select_plan(table.rows[0].text);
+      }
+      select_after_search_ = false;
+      if (plan_dirty_) predict_selected();
+    }
+  }
+  if (state.run_search && job && table.job_key != job->key && running_search_key_ != job->key &&
+      now - last_input_change_ >= kSearchDebounceSeconds)
+    start_search();
+
+  MaxSeqCurve c;
+  if (maxseq_.take(c)) {
+    if (!c.cancelled) curve = std::move(c);
+    running_curve_key_.clear();
+  }
+  if ((state.run_maxseq || state.view.tab == "maxseq") && job && have_prediction && !curve_current() && running_curve_key_.empty() &&
+      now - last_input_change_ >= kSearchDebounceSeconds)
+    start_maxseq();
+}
+
+void App::start_search() {
+  if (!job) return;
+  const SearchRequest req = job->request;
+  const std::string key = job->key;
+  running_search_key_ = key;
+  select_after_search_ = state.select_rank >= 0;
+  search_.start([req, key](const BackgroundJob<PlanTable>::Progress& progress) {
+    PlanTable t = build_plan_table(req, progress);
+    t.job_key = key;
+    return t;
+  });
+}
+
+bool App::curve_current() const {
+  return job && have_prediction && curve.job_key == job->key + "|" + plan_to_string(prediction.plan) + "|" +
+                                                     std::to_string(state.view.maxseq_max_gpus);
+}
+
+void App::start_maxseq() {
+  if (!job || !have_prediction) return;
+  const SearchRequest req = job->request;
+  const Plan family = prediction.plan;
+  const int64_t max_gpus = state.view.maxseq_max_gpus;
+  const std::string key = job->key + "|" + plan_to_string(family) + "|" + std::to_string(max_gpus);
+  running_curve_key_ = key;
+  maxseq_.start([req, family, max_gpus, key](const BackgroundJob<MaxSeqCurve>::Progress& progress) {
+    MaxSeqCurve c = max_seq_curve(req, family, max_gpus, kMaxSeqCeilingTokens, progress);
+    c.job_key = key;
+    return c;
+  });
+}
+
+void App::load_measured(const std::string& path) {
+  state.measured_path = path;
+  if (path.empty()) {
+    measured.reset();
+    comparison.clear();
+    errors.erase("measured");
+    return;
+  }
+  try {
+    measured = load_measured_report(path);
+    errors.erase("measured");
+    comparison = have_prediction ? compare_to_prediction(*measured, prediction) : std::vector<ComparisonRow>{};
+  } catch (const InputError& e) {
+    set_error("measured", e);  // keep the report loaded before
+  }
+}
+
+bool App::idle() {
+  return !inputs_dirty_ && !plan_dirty_ && !search_.busy() && !maxseq_.busy() &&
+         !(state.run_search && job && table.job_key != job->key) && !((state.run_maxseq || state.view.tab == "maxseq") && job && have_prediction && !curve_current());
+}
+
+std::string App::cluster_arg(const std::string& cluster_file) const {
+  return state.inputs.cluster_edit.enabled ? cluster_file : state.inputs.cluster;
+}
+
+std::string App::command_line(const std::string& cluster_file) const {
+  if (!job || !have_prediction) return "";
+  std::ostringstream os;
+  os << "ctxplan predict --model " << shell_quote(state.inputs.model) << " --cluster " << shell_quote(cluster_arg(cluster_file))
+     << " --seq " << job->seq_tokens << " --runtime " << shell_quote(state.inputs.runtime) << " --plan "
+     << shell_quote(plan_to_string(prediction.plan));
+  return os.str();
+}
+
+std::string App::export_plan(const std::string& path) const {
+  if (!job || !have_prediction) throw InputError(path, "", "no plan to export: the selected plan has no prediction yet");
+  std::string model = state.inputs.model;
+  std::error_code ec;
+  if (fs::exists(model, ec)) model = fs::absolute(model, ec).string();  // a config.json: usable from anywhere
+  std::string cluster = state.inputs.cluster;
+  if (state.inputs.cluster_edit.enabled) {
+    fs::path cpath = fs::path(path);
+    cpath.replace_extension(".cluster.json");
+    const ClusterSpec& c = job->cluster;
+    json cj = {{"schema", "ctxplan.cluster/1"},
+               {"name", c.name},
+               {"gpu", c.gpu.name},
+               {"nodes", c.nodes},
+               {"gpus_per_node", c.gpus_per_node},
+               {"intra_gbps", c.intra_bytes_per_second / 1e9},
+               {"intra_latency_us", c.intra_latency_seconds * 1e6},
+               {"inter_gbps", c.inter_bytes_per_second / 1e9},
+               {"inter_latency_us", c.inter_latency_seconds * 1e6},
+               {"host_gib_per_node", static_cast<double>(c.host_bytes_per_node) / (1024.0 * 1024 * 1024)},
+               {"source", c.source}};
+    write_file_atomic(cpath.string(), cj.dump(2) + "\n");
+    cluster = fs::absolute(cpath, ec).string();
+  } else if (fs::exists(cluster, ec)) {
+    cluster = fs::absolute(cluster, ec).string();
+  }
+  json j = {{"schema", "ctxplan.plan/1"},
+            {"model", model},
+            {"cluster", cluster},
+            {"seq", job->seq_tokens},
+            {"runtime", state.inputs.runtime},
+            {"plan", plan_to_json(prediction.plan)}};
+  write_file_atomic(path, j.dump(2) + "\n");
+  return cluster;
+}
+
+json App::report(int frames) const {
+  json j;
+  j["schema"] = "ctxplan.gui-report/1";
+  j["frames"] = frames;
+  j["state"] = state_to_json(state, true);
+  json errs = json::array();
+  for (auto& [source, e] : errors) errs.push_back({{"source", source}, {"where", e.where}, {"field", e.field}, {"message", e.message}});
+  j["errors"] = errs;
+  j["error_panel_open"] = !errors.empty();
+  j["using_previous_inputs"] = using_previous_inputs;
+  if (job)
+    j["job"] = {{"model", job->model.name},
+                {"cluster", job->cluster.name},
+                {"runtime", job->runtime.name},
+                {"seq", job->seq_tokens},
+                {"world", world_size(job->cluster)}};
+  if (have_prediction) {
+    j["selected_plan"] = plan_to_string(prediction.plan);
+    j["prediction"] = prediction_to_json(prediction);
+    j["timeline"] = {{"reps", sim.reps.size()}, {"tasks", sim.tasks.size()}, {"step_seconds", sim.time.step_seconds}};
+  }
+  j["search"] = {{"running", search_.running()},
+                 {"current", table_current()},
+                 {"complete", table.complete},
+                 {"rows", table.rows.size()},
+                 {"enumerated", table.enumerated},
+                 {"valid", table.valid},
+                 {"fitting", table.fitting},
+                 {"simulated", table.simulated},
+                 {"best", table.rows.empty() || !table.rows[0].fits ? "" : table.rows[0].text},
+                 {"no_fit_reason", table.no_fit_reason}};
+  if (!curve.points.empty() || curve_current()) {
+    json pts = json::array();
+    for (auto& p : curve.points)
+      pts.push_back({{"gpus", p.gpus}, {"family_tokens", p.family_tokens}, {"family_plan", p.family_plan}, {"any_tokens", p.any_tokens},
+                     {"any_plan", p.any_plan}});
+    j["maxseq"] = {{"current", curve_current()}, {"family", curve.family}, {"points", pts}};
+  }
+  if (measured) {
+    json rows = json::array();
+    for (auto& r : comparison)
+      rows.push_back({{"field", r.name}, {"predicted", r.predicted}, {"measured", r.measured}, {"relative_error", r.relative_error}});
+    j["measured"] = {{"path", measured->path}, {"rows", rows}, {"losses", measured->losses.size()}};
+  }
+  j["shown"] = shown;
+  json regs = json::object();
+  for (auto& [name, r] : regions) regs[name] = {r[0], r[1], r[2], r[3]};
+  j["regions"] = regs;
+  j["status"] = status;
+  return j;
+}
+
+}  // namespace ctx::gui

@@ -1,0 +1,97 @@
+// The explorer's state between frames and the logic that keeps it consistent: inputs resolve to a
+// job (or an error, keeping the previous job), the selected plan is re-predicted within the frame
+// its inputs change, the search and the max-seq curve run on worker threads. No drawing here:
+// panels.hpp draws from this and calls back into it.
+#pragma once
+#include <array>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "costmodel/prediction.hpp"
+#include "gui/background_job.hpp"
+#include "gui/gui_state.hpp"
+#include "gui/maxseq_curve.hpp"
+#include "gui/measured.hpp"
+#include "gui/plan_rows.hpp"
+#include "gui/resolve_inputs.hpp"
+
+namespace ctx::gui {
+
+struct GuiError {
+  std::string where, field, message;  // message: the full text (InputError::what)
+};
+
+class App {
+ public:
+  explicit App(std::string profiles_dir);
+
+  // ---- what the panels read and edit
+  GuiState state;
+  Profiles profiles;
+  std::optional<ResolvedJob> job;       // the last inputs that resolved
+  bool using_previous_inputs = false;   // the current inputs do not resolve; `job` is the previous one
+  bool have_prediction = false;
+  Prediction prediction;                // of the selected plan under `job`
+  SimResult sim;                        // its simulated step (the timeline)
+  PlanTable table;                      // the last finished search
+  MaxSeqCurve curve;
+  std::optional<MeasuredReport> measured;
+  std::vector<ComparisonRow> comparison;
+  std::map<std::string, GuiError> errors;  // by source: profiles, inputs, plan, measured, action
+  std::string status;                   // the last action's result, for the status line
+  // filled while drawing, for the state report
+  std::map<std::string, std::array<float, 4>> regions;
+  json shown = json::object();
+
+  // ---- events from the panels
+  void inputs_changed(double now);
+  void plan_changed() { plan_dirty_ = true; }
+  void select_plan(const std::string& text);
+  void start_search();
+  void cancel_search() { search_.cancel(); }
+  void start_maxseq();
+  void cancel_maxseq() { maxseq_.cancel(); }
+  void load_measured(const std::string& path);
+  void reload_profiles();
+  void set_error(const std::string& source, const InputError& e);
+  void set_error(const std::string& source, const std::string& message);
+
+  // Resolves, predicts, starts and polls the workers. Call once a frame, after the inputs panel.
+  void update(double now);
+
+  // ---- worker status
+  bool search_running() const { return search_.running(); }
+  double search_progress() const { return search_.progress(); }
+  bool maxseq_running() const { return maxseq_.running(); }
+  double maxseq_progress() const { return maxseq_.progress(); }
+  bool table_current() const { return job && table.job_key == job->key; }
+  bool curve_current() const;
+  // Nothing left to compute: used by headless runs before taking the screenshot.
+  bool idle();
+
+  // ---- actions
+  std::string command_line(const std::string& cluster_file) const;
+  // Writes plan.json (schema ctxplan.plan/1) and, for an edited cluster, <stem>.cluster.json;
+  // returns the cluster argument used (a name, or that file's path).
+  std::string export_plan(const std::string& path) const;
+
+  json report(int frames) const;
+  void begin_frame() {
+    regions.clear();
+    shown = json::object();
+  }
+
+ private:
+  void predict_selected();
+  std::string cluster_arg(const std::string& cluster_file) const;
+  bool inputs_dirty_ = true, plan_dirty_ = true;
+  double last_input_change_ = -1e9;
+  std::string running_search_key_, running_curve_key_;
+  bool select_after_search_ = false;
+  BackgroundJob<PlanTable> search_;
+  BackgroundJob<MaxSeqCurve> maxseq_;
+};
+
+}  // namespace ctx::gui

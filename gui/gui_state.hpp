@@ -1,0 +1,94 @@
+// What the explorer remembers: the inputs a person set, the selected plan, and the view (tab,
+// pane width, window size, table filter, timeline zoom). One JSON document, schema
+// "ctxplan.gui-state/1", serves three uses: the settings file persisted between runs, the
+// --state file that drives a headless run, and the "inputs"/"view" part of the state report.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "costmodel/json_util.hpp"
+
+namespace ctx::gui {
+
+// The cluster as edited by hand on top of the chosen profile or shorthand.
+struct ClusterEdit {
+  bool enabled = false;
+  int64_t nodes = 1;
+  int64_t gpus_per_node = 8;
+  std::string gpu;                 // hardware profile name; empty = the base cluster's GPU
+  double intra_gbps = 0;           // per GPU, one direction, GB/s (0 = the base cluster's)
+  double inter_gbps = 0;
+  double host_gib_per_node = 0;
+};
+
+// How documents are packed into one sequence (the plan's mask key).
+enum class DocMode { causal, fixed, histogram };
+struct DocBin {
+  int64_t tokens = 0;              // bin upper edge
+  double fraction = 0;             // fraction of documents in the bin
+};
+
+constexpr int kCpKinds = 5;        // ring, zigzag, allgather, ulysses, usp (CpKind order)
+
+struct Inputs {
+  std::string model;               // profile name/alias, or a path to a Hugging Face config.json
+  std::string cluster;             // profile name, <nodes>x<gpus>x<gpu>, or a cluster JSON path
+  ClusterEdit cluster_edit;
+  std::string runtime;
+  int64_t seq_tokens = 131072;
+  int64_t global_batch_tokens = 0; // 0: one sequence per data-parallel rank
+  DocMode docs = DocMode::causal;
+  int64_t doc_tokens = 8192;       // DocMode::fixed
+  std::vector<DocBin> doc_bins{{2048, 0.8}, {32768, 0.2}};
+  bool sorted_packing = false;
+  bool fp8 = false;
+  // constraints for the search
+  std::array<bool, kCpKinds> cp_kinds{true, true, true, true, true};
+  bool allow_offload = true;
+  std::string tp_values, cp_values;  // "1,2,4"; empty = every valid degree
+  bool objective_memory = false;
+  int refine = 20;
+};
+
+struct View {
+  std::string tab = "memory";      // memory | plans | pareto | timeline | maxseq | measured
+  float left_width = 420;
+  int window_width = 1600, window_height = 1000;
+  std::string table_filter;
+  bool fits_only = false;
+  int sort_column = 0;             // PlanColumn
+  bool sort_descending = false;
+  double timeline_t0 = 0, timeline_t1 = 0;  // seconds; equal = the whole step
+  int64_t maxseq_max_gpus = 256;
+  bool pareto_step_time = false;   // y axis: seconds per million tokens (the frontier's measure), or step time
+};
+
+struct GuiState {
+  Inputs inputs;
+  std::string plan;                // the selected plan, key=value text
+  View view;
+  std::string measured_path;       // a ctxrun report (or any prediction-shaped JSON) to overlay
+  // Headless runs only (never persisted):
+  bool run_search = true;          // start the search
+  int select_rank = -1;            // after the search: select the plan ranked N (0 = best)
+  bool run_maxseq = false;         // compute the max-seq curve
+};
+
+GuiState default_state();
+std::string cp_kind_name(int i);    // "ring", ...
+
+// The mask key the document inputs stand for ("causal", "doc:8192", "doc:hist:2048@0.8/...").
+std::string mask_text(const Inputs& in);
+
+json state_to_json(const GuiState& s, bool include_headless = false);
+// Reads a state document over `base` (missing fields keep base's values); errors name `where`
+// and the field path.
+GuiState state_from_json(const json& j, const std::string& where, const GuiState& base);
+
+// $XDG_CONFIG_HOME/ctxplan (or ~/.config/ctxplan); created on demand by save_settings.
+std::string config_dir();
+void save_state_file(const std::string& path, const GuiState& s);
+
+}  // namespace ctx::gui

@@ -1,0 +1,108 @@
+// Above the tabs: the selected plan (editable), its headline numbers, the search's progress with
+// a cancel button, the actions (export plan.json, copy the ctxplan command line, save a PNG),
+// and the error panel.
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include <filesystem>
+
+#include "gui/panels.hpp"
+
+namespace ctx::gui {
+
+void draw_selected_plan_header(App& app, FrameRequests& req) {
+  ImGui::TextUnformatted("Selected plan");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(-1);
+  if (ImGui::InputText("##plan", &app.state.plan, ImGuiInputTextFlags_EnterReturnsTrue) || ImGui::IsItemDeactivatedAfterEdit())
+    app.plan_changed();
+  record_last_item(app, "header.plan");
+
+  if (app.have_prediction) {
+    const Prediction& p = app.prediction;
+    const MemoryPrediction& m = p.memory;
+    ImGui::TextColored(fit_color(m.fits()), "%s", m.fits() ? "FITS" : (m.fits_device ? "HOST MEMORY EXCEEDED" : "DOES NOT FIT"));
+    ImGui::SameLine();
+    ImGui::Text("peak %s of %s (headroom %s) | host %s of %s per node | step %s | %.0f tokens/s | MFU %.1f%%", gib_text(m.peak.total()).c_str(),
+                gib_text(m.device_capacity_bytes).c_str(), gib_text(m.headroom_bytes()).c_str(),
+                gib_text(m.host_total_bytes_per_node).c_str(), gib_text(m.host_capacity_bytes_per_node).c_str(),
+                seconds_text(p.time.step_seconds).c_str(), p.time.tokens_per_second, p.time.mfu * 100);
+    ImGui::TextDisabled("%s on %s (%lld GPUs), %s tokens, runtime %s: %s", p.model.c_str(), p.cluster.c_str(),
+                        static_cast<long long>(p.world), tokens_text(p.seq).c_str(), p.runtime.c_str(), plan_to_string(p.plan).c_str());
+  } else {
+    ImGui::TextDisabled("no prediction yet");
+  }
+
+  // search status
+  if (app.search_running()) {
+    ImGui::ProgressBar(static_cast<float>(app.search_progress()), ImVec2(240, 0), "searching plans");
+    record_last_item(app, "header.progress");
+    ImGui::SameLine();
+    if (ImGui::Button("Cancel search")) app.cancel_search();
+  } else {
+    if (ImGui::Button(app.table_current() ? "Search again" : "Search plans")) app.start_search();
+    ImGui::SameLine();
+    if (app.table.rows.empty()) ImGui::TextDisabled("no search yet");
+    else
+      ImGui::TextDisabled("%s%lld plans enumerated, %lld valid, %lld fit, %lld simulated in %.2f s%s",
+                          app.table_current() ? "" : "(previous inputs) ", static_cast<long long>(app.table.enumerated),
+                          static_cast<long long>(app.table.valid), static_cast<long long>(app.table.fitting),
+                          static_cast<long long>(app.table.simulated), app.table.seconds, app.table.cancelled ? " (cancelled)" : "");
+  }
+
+  // actions
+  static std::string export_path = "plan.json", png_path = "ctxplan-gui.png";
+  ImGui::SetNextItemWidth(160);
+  ImGui::InputText("##exportpath", &export_path);
+  ImGui::SameLine();
+  const std::string cluster_file =
+      std::filesystem::path(export_path).replace_extension(".cluster.json").string();
+  if (ImGui::Button("Export plan.json")) {
+    try {
+      app.export_plan(export_path);
+      app.status = "wrote " + export_path;
+      app.errors.erase("action");
+    } catch (const InputError& e) {
+      app.set_error("action", e);
+    }
+  }
+  ImGui::SameLine();
+  if (ImGui::Button("Copy command line")) {
+    req.copy_text = app.command_line(cluster_file);
+    app.status = "copied: " + req.copy_text;
+  }
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(160);
+  ImGui::InputText("##pngpath", &png_path);
+  ImGui::SameLine();
+  if (ImGui::Button("Save PNG")) req.save_png = png_path;
+  if (!app.status.empty()) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("%s", app.status.c_str());
+  }
+  app.shown["header"] = {{"command_line", app.command_line(cluster_file)}};
+  ImGui::Separator();
+}
+
+void draw_error_panel(App& app) {
+  if (app.errors.empty()) return;
+  ImGui::PushStyleColor(ImGuiCol_ChildBg, ImVec4(0.35f, 0.08f, 0.08f, 1));
+  const float line = ImGui::GetTextLineHeightWithSpacing();
+  const float height = std::min(8.0f, 1.6f + 2.0f * static_cast<float>(app.errors.size())) * line;
+  ImGui::BeginChild("errors", ImVec2(0, height), true);
+  ImGui::TextColored(ImVec4(1, 0.75f, 0.75f, 1), "Errors%s", app.using_previous_inputs ? " (showing the previous inputs)" : "");
+  std::string dismiss;
+  for (auto& [source, e] : app.errors) {
+    ImGui::PushID(source.c_str());
+    if (ImGui::SmallButton("dismiss")) dismiss = source;
+    ImGui::SameLine();
+    ImGui::TextWrapped("[%s] %s", source.c_str(), e.message.c_str());
+    ImGui::PopID();
+  }
+  ImGui::EndChild();
+  record_last_item(app, "errors");
+  ImGui::PopStyleColor();
+  if (!dismiss.empty()) app.errors.erase(dismiss);
+}
+
+}  // namespace ctx::gui

@@ -1,0 +1,48 @@
+// The plan table's data: every valid plan of the search space, fitting or not. Fitting plans come
+// ranked from search_plans (closed-form time, finalists simulated); plans that do not fit are added
+// with their memory only, so the table shows why they fall out. Runs on the search worker.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "planner/search.hpp"
+
+namespace ctx::gui {
+
+struct PlanRow {
+  Plan plan;
+  std::string text;               // plan_to_string
+  int rank = -1;                  // position in the search's ranking (fitting plans), else -1
+  bool fits = false;
+  bool simulated = false;
+  bool pareto = false;
+  double peak_bytes = 0, capacity_bytes = 0, host_bytes_per_node = 0;
+  double step_seconds = 0;        // 0 when the plan does not fit (not timed)
+  double tokens_per_second = 0;
+  double mfu = 0;
+  std::string why;
+};
+
+struct PlanTable {
+  std::vector<PlanRow> rows;      // fitting plans in rank order, then the rest in enumeration order
+  int64_t enumerated = 0, valid = 0, fitting = 0, simulated = 0;
+  double seconds = 0;
+  bool cancelled = false;
+  bool complete = false;          // a finished (not cancelled) search
+  std::string no_fit_reason;
+  std::string job_key;            // the job it belongs to
+};
+
+PlanTable build_plan_table(const SearchRequest& req, const std::function<bool(double)>& progress);
+
+// Columns of the table, in display order (also the sort keys).
+enum class PlanColumn : int { rank, plan, fits, step, tokens_per_second, mfu, peak, headroom, host, count };
+const char* column_name(PlanColumn c);
+// Row indices in display order: filtered by `filter` (substring of the plan text, case-insensitive;
+// several words separated by spaces must all match) and fits_only, sorted by the column.
+std::vector<int> table_order(const PlanTable& t, const std::string& filter, bool fits_only, PlanColumn sort_by,
+                             bool descending);
+
+}  // namespace ctx::gui

@@ -1,0 +1,98 @@
+#include "gui/resolve_inputs.hpp"
+
+#include <sstream>
+
+namespace ctx::gui {
+
+std::vector<int64_t> parse_degree_list(const std::string& text, const std::string& field) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (item.empty()) continue;
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != item.size() || v < 1 || v > (1 << 20))
+      throw InputError(kInputsWhere, field, "'" + item + "' is not a degree; expected a list such as 1,2,4,8");
+    out.push_back(v);
+  }
+  return out;
+}
+
+ResolvedJob resolve_inputs(const Profiles& profiles, const Inputs& in) {
+  ResolvedJob job;
+  if (in.seq_tokens < 1024 || in.seq_tokens > (int64_t(1) << 30))
+    throw InputError(kInputsWhere, "seq", "sequence length " + std::to_string(in.seq_tokens) + " is outside 1K..1G tokens");
+  job.seq_tokens = in.seq_tokens;
+  job.model = resolve_model(profiles, in.model);
+  job.cluster = resolve_cluster(profiles, in.cluster);
+  const ClusterEdit& e = in.cluster_edit;
+  if (e.enabled) {
+    // shape first (the GPU's default fabric), then the links and host memory the person typed
+    const HardwareSpec& gpu = e.gpu.empty() ? job.cluster.gpu : resolve_hardware(profiles, e.gpu);
+    ClusterSpec base = job.cluster;
+    job.cluster = make_cluster(gpu, e.nodes, e.gpus_per_node);
+    if (gpu.name == base.gpu.name) {
+      job.cluster.intra_bytes_per_second = base.intra_bytes_per_second;
+      job.cluster.inter_bytes_per_second = base.inter_bytes_per_second;
+      job.cluster.intra_latency_seconds = base.intra_latency_seconds;
+      job.cluster.inter_latency_seconds = base.inter_latency_seconds;
+      job.cluster.host_bytes_per_node = base.host_bytes_per_node;
+    }
+    if (e.intra_gbps > 0) job.cluster.intra_bytes_per_second = e.intra_gbps * 1e9;
+    if (e.inter_gbps > 0) job.cluster.inter_bytes_per_second = e.inter_gbps * 1e9;
+    if (e.host_gib_per_node > 0) job.cluster.host_bytes_per_node = static_cast<int64_t>(e.host_gib_per_node * 1024.0 * 1024 * 1024);
+    job.cluster.name = "edited-" + job.cluster.name;
+    job.cluster.source = "edited in ctxplan-gui from " + in.cluster;
+  }
+  job.runtime = resolve_runtime(profiles, in.runtime);
+  if (in.docs == DocMode::histogram && in.doc_bins.empty())
+    throw InputError(kInputsWhere, "docs.bins", "a histogram needs at least one [tokens, fraction] bin");
+  std::string base = "mask=" + mask_text(in) + ",packing=" + (in.sorted_packing ? "sorted" : "greedy") +
+                     ",precision=" + (in.fp8 ? "fp8" : "bf16");
+  job.base = parse_plan(base, std::string(kInputsWhere) + " (documents)");
+
+  SearchRequest& r = job.request;
+  r.model = job.model;
+  r.cluster = job.cluster;
+  r.runtime = job.runtime;
+  r.seq = job.seq_tokens;
+  if (in.global_batch_tokens < 0) throw InputError(kInputsWhere, "global_batch_tokens", "must be >= 0");
+  r.global_batch_tokens = in.global_batch_tokens;
+  r.objective = in.objective_memory ? Objective::memory : Objective::time;
+  r.base = job.base;
+  for (int i = 0; i < kCpKinds; ++i)
+    if (in.cp_kinds[i]) r.cp_kinds.push_back(static_cast<CpKind>(i));
+  if (r.cp_kinds.empty()) throw InputError(kInputsWhere, "constraints.cp_kinds", "allow at least one CP kind");
+  if (r.cp_kinds.size() == kCpKinds) r.cp_kinds.clear();
+  r.allow_offload = in.allow_offload;
+  r.tp_values = parse_degree_list(in.tp_values, "constraints.tp");
+  r.cp_values = parse_degree_list(in.cp_values, "constraints.cp");
+  r.refine = in.refine;
+  r.top_k = 10;
+
+  // the key: every input the job depends on, plus what the files resolved to
+  std::ostringstream k;
+  k << state_to_json(GuiState{in, "", View{}, ""})["inputs"].dump() << "|" << job.model.name << "|" << job.model.layers << "|"
+    << job.model.hidden << "|" << job.cluster.name << "|" << job.cluster.host_bytes_per_node;
+  job.key = k.str();
+  return job;
+}
+
+Plan selected_plan(const ResolvedJob& job, const std::string& text) {
+  Plan p = parse_plan(text, "selected plan");
+  p.mask = job.base.mask;
+  p.docs = job.base.docs;
+  p.sorted_packing = job.base.sorted_packing;
+  p.precision = job.base.precision;
+  return p;
+}
+
+}  // namespace ctx::gui
