@@ -118,7 +118,9 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   std::vector<OpCost>& f = k.forward_ops;
   double qkv_flops = 2.0 * T * h * (q_local + 2.0 * kv_local);
   double o_flops = 2.0 * T * q_local * h;
-  double up_flops = 2.0 * T * h * 2.0 * F, down_flops = 2.0 * T * F * h;
+  // SwiGLU has two input projections (gate, up), a GELU MLP one (up); both one down projection
+  const double up_mats = m.activation == ActivationKind::swiglu ? 2.0 : 1.0;
+  double up_flops = 2.0 * T * h * up_mats * F, down_flops = 2.0 * T * F * h;
   double norm_bytes = 2.0 * Tsp * h * a, resid_bytes = 3.0 * Tsp * h * a;
   f.push_back(op("attn_norm", 0, norm_bytes, price.memory(norm_bytes)));
   f.push_back(op("qkv_proj", qkv_flops, 0, price.gemm(qkv_flops)));
@@ -130,7 +132,7 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   f.push_back(op("mlp_norm", 0, norm_bytes, price.memory(norm_bytes)));
   const size_t post_end = f.size();
   f.push_back(op("gate_up_proj", up_flops, 0, price.gemm(up_flops, chunks)));
-  double act_bytes = 3.0 * T * F * a;
+  double act_bytes = (up_mats + 1.0) * T * F * a;  // the activation reads its inputs (gate and up, or up) and writes one output
   f.push_back(op("swiglu", 0, act_bytes, chunks * price.memory(act_bytes / chunks)));
   f.push_back(op("down_proj", down_flops, 0, price.gemm(down_flops, chunks)));
   f.push_back(op("residual", 0, resid_bytes, price.memory(resid_bytes)));
