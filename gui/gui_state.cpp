@@ -103,6 +103,8 @@ void read_view(const JsonReader& r, View& v) {
   v.timeline_t0 = r.number_or("timeline_t0", v.timeline_t0);
   v.timeline_t1 = r.number_or("timeline_t1", v.timeline_t1);
   if (r.has("maxseq_max_gpus")) v.maxseq_max_gpus = r.integer_in("maxseq_max_gpus", 1, 1 << 20);
+  v.export_path = r.string_or("export_path", v.export_path);
+  v.png_path = r.string_or("png_path", v.png_path);
   v.pareto_step_time = r.boolean_or("pareto_step_time", v.pareto_step_time);
 }
 
@@ -184,12 +186,15 @@ json state_to_json(const GuiState& s, bool include_headless) {
                {"timeline_t0", v.timeline_t0},
                {"timeline_t1", v.timeline_t1},
                {"maxseq_max_gpus", v.maxseq_max_gpus},
+               {"export_path", v.export_path},
+               {"png_path", v.png_path},
                {"pareto_step_time", v.pareto_step_time}};
   j["measured"] = s.measured_path;
   if (include_headless) {
     j["search"] = s.run_search;
     j["select_rank"] = s.select_rank;
     j["maxseq"] = s.run_maxseq;
+    j["export_plan"] = s.export_plan;
   }
   return j;
 }
@@ -199,10 +204,10 @@ GuiState state_from_json(const json& j, const std::string& where, const GuiState
   std::string schema = r.string_or("schema", "ctxplan.gui-state/1");
   if (schema != "ctxplan.gui-state/1") r.fail("schema", "expected \"ctxplan.gui-state/1\", got \"" + schema + "\"");
   for (auto& [key, _] : j.items()) {
-    static const char* const known[] = {"schema", "inputs", "plan", "view", "measured", "search", "select_rank", "maxseq"};
+    static const char* const known[] = {"schema", "inputs", "plan", "view", "measured", "search", "select_rank", "maxseq", "export_plan"};
     bool ok = false;
     for (const char* k : known) ok |= key == k;
-    if (!ok) r.fail(key, "unknown field; valid: schema, inputs, plan, view, measured, search, select_rank, maxseq");
+    if (!ok) r.fail(key, "unknown field; valid: schema, inputs, plan, view, measured, search, select_rank, maxseq, export_plan");
   }
   GuiState s = base;
   if (r.has("inputs")) read_inputs(r.object("inputs"), s.inputs);
@@ -215,6 +220,8 @@ GuiState state_from_json(const json& j, const std::string& where, const GuiState
     if (s.select_rank < -1) r.fail("select_rank", "must be >= 0 (or -1: keep the plan)");
   }
   s.run_maxseq = r.boolean_or("maxseq", s.run_maxseq);
+  s.export_plan = r.string_or("export_plan", s.export_plan);
+  if (!s.export_plan.empty()) s.view.export_path = s.export_plan;
   return s;
 }
 

@@ -62,6 +62,8 @@ struct View {
   bool sort_descending = false;
   double timeline_t0 = 0, timeline_t1 = 0;  // seconds; equal = the whole step
   int64_t maxseq_max_gpus = 256;
+  std::string export_path = "plan.json";     // Export plan.json writes here (and <stem>.cluster.json)
+  std::string png_path = "ctxplan-gui.png";  // Save PNG writes here
   bool pareto_step_time = false;   // y axis: seconds per million tokens (the frontier's measure), or step time
 };
 
@@ -74,6 +76,7 @@ struct GuiState {
   bool run_search = true;          // start the search
   int select_rank = -1;            // after the search: select the plan ranked N (0 = best)
   bool run_maxseq = false;         // compute the max-seq curve
+  std::string export_plan;         // before the screenshot: export the selected plan here (sets view.export_path)
 };
 
 GuiState default_state();

@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   if (!settings.empty() && fs::exists(settings)) {
     try {
       app.state = state_from_json(read_json_file(settings), settings, app.state);
-      app.state.run_search = true, app.state.select_rank = -1, app.state.run_maxseq = false;
+      app.state.run_search = true, app.state.select_rank = -1, app.state.run_maxseq = false, app.state.export_plan.clear();
     } catch (const InputError& e) {
       app.set_error("settings", e);
     }
@@ -168,6 +168,14 @@ int main(int argc, char** argv) {
       idle_frames = app.idle() ? idle_frames + 1 : 0;
       timed_out = now - started > o.timeout_seconds;
       if ((frame >= o.frames && idle_frames >= 3) || timed_out) {
+        if (!app.state.export_plan.empty()) {
+          try {
+            app.export_plan(app.state.export_plan);
+            app.status = "wrote " + app.state.export_plan;
+          } catch (const InputError& e) {
+            app.set_error("action", e);
+          }
+        }
         try {
           save_framebuffer_png(o.screenshot, fb_w, fb_h);
           json report = app.report(frame);

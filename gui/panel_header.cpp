@@ -51,7 +51,8 @@ void draw_selected_plan_header(App& app, FrameRequests& req) {
   }
 
   // actions
-  static std::string export_path = "plan.json", png_path = "ctxplan-gui.png";
+  std::string& export_path = app.state.view.export_path;
+  std::string& png_path = app.state.view.png_path;
   ImGui::SetNextItemWidth(160);
   ImGui::InputText("##exportpath", &export_path);
   ImGui::SameLine();

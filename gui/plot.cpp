@@ -151,7 +151,7 @@ void PlotFrame::layout(const char* id, ImVec2 size, float left_margin) {
   outer_min_ = ImGui::GetCursorScreenPos();
   outer_max_ = ImVec2(outer_min_.x + size.x, outer_min_.y + size.y);
   inner_min_ = ImVec2(outer_min_.x + left_margin, outer_min_.y + kTopMargin);
-  inner_max_ = ImVec2(outer_max_.x - kRightMargin, outer_max_.y - (x_.label.empty() ? 1.4f : 2.6f) * line);
+  inner_max_ = ImVec2(outer_max_.x - kRightMargin, outer_max_.y - (x_.label.empty() && x_.categories.empty() ? 1.4f : 2.6f) * line);
   dl_->AddRectFilled(inner_min_, inner_max_, ImGui::GetColorU32(ImGuiCol_FrameBg));
   dl_->AddRect(inner_min_, inner_max_, ImGui::GetColorU32(ImGuiCol_Border));
   ImGui::SetCursorScreenPos(inner_min_);
@@ -166,13 +166,21 @@ void PlotFrame::layout(const char* id, ImVec2 size, float left_margin) {
 void PlotFrame::draw_x_axis() {
   const float line = ImGui::GetTextLineHeight();
   const int max_ticks = std::max(2, static_cast<int>((inner_max_.x - inner_min_.x) / 90));
+  // categorical labels that would overlap their neighbours alternate between two lines
+  bool stagger = false;
+  if (!x_.categories.empty() && x_.categories.size() > 1) {
+    const float spacing = std::abs(px(1) - px(0));
+    for (auto& c : x_.categories) stagger = stagger || ImGui::CalcTextSize(c.c_str()).x > spacing - 6;
+  }
+  int index = 0;
   for (double v : axis_ticks(x_, max_ticks)) {
     const float sx = px(v);
+    const float dy = stagger && (index++ % 2 == 1) ? line : 0;
     if (x_.categories.empty()) dl_->AddLine(ImVec2(sx, inner_min_.y), ImVec2(sx, inner_max_.y), grid_color());
     dl_->AddLine(ImVec2(sx, inner_max_.y), ImVec2(sx, inner_max_.y + kTickLength), text_color());
     const std::string s = tick_label(x_, v);
     const float w = ImGui::CalcTextSize(s.c_str()).x;
-    dl_->AddText(ImVec2(sx - w * 0.5f, inner_max_.y + kTickLength), text_color(), s.c_str());
+    dl_->AddText(ImVec2(sx - w * 0.5f, inner_max_.y + kTickLength + dy), text_color(), s.c_str());
   }
   if (!x_.label.empty()) {
     const float w = ImGui::CalcTextSize(x_.label.c_str()).x;

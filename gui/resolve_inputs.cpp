@@ -80,7 +80,9 @@ ResolvedJob resolve_inputs(const Profiles& profiles, const Inputs& in) {
 
   // the key: every input the job depends on, plus what the files resolved to
   std::ostringstream k;
-  k << state_to_json(GuiState{in, "", View{}, ""})["inputs"].dump() << "|" << job.model.name << "|" << job.model.layers << "|"
+  GuiState only_inputs;
+  only_inputs.inputs = in;
+  k << state_to_json(only_inputs)["inputs"].dump() << "|" << job.model.name << "|" << job.model.layers << "|"
     << job.model.hidden << "|" << job.cluster.name << "|" << job.cluster.host_bytes_per_node;
   job.key = k.str();
   return job;

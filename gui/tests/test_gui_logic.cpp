@@ -1,0 +1,242 @@
+// The explorer's logic without a window: state documents round-trip and name the field they
+// reject, inputs resolve like the CLI (cluster edits included), the plan table holds every valid
+// plan with the search's ranking and filters/sorts as documented, measured reports are compared
+// field by field, and the search worker can be cancelled.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "gui/app.hpp"
+#include "gui/background_job.hpp"
+#include "gui/gui_state.hpp"
+#include "gui/measured.hpp"
+#include "gui/plan_rows.hpp"
+#include "gui/resolve_inputs.hpp"
+
+namespace {
+
+using namespace ctx;
+using namespace ctx::gui;
+
+const Profiles& profiles() {
+  static Profiles p = load_profiles(std::string(CTXPLAN_SOURCE_DIR) + "/profiles");
+  return p;
+}
+
+std::string error_field(const json& j) {
+  try {
+    state_from_json(j, "state.json", default_state());
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where, "state.json");
+    return e.field;
+  }
+  return "(accepted)";
+}
+
+TEST(GuiState, RoundTripsThroughJson) {
+  GuiState s = default_state();
+  s.inputs.model = "Qwen3-32B";
+  s.inputs.seq_tokens = 1 << 20;
+  s.inputs.docs = DocMode::histogram;
+  s.inputs.doc_bins = {{1024, 0.5}, {65536, 0.5}};
+  s.inputs.cp_kinds = {false, true, false, true, false};
+  s.inputs.cluster_edit = {true, 4, 8, "H200-141GB", 450, 50, 1024};
+  s.plan = "tp=8,cp=4";
+  s.view.tab = "timeline";
+  s.view.timeline_t0 = 0.5;
+  s.view.timeline_t1 = 1.25;
+  const json j = state_to_json(s);
+  EXPECT_EQ(state_to_json(state_from_json(j, "x", default_state())), j);
+}
+
+TEST(GuiState, MissingFieldsKeepTheBase) {
+  GuiState base = default_state();
+  base.inputs.seq_tokens = 65536;
+  GuiState s = state_from_json(json{{"plan", "cp=4"}}, "x", base);
+  EXPECT_EQ(s.inputs.seq_tokens, 65536);
+  EXPECT_EQ(s.plan, "cp=4");
+}
+
+TEST(GuiState, BadFieldsAreNamed) {
+  EXPECT_EQ(error_field(json{{"view", {{"tab", "gantt"}}}}), "view.tab");
+  EXPECT_EQ(error_field(json{{"inputs", {{"seq", -5}}}}), "inputs.seq");
+  EXPECT_EQ(error_field(json{{"inputs", {{"docs", {{"bins", {{2048, "half"}}}}}}}}), "inputs.docs.bins[0]");
+  EXPECT_EQ(error_field(json{{"inputs", {{"constraints", {{"cp_kinds", {"spiral"}}}}}}}), "inputs.constraints.cp_kinds");
+  EXPECT_EQ(error_field(json{{"colour", "blue"}}), "colour");
+  EXPECT_EQ(error_field(json{{"schema", "ctxplan.plan/1"}}), "schema");
+}
+
+TEST(ResolveInputs, MaskTextIsWhatThePlanParserReads) {
+  Inputs in = default_state().inputs;
+  in.docs = DocMode::histogram;
+  in.doc_bins = {{2048, 0.8}, {32768, 0.2}};
+  const Plan p = parse_plan("mask=" + mask_text(in));
+  const Plan q = parse_plan("mask=doc:hist:2048@0.8/32768@0.2");
+  EXPECT_EQ(mask_to_string(p), mask_to_string(q));
+  in.docs = DocMode::fixed;
+  in.doc_tokens = 8192;
+  EXPECT_EQ(mask_text(in), "doc:8192");
+}
+
+TEST(ResolveInputs, ClusterEditsOverrideTheProfile) {
+  Inputs in = default_state().inputs;
+  in.cluster_edit = {true, 2, 4, "", 0, 25, 512};
+  const ResolvedJob job = resolve_inputs(profiles(), in);
+  EXPECT_EQ(job.cluster.nodes, 2);
+  EXPECT_EQ(job.cluster.gpus_per_node, 4);
+  EXPECT_EQ(job.cluster.gpu.name, "H100-SXM-80GB");
+  EXPECT_DOUBLE_EQ(job.cluster.inter_bytes_per_second, 25e9);
+  EXPECT_DOUBLE_EQ(job.cluster.intra_bytes_per_second, resolve_cluster(profiles(), "8xh100").intra_bytes_per_second);
+  EXPECT_EQ(job.cluster.host_bytes_per_node, int64_t(512) << 30);
+  EXPECT_EQ(job.request.cluster.nodes, 2);
+}
+
+TEST(ResolveInputs, BadInputsNameTheField) {
+  Inputs in = default_state().inputs;
+  in.tp_values = "1,two";
+  try {
+    resolve_inputs(profiles(), in);
+    FAIL() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where, "inputs");
+    EXPECT_EQ(e.field, "constraints.tp");
+  }
+  in = default_state().inputs;
+  in.cp_kinds.fill(false);
+  EXPECT_THROW(resolve_inputs(profiles(), in), InputError);
+  in = default_state().inputs;
+  in.model = "Llama-9";
+  EXPECT_THROW(resolve_inputs(profiles(), in), InputError);
+}
+
+struct SmallTable : ::testing::Test {
+  static SearchRequest request() {
+    SearchRequest r = resolve_inputs(profiles(), default_state().inputs).request;
+    r.cluster = resolve_cluster(profiles(), "4xh100");
+    return r;
+  }
+  static const PlanTable& table() {
+    static PlanTable t = build_plan_table(request(), {});
+    return t;
+  }
+};
+
+TEST_F(SmallTable, HoldsEveryValidPlanFittingFirstInSearchOrder) {
+  const SearchResult s = search_plans(request());
+  const PlanTable& t = table();
+  EXPECT_TRUE(t.complete);
+  EXPECT_EQ(static_cast<int64_t>(t.rows.size()), s.valid);
+  ASSERT_GE(t.rows.size(), s.ranked.size());
+  for (size_t i = 0; i < s.ranked.size(); ++i) {
+    EXPECT_EQ(t.rows[i].text, plan_to_string(s.ranked[i].plan));
+    EXPECT_TRUE(t.rows[i].fits);
+    EXPECT_EQ(t.rows[i].rank, static_cast<int>(i));
+  }
+  for (size_t i = s.ranked.size(); i < t.rows.size(); ++i) EXPECT_FALSE(t.rows[i].fits) << t.rows[i].text;
+  size_t frontier = 0;
+  for (auto& r : t.rows) frontier += r.pareto;
+  EXPECT_EQ(frontier, s.pareto.size());
+}
+
+TEST_F(SmallTable, FilterKeepsRowsWithEveryWord) {
+  const PlanTable& t = table();
+  const std::vector<int> order = table_order(t, "ZIGZAG  zero=3", false, PlanColumn::rank, false);
+  ASSERT_FALSE(order.empty());
+  size_t expected = 0;
+  for (auto& r : t.rows) expected += r.text.find("zigzag") != std::string::npos && r.text.find("zero=3") != std::string::npos;
+  EXPECT_EQ(order.size(), expected);
+  const std::vector<int> fitting = table_order(t, "", true, PlanColumn::rank, false);
+  EXPECT_EQ(static_cast<int64_t>(fitting.size()), t.fitting);
+}
+
+TEST_F(SmallTable, SortsByPeakEitherWayAndByRankFirstToLast) {
+  const PlanTable& t = table();
+  std::vector<int> up = table_order(t, "", false, PlanColumn::peak, false);
+  for (size_t i = 1; i < up.size(); ++i) EXPECT_LE(t.rows[up[i - 1]].peak_bytes, t.rows[up[i]].peak_bytes);
+  std::vector<int> down = table_order(t, "", false, PlanColumn::peak, true);
+  for (size_t i = 1; i < down.size(); ++i) EXPECT_GE(t.rows[down[i - 1]].peak_bytes, t.rows[down[i]].peak_bytes);
+  std::vector<int> rank = table_order(t, "", false, PlanColumn::rank, false);
+  for (int i = 0; i < t.fitting; ++i) EXPECT_EQ(t.rows[rank[i]].rank, i);
+  std::vector<int> tps = table_order(t, "", true, PlanColumn::tokens_per_second, false);
+  for (size_t i = 1; i < tps.size(); ++i) EXPECT_GE(t.rows[tps[i - 1]].tokens_per_second, t.rows[tps[i]].tokens_per_second);
+}
+
+TEST(Measured, ReportFieldsWithWrongTypesAreNamed) {
+  const std::string path = ::testing::TempDir() + "bad_report.json";
+  write_file_atomic(path, R"({"schema": "ctxrun.report/1", "memory": {"peak_bytes": "lots"}})");
+  try {
+    load_measured_report(path);
+    FAIL() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where, path);
+    EXPECT_EQ(e.field, "memory.peak_bytes");
+  }
+  write_file_atomic(path, R"({"schema": "something/1"})");
+  EXPECT_THROW(load_measured_report(path), InputError);
+}
+
+TEST(Measured, APredictionComparedWithItselfHasNoError) {
+  const std::string path = ::testing::TempDir() + "self_report.json";
+  const ResolvedJob job = resolve_inputs(profiles(), default_state().inputs);
+  const Prediction p = predict(job.model, job.cluster, job.runtime, selected_plan(job, default_state().plan), job.seq_tokens);
+  write_file_atomic(path, prediction_to_json(p).dump());
+  const MeasuredReport m = load_measured_report(path);
+  const std::vector<ComparisonRow> rows = compare_to_prediction(m, p);
+  EXPECT_EQ(rows.size(), m.values.size());
+  EXPECT_GE(rows.size(), static_cast<size_t>(kMemCategories + 6));
+  for (auto& r : rows) EXPECT_EQ(r.relative_error, 0.0) << r.name;
+  EXPECT_TRUE(job_mismatches(m, p).empty());
+}
+
+TEST(BackgroundJob, CancelStopsTheWorkAndStartingAgainReplacesIt) {
+  BackgroundJob<int> job;
+  job.start([](const BackgroundJob<int>::Progress& progress) {
+    for (int i = 0; i < 100000; ++i) {
+      if (!progress(i / 100000.0)) return -1;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    return 1;
+  });
+  EXPECT_TRUE(job.running());
+  job.start([](const BackgroundJob<int>::Progress&) { return 2; });  // cancels the first
+  int result = 0;
+  for (int i = 0; i < 2000 && !job.take(result); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(result, 2);
+  for (int i = 0; i < 2000 && job.busy(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_FALSE(job.busy()) << "the cancelled run did not stop";
+}
+
+TEST(App, BrokenInputsKeepThePreviousJobAndItsPrediction) {
+  App app(std::string(CTXPLAN_SOURCE_DIR) + "/profiles");
+  app.state.run_search = false;
+  app.update(0);
+  ASSERT_TRUE(app.have_prediction);
+  const double peak = app.prediction.memory.peak.total();
+  app.state.inputs.model = "/nonexistent/config.json";
+  app.inputs_changed(1);
+  app.update(2);
+  ASSERT_TRUE(app.errors.count("inputs"));
+  EXPECT_NE(app.errors["inputs"].message.find("/nonexistent/config.json"), std::string::npos);
+  EXPECT_TRUE(app.using_previous_inputs);
+  EXPECT_EQ(app.job->model.name, "Llama-3.1-8B");
+  EXPECT_EQ(app.prediction.memory.peak.total(), peak);
+  // fixing the input clears the error
+  app.state.inputs.model = "Llama-3.1-70B";
+  app.inputs_changed(3);
+  app.update(4);
+  EXPECT_FALSE(app.errors.count("inputs"));
+  EXPECT_EQ(app.prediction.model, "Llama-3.1-70B");
+}
+
+TEST(App, AnInvalidPlanIsAnErrorNotACrash) {
+  App app(std::string(CTXPLAN_SOURCE_DIR) + "/profiles");
+  app.state.run_search = false;
+  app.update(0);
+  app.select_plan("cp=3");
+  app.update(1);
+  ASSERT_TRUE(app.errors.count("plan"));
+  EXPECT_TRUE(app.have_prediction);  // the previous plan's prediction stays
+}
+
+}  // namespace
