@@ -209,7 +209,7 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
       return true;
     }
     ++r.fitting;
-    if (req.objective == Objective::time || true) {
+    {  // time is priced for every fitting plan (the memory objective still breaks ties by it)
       auto key = std::make_tuple(p.cp, static_cast<int>(p.cp_kind), ulysses_degree(p), p.dp);
       auto it = attention_cache.find(key);
       if (it == attention_cache.end()) {
@@ -306,7 +306,9 @@ namespace ctx {
 
 ClusterSpec resized_cluster(const ClusterSpec& c, int64_t gpus) {
   ClusterSpec r = c;
-  r.gpus_per_node = std::min(gpus, c.gpus_per_node);
+  // a one-GPU "cluster" written as 1xh100 grows into whole nodes of the GPU's default size
+  const int64_t node = c.nodes == 1 && c.gpus_per_node == 1 ? std::max<int64_t>(1, c.gpu.default_gpus_per_node) : c.gpus_per_node;
+  r.gpus_per_node = std::min(gpus, node);
   r.nodes = (gpus + r.gpus_per_node - 1) / r.gpus_per_node;
   r.name = std::to_string(r.nodes) + "x" + std::to_string(r.gpus_per_node) + "x" + c.gpu.name;
   return r;
@@ -317,7 +319,7 @@ std::string no_fit_advice(const SearchRequest& req) {
   Plan best;
   int64_t here = max_trainable_seq_any(req, req.seq, &best);
   if (here > 0) os << "A shorter sequence fits here: up to " << here << " tokens (" << plan_to_string(best) << "). ";
-  else os << "Not even the shortest sequence fits on these " << world_size(req.cluster) << " GPUs. ";
+  else os << "Not even the shortest sequence fits on " << world_size(req.cluster) << (world_size(req.cluster) == 1 ? " GPU. " : " GPUs. ");
   for (int64_t mult = 2; mult <= 64; mult *= 2) {
     SearchRequest more = req;
     more.cluster = resized_cluster(req.cluster, world_size(req.cluster) * mult);
