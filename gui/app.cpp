@@ -11,8 +11,8 @@ namespace {
 // Searches restart this long after the last input change, so dragging a slider does not start
 // one search per frame.
 constexpr double kSearchDebounceSeconds = 0.3;
-// The max-seq curve's ceiling: 4x the slider's top (16M tokens).
-constexpr int64_t kMaxSeqCeilingTokens = int64_t(1) << 26;
+// The max-seq curve's ceiling: 16x the slider's top (16M tokens); bisection makes it cheap.
+constexpr int64_t kMaxSeqCeilingTokens = int64_t(1) << 28;
 
 std::string shell_quote(const std::string& s) {
   bool plain = !s.empty();
@@ -155,6 +155,19 @@ void App::start_maxseq() {
   });
 }
 
+void App::use_measured_job() {
+  if (!measured) return;
+  if (!measured->model.empty()) state.inputs.model = measured->model;
+  if (!measured->cluster.empty()) {
+    state.inputs.cluster = measured->cluster;
+    state.inputs.cluster_edit.enabled = false;
+  }
+  if (!measured->runtime.empty()) state.inputs.runtime = measured->runtime;
+  if (measured->seq_tokens > 0) state.inputs.seq_tokens = measured->seq_tokens;
+  if (!measured->plan_text.empty()) state.plan = measured->plan_text;
+  inputs_dirty_ = plan_dirty_ = true;
+}
+
 void App::load_measured(const std::string& path) {
   state.measured_path = path;
   if (path.empty()) {
@@ -262,7 +275,7 @@ json App::report(int frames) const {
     for (auto& p : curve.points)
       pts.push_back({{"gpus", p.gpus}, {"family_tokens", p.family_tokens}, {"family_plan", p.family_plan}, {"any_tokens", p.any_tokens},
                      {"any_plan", p.any_plan}});
-    j["maxseq"] = {{"current", curve_current()}, {"family", curve.family}, {"points", pts}};
+    j["maxseq"] = {{"current", curve_current()}, {"family", curve.family}, {"hi_tokens", curve.hi_tokens}, {"points", pts}};
   }
   if (measured) {
     json rows = json::array();

@@ -54,6 +54,7 @@ class App {
   void start_maxseq();
   void cancel_maxseq() { maxseq_.cancel(); }
   void load_measured(const std::string& path);
+  void use_measured_job();  // set model, cluster, runtime, seq and plan to the report's
   void reload_profiles();
   void set_error(const std::string& source, const InputError& e);
   void set_error(const std::string& source, const std::string& message);

@@ -5,26 +5,44 @@
 namespace ctx::gui {
 namespace {
 
-// The comparable fields of a prediction-shaped document, as JSON pointers and labels.
+// The comparable fields: the Prediction's JSON pointer (what the report is compared with) and
+// where a report may carry it. A ctxplan.measurement/1 report times memory phases (forward, loss,
+// backward, optimizer) where the Prediction times forward, backward (loss included), optimizer, so
+// its backward is read as loss + backward.
 struct Field {
   std::string pointer, label;
   bool bytes;
+  std::vector<std::vector<std::string>> sources;  // alternatives, each a list of pointers summed
 };
 
 std::vector<Field> comparable_fields() {
-  std::vector<Field> f = {{"/memory/peak_bytes", "peak (device)", true}};
+  std::vector<Field> f = {{"/memory/peak_bytes", "peak (device)", true, {}}};
   for (int i = 0; i < kMemCategories; ++i) {
     const std::string cat = to_string(static_cast<Mem>(i));
-    f.push_back({"/memory/by_category/" + cat, "  " + cat, true});
+    f.push_back({"/memory/by_category/" + cat, "  " + cat, true, {}});
   }
-  f.push_back({"/memory/host_per_node/total_bytes", "host per node", true});
-  f.push_back({"/time/step_seconds", "step time (s)", false});
-  f.push_back({"/time/phases_seconds/forward", "  forward (s)", false});
-  f.push_back({"/time/phases_seconds/backward", "  backward (s)", false});
-  f.push_back({"/time/phases_seconds/optimizer", "  optimizer (s)", false});
-  f.push_back({"/time/tokens_per_second", "tokens/s", false});
-  f.push_back({"/time/mfu", "MFU", false});
+  for (int i = 0; i < kPhases; ++i) {
+    const std::string ph = to_string(static_cast<Phase>(i));
+    f.push_back({"/memory/phases/" + ph + "/peak_bytes", "peak in " + ph, true, {}});
+  }
+  f.push_back({"/memory/host_per_node/total_bytes", "host per node", true, {}});
+  f.push_back({"/time/step_seconds", "step time (s)", false, {}});
+  f.push_back({"/time/phases_seconds/forward", "  forward (s)", false, {{"/time/phases_seconds/forward"}, {"/time/phases/forward"}}});
+  f.push_back({"/time/phases_seconds/backward", "  backward incl. loss (s)", false,
+               {{"/time/phases_seconds/backward"}, {"/time/phases/loss", "/time/phases/backward"}}});
+  f.push_back({"/time/phases_seconds/optimizer", "  optimizer (s)", false, {{"/time/phases_seconds/optimizer"}, {"/time/phases/optimizer"}}});
+  f.push_back({"/time/tokens_per_second", "tokens/s", false, {}});
+  f.push_back({"/time/mfu", "MFU", false, {}});
+  for (auto& x : f)
+    if (x.sources.empty()) x.sources = {{x.pointer}};
   return f;
+}
+
+std::string dotted(const std::string& pointer) {
+  std::string s = pointer.substr(1);
+  for (auto& ch : s)
+    if (ch == '/') ch = '.';
+  return s;
 }
 
 }  // namespace
@@ -41,14 +59,20 @@ MeasuredReport load_measured_report(const std::string& path) {
   m.plan_text = r.string_or("plan_string", "");
   if (r.has("seq")) m.seq_tokens = r.integer("seq");
   for (const Field& f : comparable_fields()) {
-    const json::json_pointer ptr(f.pointer);
-    if (!j.contains(ptr) || j.at(ptr).is_null()) continue;
-    const json& v = j.at(ptr);
-    std::string field = f.pointer.substr(1);
-    for (auto& ch : field)
-      if (ch == '/') ch = '.';
-    if (!v.is_number()) throw InputError(path, field, "expected a number, got " + std::string(v.type_name()));
-    m.values.push_back({field, f.label, f.bytes, v.get<double>()});
+    // the first alternative whose pointers are all present
+    for (const auto& sum : f.sources) {
+      bool present = true;
+      for (auto& p : sum) present = present && j.contains(json::json_pointer(p)) && !j.at(json::json_pointer(p)).is_null();
+      if (!present) continue;
+      double total = 0;
+      for (auto& p : sum) {
+        const json& v = j.at(json::json_pointer(p));
+        if (!v.is_number()) throw InputError(path, dotted(p), "expected a number, got " + std::string(v.type_name()));
+        total += v.get<double>();
+      }
+      m.values.push_back({dotted(f.pointer), f.label, f.bytes, total});
+      break;
+    }
   }
   if (r.has("losses")) {
     const json& l = r.raw("losses");

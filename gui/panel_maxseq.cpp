@@ -48,6 +48,7 @@ void draw_maxseq_tab(App& app) {
   const int64_t current_seq = app.job ? app.job->seq_tokens : 0;
   const int64_t current_gpus = app.job ? world_size(app.job->cluster) : 0;
   if (current_seq > 0) lo = std::min(lo, current_seq), hi = std::max(hi, current_seq);
+  hi = std::max(hi, std::min(c.hi_tokens, hi * 2));  // room above the top point (and the ceiling when close)
   if (hi < lo) lo = 4096, hi = c.hi_tokens;
   Axis x{1, static_cast<double>(c.points.back().gpus), true, "GPUs", Axis::Format::count2};
   Axis y{static_cast<double>(lo), static_cast<double>(hi), true, "max trainable tokens per sequence", Axis::Format::tokens};
@@ -74,6 +75,10 @@ void draw_maxseq_tab(App& app) {
     f.hrule(static_cast<double>(current_seq), IM_COL32(200, 200, 200, 160), ("current " + tokens_text(current_seq)).c_str());
     f.point(static_cast<double>(current_gpus), static_cast<double>(current_seq), 6, IM_COL32(255, 255, 255, 255), false);
   }
+  bool at_ceiling = false;
+  for (auto& p : c.points)  // within 1% of the ceiling: the true maximum may be higher
+    at_ceiling = at_ceiling || std::max(p.any_tokens, p.family_tokens) >= c.hi_tokens / 100 * 99;
+  if (at_ceiling) f.hrule(static_cast<double>(c.hi_tokens), IM_COL32(235, 80, 80, 200), ("search ceiling " + tokens_text(c.hi_tokens)).c_str());
   f.legend({{"selected plan's family", fam}, {"best plan of the search space", any}}, true);
   if (hovered >= 0) {
     const MaxSeqPoint& p = c.points[static_cast<size_t>(hovered)];

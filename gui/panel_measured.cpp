@@ -39,6 +39,7 @@ void draw_measured_tab(App& app) {
   ImGui::TextDisabled("%s (%s)", m.path.c_str(), m.schema.c_str());
   const std::vector<std::string> mismatches = job_mismatches(m, app.prediction);
   for (auto& s : mismatches) ImGui::TextColored(ImVec4(0.95f, 0.75f, 0.3f, 1), "different job: %s", s.c_str());
+  if (!mismatches.empty() && ImGui::Button("Use the report's job (model, cluster, runtime, seq, plan)")) app.use_measured_job();
 
   // memory categories, predicted and measured side by side
   std::vector<const ComparisonRow*> mem;

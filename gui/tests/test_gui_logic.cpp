@@ -229,6 +229,25 @@ TEST(App, BrokenInputsKeepThePreviousJobAndItsPrediction) {
   EXPECT_EQ(app.prediction.model, "Llama-3.1-70B");
 }
 
+TEST(App, UsingAReportsJobMakesItsPredictionComparable) {
+  // a report of another job: tiny model, 2 GPUs, 4K tokens
+  const std::string path = ::testing::TempDir() + "tiny_report.json";
+  const Prediction tiny = predict(resolve_model(profiles(), "tiny"), resolve_cluster(profiles(), "2xh100"),
+                                  resolve_runtime(profiles(), "ctxrun"), parse_plan("cp=2,cp_kind=ring"), 4096);
+  write_file_atomic(path, prediction_to_json(tiny).dump());
+  App app(std::string(CTXPLAN_SOURCE_DIR) + "/profiles");
+  app.state.run_search = false;
+  app.update(0);
+  app.load_measured(path);
+  ASSERT_TRUE(app.measured);
+  EXPECT_EQ(job_mismatches(*app.measured, app.prediction).size(), 4u);  // model, cluster, seq, plan
+  app.use_measured_job();
+  app.update(1);
+  EXPECT_TRUE(app.errors.empty()) << app.errors.begin()->second.message;
+  EXPECT_TRUE(job_mismatches(*app.measured, app.prediction).empty());
+  for (auto& r : app.comparison) EXPECT_EQ(r.relative_error, 0.0) << r.name;
+}
+
 TEST(App, AnInvalidPlanIsAnErrorNotACrash) {
   App app(std::string(CTXPLAN_SOURCE_DIR) + "/profiles");
   app.state.run_search = false;
