@@ -1,6 +1,8 @@
 #include "gui/app.hpp"
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 #include <sstream>
 
 namespace ctx::gui {
@@ -61,18 +63,82 @@ void App::select_plan(const std::string& text) {
 void App::predict_selected() {
   plan_dirty_ = false;
   if (!job) return;
+  Plan p;
   try {
-    Plan p = selected_plan(*job, state.plan);
-    SimResult s;
-    Prediction pred = predict(job->model, job->cluster, job->runtime, p, job->seq_tokens, &s);
-    prediction = std::move(pred);
-    sim = std::move(s);
-    have_prediction = true;
-    errors.erase("plan");
+    p = selected_plan(*job, state.plan);
   } catch (const InputError& e) {
     set_error("plan", e);
+    return;
   }
-  if (measured && have_prediction) comparison = compare_to_prediction(*measured, prediction);
+  const PlanCheck check = check_plan(p, job->model, job->cluster, job->seq_tokens);
+  if (!check.ok()) {
+    // the same words predict() uses
+    set_error("plan", InputError("selected plan", "", "invalid plan for " + job->model.name + " on " + job->cluster.name + " at " +
+                                                         std::to_string(job->seq_tokens) + " tokens: " + check.message()));
+    return;
+  }
+  errors.erase("plan");
+  // memory now, within the frame
+  prediction.model = job->model.name;
+  prediction.cluster = job->cluster.name;
+  prediction.gpu = job->cluster.gpu.name;
+  prediction.runtime = job->runtime.name;
+  prediction.seq = job->seq_tokens;
+  prediction.world = world_size(job->cluster);
+  prediction.plan = p;
+  prediction.warnings = check.warnings;
+  prediction.memory = predict_memory(job->model, job->cluster, job->runtime, p, job->seq_tokens);
+  have_prediction = true;
+  time_pending = true;
+  predict_key_ = job->key + "|" + plan_to_string(p);
+  // the simulated step on the worker: one at a time, the latest plan next
+  if (predict_.running()) {
+    simulation_waiting_ = true;
+  } else {
+    start_simulation();
+    // small plans simulate in milliseconds: show them in this frame rather than the next
+    for (int i = 0; i < 40 && time_pending; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      poll_simulation();
+    }
+  }
+}
+
+void App::start_simulation() {
+  simulation_waiting_ = false;
+  const ModelSpec m = job->model;
+  const ClusterSpec c = job->cluster;
+  const RuntimeProfile rt = job->runtime;
+  const Plan p = prediction.plan;
+  const int64_t seq = job->seq_tokens;
+  const std::string key = predict_key_;
+  predict_.start([m, c, rt, p, seq, key](const BackgroundJob<Simulated>::Progress&) {
+    Simulated s;
+    s.key = key;
+    try {
+      s.prediction = predict(m, c, rt, p, seq, &s.sim);
+      s.ok = true;
+    } catch (const InputError& e) {
+      s.error = e.what();
+    }
+    return s;
+  });
+}
+
+void App::poll_simulation() {
+  Simulated s;
+  if (!predict_.take(s)) return;
+  if (s.key == predict_key_) {
+    if (s.ok) {
+      prediction = std::move(s.prediction);
+      sim = std::move(s.sim);
+      time_pending = false;
+      if (measured) comparison = compare_to_prediction(*measured, prediction);
+    } else {
+      set_error("plan", s.error);
+    }
+  }
+  if (simulation_waiting_) start_simulation();
 }
 
 void App::update(double now) {
@@ -91,6 +157,7 @@ void App::update(double now) {
     }
   }
   if (plan_dirty_) predict_selected();
+  poll_simulation();
 
   // search: one per job, restarted when the job changes (debounced)
   PlanTable done;
@@ -186,7 +253,7 @@ void App::load_measured(const std::string& path) {
 }
 
 bool App::idle() {
-  return !inputs_dirty_ && !plan_dirty_ && !search_.busy() && !maxseq_.busy() &&
+  return !inputs_dirty_ && !plan_dirty_ && !time_pending && !predict_.busy() && !search_.busy() && !maxseq_.busy() &&
          !(state.run_search && job && table.job_key != job->key) && !((state.run_maxseq || state.view.tab == "maxseq") && job && have_prediction && !curve_current());
 }
 
@@ -255,6 +322,7 @@ json App::report(int frames) const {
                 {"runtime", job->runtime.name},
                 {"seq", job->seq_tokens},
                 {"world", world_size(job->cluster)}};
+  j["time_pending"] = time_pending;
   if (have_prediction) {
     j["selected_plan"] = plan_to_string(prediction.plan);
     j["prediction"] = prediction_to_json(prediction);

@@ -35,6 +35,9 @@ class App {
   bool have_prediction = false;
   Prediction prediction;                // of the selected plan under `job`
   SimResult sim;                        // its simulated step (the timeline)
+  // The memory part is predicted within the frame (nanoseconds); the simulated step runs on a
+  // worker (seconds for large ring plans). Until it is back, prediction.time and sim are stale.
+  bool time_pending = false;
   PlanTable table;                      // the last finished search
   MaxSeqCurve curve;
   std::optional<MeasuredReport> measured;
@@ -66,6 +69,7 @@ class App {
   bool search_running() const { return search_.running(); }
   double search_progress() const { return search_.progress(); }
   bool maxseq_running() const { return maxseq_.running(); }
+  bool simulating() const { return predict_.running(); }
   double maxseq_progress() const { return maxseq_.progress(); }
   bool table_current() const { return job && table.job_key == job->key; }
   bool curve_current() const;
@@ -86,11 +90,23 @@ class App {
 
  private:
   void predict_selected();
+  void start_simulation();
+  void poll_simulation();
+  struct Simulated {
+    std::string key;
+    bool ok = false;
+    std::string error;
+    Prediction prediction;
+    SimResult sim;
+  };
   std::string cluster_arg(const std::string& cluster_file) const;
   bool inputs_dirty_ = true, plan_dirty_ = true;
   double last_input_change_ = -1e9;
   std::string running_search_key_, running_curve_key_;
   bool select_after_search_ = false;
+  std::string predict_key_;             // the job and plan the latest memory prediction is for
+  bool simulation_waiting_ = false;     // a newer plan waits for the running simulation to end
+  BackgroundJob<Simulated> predict_;
   BackgroundJob<PlanTable> search_;
   BackgroundJob<MaxSeqCurve> maxseq_;
 };

@@ -23,10 +23,12 @@ void draw_selected_plan_header(App& app, FrameRequests& req) {
     const MemoryPrediction& m = p.memory;
     ImGui::TextColored(fit_color(m.fits()), "%s", m.fits() ? "FITS" : (m.fits_device ? "HOST MEMORY EXCEEDED" : "DOES NOT FIT"));
     ImGui::SameLine();
-    ImGui::Text("peak %s of %s (headroom %s) | host %s of %s per node | step %s | %.0f tokens/s | MFU %.1f%%", gib_text(m.peak.total()).c_str(),
+    ImGui::Text("peak %s of %s (headroom %s) | host %s of %s per node |", gib_text(m.peak.total()).c_str(),
                 gib_text(m.device_capacity_bytes).c_str(), gib_text(m.headroom_bytes()).c_str(),
-                gib_text(m.host_total_bytes_per_node).c_str(), gib_text(m.host_capacity_bytes_per_node).c_str(),
-                seconds_text(p.time.step_seconds).c_str(), p.time.tokens_per_second, p.time.mfu * 100);
+                gib_text(m.host_total_bytes_per_node).c_str(), gib_text(m.host_capacity_bytes_per_node).c_str());
+    ImGui::SameLine();
+    if (app.time_pending) ImGui::TextDisabled("simulating the step...");
+    else ImGui::Text("step %s | %.0f tokens/s | MFU %.1f%%", seconds_text(p.time.step_seconds).c_str(), p.time.tokens_per_second, p.time.mfu * 100);
     ImGui::TextDisabled("%s on %s (%lld GPUs), %s tokens, runtime %s: %s", p.model.c_str(), p.cluster.c_str(),
                         static_cast<long long>(p.world), tokens_text(p.seq).c_str(), p.runtime.c_str(), plan_to_string(p.plan).c_str());
   } else {

@@ -37,6 +37,7 @@ void draw_measured_tab(App& app) {
     return;
   }
   ImGui::TextDisabled("%s (%s)", m.path.c_str(), m.schema.c_str());
+  if (app.time_pending) ImGui::TextDisabled("simulating the selected plan; times below are for the previous one");
   const std::vector<std::string> mismatches = job_mismatches(m, app.prediction);
   for (auto& s : mismatches) ImGui::TextColored(ImVec4(0.95f, 0.75f, 0.3f, 1), "different job: %s", s.c_str());
   if (!mismatches.empty() && ImGui::Button("Use the report's job (model, cluster, runtime, seq, plan)")) app.use_measured_job();

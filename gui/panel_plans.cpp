@@ -193,7 +193,7 @@ void draw_pareto_tab(App& app) {
   nfrontier = static_cast<int64_t>(fx.size());
   f.vrule(capacity, IM_COL32(235, 80, 80, 255), ("capacity " + gib_text(capacity)).c_str());
   json sel = nullptr;
-  if (app.have_prediction) {
+  if (app.have_prediction && !app.time_pending) {
     const double sy_sel = y_of(app.prediction.time.step_seconds, app.prediction.time.tokens_per_second);
     f.point(app.prediction.memory.peak.total(), sy_sel, 7, selected, false);
     sel = {{"peak_bytes", app.prediction.memory.peak.total()}, {"y", sy_sel}};

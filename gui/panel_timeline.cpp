@@ -74,11 +74,20 @@ const Rows& rows_of(const SimResult& sim) {
   return r;
 }
 
+// A stream runs its tasks in order, so along a row sorted by start the ends increase too.
+std::vector<int32_t>::const_iterator first_ending_after(const SimResult& sim, const std::vector<int32_t>& ids, double t) {
+  return std::partition_point(ids.begin(), ids.end(), [&](int32_t id) { return sim.tasks[static_cast<size_t>(id)].end < t; });
+}
+
 }  // namespace
 
 void draw_timeline_tab(App& app) {
   if (!app.have_prediction || app.sim.tasks.empty()) {
     ImGui::TextDisabled("no simulated step: select a plan that runs");
+    return;
+  }
+  if (app.time_pending) {
+    ImGui::TextDisabled("simulating the step of %s ...", plan_to_string(app.prediction.plan).c_str());
     return;
   }
   const SimResult& sim = app.sim;
@@ -120,13 +129,16 @@ void draw_timeline_tab(App& app) {
   // tasks; runs of sub-pixel tasks of one colour merge into one rectangle
   int64_t drawn = 0;
   const double t0 = x.lo, t1 = x.hi;
+  const ImVec2 clip_min = f.draw()->GetClipRectMin(), clip_max = f.draw()->GetClipRectMax();
   for (size_t row = 0; row < rows.tasks_of.size(); ++row) {
     const float top = f.row_top(static_cast<int>(row)) + 2, bottom = f.row_bottom(static_cast<int>(row)) - 2;
+    if (bottom < clip_min.y || top > clip_max.y) continue;  // scrolled out of the window
     float run_x0 = 0, run_x1 = -1e9f;
     ImU32 run_color = 0;
-    for (int32_t id : rows.tasks_of[row]) {
-      const SimTask& t = sim.tasks[static_cast<size_t>(id)];
-      if (t.end < t0 || t.start > t1) continue;
+    const std::vector<int32_t>& ids = rows.tasks_of[row];
+    for (auto it = first_ending_after(sim, ids, t0); it != ids.end(); ++it) {
+      const SimTask& t = sim.tasks[static_cast<size_t>(*it)];
+      if (t.start > t1) break;
       float x0 = f.px(t.start), x1 = std::max(f.px(t.end), x0 + 1.0f);
       const ImU32 color = task_color(t);
       if (color == run_color && x0 <= run_x1 + 0.5f) {
@@ -153,8 +165,9 @@ void draw_timeline_tab(App& app) {
     if (row >= 0) {
       const double at = f.data_x(io.MousePos.x), slack = 3.0 / width * (t1 - t0);
       const SimTask* hit = nullptr;
-      for (int32_t id : rows.tasks_of[static_cast<size_t>(row)]) {
-        const SimTask& t = sim.tasks[static_cast<size_t>(id)];
+      const std::vector<int32_t>& ids = rows.tasks_of[static_cast<size_t>(row)];
+      for (auto it = first_ending_after(sim, ids, at - slack); it != ids.end(); ++it) {
+        const SimTask& t = sim.tasks[static_cast<size_t>(*it)];
         if (t.start - slack <= at && at <= t.end + slack) {
           hit = &t;
           if (t.start <= at && at <= t.end) break;
