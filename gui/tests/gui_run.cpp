@@ -107,8 +107,9 @@ GuiRun run_gui(const std::string& dir, const std::string& name, const json& stat
   const std::string err = (fs::path(dir) / (name + ".stderr")).string();
   std::vector<std::string> argv;
   if (on_path("xvfb-run")) argv = {"xvfb-run", "-a", "-s", "-screen 0 1600x1000x24"};
-  argv.insert(argv.end(), {CTXPLAN_GUI_BIN, "--screenshot", png, "--size", "1400x900", "--frames", "4", "--profiles",
-                           std::string(CTXPLAN_SOURCE_DIR) + "/profiles"});
+  argv.insert(argv.end(), {CTXPLAN_GUI_BIN, "--screenshot", png, "--size", "1400x900", "--frames", "4"});
+  if (std::find(extra.begin(), extra.end(), "--profiles") == extra.end())
+    argv.insert(argv.end(), {"--profiles", std::string(CTXPLAN_SOURCE_DIR) + "/profiles"});
   if (!state.is_null()) {
     const std::string state_path = (fs::path(dir) / (name + ".state.json")).string();
     std::ofstream(state_path) << state.dump(2);

@@ -39,7 +39,7 @@ struct GuiRun {
 std::string fresh_dir(const std::string& name);
 
 // Writes `state` to <dir>/<name>.state.json (unless null), runs the GUI with --screenshot
-// <dir>/<name>.png, --profiles <source>/profiles and `extra` arguments, with <dir> as the working
+// <dir>/<name>.png, --profiles <source>/profiles (unless `extra` names other profiles) and `extra` arguments, with <dir> as the working
 // directory, and reads the results back.
 GuiRun run_gui(const std::string& dir, const std::string& name, const json& state, const std::vector<std::string>& extra = {});
 

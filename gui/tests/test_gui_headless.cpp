@@ -292,6 +292,30 @@ TEST(GuiHeadless, ConfigJsonWithABadFieldNamesTheField) {
   EXPECT_EQ(r.report["job"]["model"], "Llama-3.1-8B");
 }
 
+TEST(GuiHeadless, BrokenProfileOpensTheErrorPanelNamingFileAndField) {
+  REQUIRE_HEADLESS();
+  const std::string dir = fresh_dir("badprofile");
+  const fs::path profiles = fs::path(dir) / "profiles";
+  fs::copy(fs::path(CTXPLAN_SOURCE_DIR) / "profiles", profiles, fs::copy_options::recursive);
+  const fs::path runtime = profiles / "runtimes" / "ctxrun.json";
+  json rt = json::parse(std::ifstream(runtime));
+  rt["constants"]["weight_bytes"]["value"] = "two";
+  std::ofstream(runtime) << rt.dump(2);
+  GuiRun r = run_gui(dir, "badprofile", json{{"search", false}}, {"--profiles", profiles.string()});
+  expect_clean_picture(r);
+  bool named = false;
+  for (auto& e : r.report["errors"])
+    if (e["source"] == "profiles") {
+      named = true;
+      EXPECT_NE(e["where"].get<std::string>().find("ctxrun.json"), std::string::npos) << e.dump();
+      EXPECT_NE(e["field"].get<std::string>().find("weight_bytes"), std::string::npos) << e.dump();
+    }
+  EXPECT_TRUE(named) << r.report["errors"].dump();
+  EXPECT_TRUE(r.report["error_panel_open"].get<bool>());
+  expect_region_drawn(r, "errors", 3);
+  EXPECT_GT(r.image.count_color(r.region("errors"), kErrorBg), 2000) << "no error panel";
+}
+
 TEST(GuiHeadless, BadStateFileExitsTwoNamingTheField) {
   REQUIRE_HEADLESS();
   GuiRun r = run_gui(fresh_dir("badstate"), "badstate", json{{"view", {{"tab", "gantt"}}}});
