@@ -132,6 +132,7 @@ void App::poll_simulation() {
     if (s.ok) {
       prediction = std::move(s.prediction);
       sim = std::move(s.sim);
+      ++sim_generation;
       time_pending = false;
       if (measured) comparison = compare_to_prediction(*measured, prediction);
     } else {
@@ -163,7 +164,10 @@ void App::update(double now) {
   PlanTable done;
   if (search_.take(done)) {
     const bool for_current = job && done.job_key == job->key;
-    if (done.complete || table.job_key != done.job_key) table = std::move(done);
+    if (done.complete || table.job_key != done.job_key) {
+      table = std::move(done);
+      ++table_generation;
+    }
     running_search_key_.clear();
     if (for_current && !table.rows.empty() && table.rows[0].fits) {
       // a requested rank, or the best plan when the selected one cannot run here

@@ -38,6 +38,8 @@ class App {
   // The memory part is predicted within the frame (nanoseconds); the simulated step runs on a
   // worker (seconds for large ring plans). Until it is back, prediction.time and sim are stale.
   bool time_pending = false;
+  uint64_t sim_generation = 0;          // bumped whenever `sim` is replaced (for caches over it)
+  uint64_t table_generation = 0;        // bumped whenever `table` is replaced
   PlanTable table;                      // the last finished search
   MaxSeqCurve curve;
   std::optional<MeasuredReport> measured;

@@ -8,6 +8,7 @@
 #include <imgui.h>
 
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cfloat>
 #include <cstdio>
 #include <filesystem>
@@ -41,6 +42,10 @@ std::string settings_path(const Options& o) {
 }
 
 bool parse_size(const std::string& s, int* w, int* h) { return std::sscanf(s.c_str(), "%dx%d", w, h) == 2 && *w >= 200 && *h >= 200; }
+
+// Ctrl-C or a TERM ends the loop like closing the window, so the settings are saved.
+volatile std::sig_atomic_t g_stop = 0;
+void on_signal(int) { g_stop = 1; }
 
 void glfw_error(int code, const char* what) { std::fprintf(stderr, "ctxplan-gui: GLFW error %d: %s\n", code, what); }
 
@@ -135,7 +140,9 @@ int main(int argc, char** argv) {
   double last_save_check = 0;
   bool timed_out = false;
   int exit_code = 0;
-  while (!glfwWindowShouldClose(window)) {
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  while (!glfwWindowShouldClose(window) && !g_stop) {
     glfwPollEvents();
     ImGui_ImplOpenGL3_NewFrame();
     ImGui_ImplGlfw_NewFrame();

@@ -17,9 +17,8 @@ constexpr double kGiB = 1024.0 * 1024 * 1024;
 
 // The displayed order, recomputed only when the table, the filter or the sort changes.
 struct OrderCache {
-  const PlanTable* table = nullptr;
-  size_t rows = 0;
-  std::string job_key, filter;
+  uint64_t generation = ~uint64_t(0);
+  std::string filter;
   bool fits_only = false;
   int column = -1;
   bool descending = false;
@@ -29,11 +28,9 @@ struct OrderCache {
 const std::vector<int>& displayed_order(const App& app) {
   static OrderCache c;
   const View& v = app.state.view;
-  if (c.table != &app.table || c.rows != app.table.rows.size() || c.job_key != app.table.job_key || c.filter != v.table_filter ||
+  if (c.generation != app.table_generation || c.filter != v.table_filter ||
       c.fits_only != v.fits_only || c.column != v.sort_column || c.descending != v.sort_descending) {
-    c.table = &app.table;
-    c.rows = app.table.rows.size();
-    c.job_key = app.table.job_key;
+    c.generation = app.table_generation;
     c.filter = v.table_filter;
     c.fits_only = v.fits_only;
     c.column = v.sort_column;

@@ -41,17 +41,15 @@ ImU32 task_color(const SimTask& t) {
 
 // Rows (rank x stream with tasks) and each row's tasks in start order, cached per simulation.
 struct Rows {
-  const SimResult* sim = nullptr;
-  size_t tasks = 0;
-  double step = -1;
+  uint64_t generation = ~uint64_t(0);
   std::vector<std::string> labels;
   std::vector<std::vector<int32_t>> tasks_of;
 };
 
-const Rows& rows_of(const SimResult& sim) {
+const Rows& rows_of(const SimResult& sim, uint64_t generation) {
   static Rows r;
-  if (r.sim == &sim && r.tasks == sim.tasks.size() && r.step == sim.time.step_seconds) return r;
-  r = Rows{&sim, sim.tasks.size(), sim.time.step_seconds, {}, {}};
+  if (r.generation == generation) return r;
+  r = Rows{generation, {}, {}};
   const size_t reps = sim.reps.size();
   std::vector<std::vector<int32_t>> by(reps * kSimStreams);
   for (size_t i = 0; i < sim.tasks.size(); ++i) {
@@ -103,7 +101,7 @@ void draw_timeline_tab(App& app) {
   ImGui::TextDisabled("wheel: zoom, drag: pan, double-click: whole step; %zu simulated ranks, %zu tasks", sim.reps.size(),
                       sim.tasks.size());
 
-  const Rows& rows = rows_of(sim);
+  const Rows& rows = rows_of(sim, app.sim_generation);
   const float row_h = 16;
   // rows between 16 and 48 px: scroll beyond the window, never stretch a few rows over it
   const float rows_h = static_cast<float>(rows.labels.size());
