@@ -199,6 +199,23 @@ TEST(Measured, APredictionComparedWithItselfHasNoError) {
   EXPECT_TRUE(job_mismatches(m, p).empty());
 }
 
+TEST(Measured, AMeasurementsPhaseTimesMapOntoThePredictionsPhases) {
+  // ctxplan.measurement/1 (ctxrun --report) times forward, loss, backward, optimizer
+  const std::string path = ::testing::TempDir() + "measurement.json";
+  write_file_atomic(path, R"({"schema": "ctxplan.measurement/1", "model": "tiny", "seq": 256,
+    "memory": {"peak_bytes": 1000, "by_category": {"weights": 400, "activations": 600}},
+    "time": {"step_seconds": 1.0, "phases": {"forward": 0.25, "loss": 0.125, "backward": 0.5, "optimizer": 0.125}},
+    "losses": [5.5, 5.4]})");
+  const MeasuredReport m = load_measured_report(path);
+  std::map<std::string, double> v;
+  for (auto& x : m.values) v[x.name] = x.value;
+  EXPECT_EQ(v["time.phases_seconds.forward"], 0.25);
+  EXPECT_EQ(v["time.phases_seconds.backward"], 0.625);  // loss + backward
+  EXPECT_EQ(v["time.phases_seconds.optimizer"], 0.125);
+  EXPECT_EQ(v["memory.by_category.activations"], 600);
+  EXPECT_EQ(m.losses.size(), 2u);
+}
+
 TEST(BackgroundJob, CancelStopsTheWorkAndStartingAgainReplacesIt) {
   BackgroundJob<int> job;
   job.start([](const BackgroundJob<int>::Progress& progress) {
