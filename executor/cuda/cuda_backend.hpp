@@ -1,0 +1,63 @@
+// The CUDA backend: every Backend kernel on one CUDA stream of one device, GEMMs through cuBLASLt,
+// attention as a flash-style kernel (attention.cu), a caching allocator under the unchanged
+// ledger. Storage and arithmetic are float32 for now (the Backend interface is float*);
+// docs/CUDA.md says what bf16 storage needs. Compiles everywhere CUDA is installed; nothing here
+// has yet run on a GPU (docs/CUDA.md, "What is verified").
+//
+// This header is plain C++ (no CUDA headers), so ctxrun_main.cpp can include it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "executor/backend.hpp"
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*
+
+namespace ctx::exec {
+
+struct CudaBackendOptions {
+  // Device tensors in managed memory (host-readable). Needed today: the strategy code reads and
+  // writes tensor memory on the host (the loss loop in model.cpp, NaN injection); see docs/CUDA.md.
+  bool managed_memory = true;
+  // Synchronise the stream at the end of every Backend call. Needed today for the same reason:
+  // the interface has no "wait for the device" point before the host reads a result.
+  bool sync_each_call = true;
+  // GEMMs on TF32 tensor cores instead of exact float32 FMA (faster, ~1e-3 relative error).
+  bool tf32 = false;
+  int64_t gemm_workspace_bytes = int64_t(32) << 20;  // cuBLASLt workspace, accounted as Mem::workspace
+};
+
+// Number of CUDA devices; 0 when there is none or no driver (the error is swallowed, the output
+// initialised to 0 first, as cudaGetDeviceCount leaves it unchanged on failure).
+int cuda_device_count();
+// The device this process should use: its node-local rank (OMPI_COMM_WORLD_LOCAL_RANK,
+// MPI_LOCALRANKID, SLURM_LOCALID or LOCAL_RANK) modulo the device count; 0 without those.
+int cuda_device_for_local_rank();
+
+// Throws std::runtime_error naming the reason when there is no usable device.
+std::unique_ptr<Backend> make_cuda_backend(int device, const CudaBackendOptions& options = {});
+
+// The backend's compute stream (nullptr when `be` is not a CUDA backend): the NCCL communicator
+// orders its own stream against it with events.
+CUstream_st* cuda_backend_stream(Backend& be);
+// Blocks until every kernel the backend queued has finished (no-op for other backends).
+void cuda_backend_synchronize(Backend& be);
+
+// Device memory as three witnesses see it: the ledger (requested bytes by category), the caching
+// allocator (what it holds from CUDA), and the driver (cudaMemGetInfo: everything on the device,
+// other processes and the CUDA context included).
+struct CudaMemoryReport {
+  int device = -1;
+  int64_t ledger_current_bytes = 0, ledger_peak_bytes = 0;
+  int64_t allocator_reserved_bytes = 0, allocator_cached_bytes = 0, allocator_peak_reserved_bytes = 0;
+  int64_t allocator_host_pinned_bytes = 0;
+  int64_t allocator_cuda_calls = 0;
+  int64_t driver_free_bytes = 0, driver_total_bytes = 0;
+  int64_t driver_used_bytes() const { return driver_total_bytes - driver_free_bytes; }
+};
+// Throws std::invalid_argument when `be` is not a CUDA backend.
+CudaMemoryReport cuda_memory_report(Backend& be);
+std::string to_string(const CudaMemoryReport& r);
+
+}  // namespace ctx::exec
