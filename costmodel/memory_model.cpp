@@ -76,8 +76,9 @@ LossWorkingSet loss_working_set(const ModelSpec& m, const RuntimeProfile& rt, co
   if (p.tiled_loss > 0) {
     rows = std::min(static_cast<double>(p.tiled_loss), s.tokens);             // one tile at a time
     copies = rt.tiled_loss_fp32_copies;
-    w.hidden_grad_bytes = s.tokens * static_cast<double>(m.hidden) * rt.activation_bytes;  // d(final hidden)
   }
+  // d(final hidden) [T, h]: produced from the logits' gradient while it is alive (tile by tile when tiled)
+  w.hidden_grad_bytes = s.tokens * static_cast<double>(m.hidden) * rt.activation_bytes;
   w.logits_bytes = rows * s.vocab * rt.logits_bytes;
   w.fp32_bytes = rows * s.vocab * copies * fp32;
   return w;
@@ -107,7 +108,12 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
   const double rstd = S.tokens_sp * fp32;                     // RMSNorm 1/rms per token, fp32
   const double norm_out = rt.saves_norm_outputs ? x_in : 0.0; // norm output kept as the next matmul's input
   const double q = S.attn_tokens * S.q_heads * d * a;         // q after RoPE [Ta, q_heads*d]
-  const double kv = 2.0 * S.attn_tokens * S.kv_heads * d * a; // k after RoPE and v [Ta, kv_heads*d] each
+  const double kv = 2.0 * S.attn_tokens * S.kv_heads * d * a; // k and v in the attention core's layout [Ta, kv_heads*d]
+  // k and v as the projections produce and the layer saves them: [T, kv heads per TP rank]; equal to
+  // kv except under Ulysses with replicated KV heads (degree above the KV heads), where the core's
+  // head layout holds the sequence's copy of one head
+  const double kv_tp_heads = m.kv_heads >= p.tp ? static_cast<double>(m.kv_heads) / static_cast<double>(p.tp) : 1.0;
+  const double kv_seq = u > 1 ? 2.0 * S.tokens * kv_tp_heads * d * a : kv;
   const double o = q;                                          // attention output, same shape as q
   const double lse = S.attn_tokens * S.q_heads * fp32;        // log-sum-exp per query and head, fp32
   const double o_seq = (u > 1 && rt.ulysses_saves_both_layouts)
@@ -120,7 +126,7 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
   const bool tiled_mlp = chunks > 1;
   const double mlp_saved = tiled_mlp ? 0.0 : mlp_tensors * ffn_t;  // TiledMLP saves only its input
 
-  const double attn_side = x_in + rstd + norm_out + q + kv + o + lse + o_seq + qk_pre;
+  const double attn_side = x_in + rstd + norm_out + q + kv_seq + o + lse + o_seq + qk_pre;
   const double mlp_side = x_in + rstd + norm_out + mlp_saved;
   const double layer_none = attn_side + mlp_side;
 
@@ -131,7 +137,7 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
       break;
     case Recompute::selective:
       // keep matmul outputs and norm inputs; recompute norms, the attention core and the activation
-      saved_per_layer = 2 * x_in + 2 * rstd + q + kv + qk_pre +
+      saved_per_layer = 2 * x_in + 2 * rstd + q + kv_seq + qk_pre +
                         (tiled_mlp ? 0.0 : (m.activation == ActivationKind::swiglu ? 2.0 : 1.0) * ffn_t);
       recomputed = layer_none - saved_per_layer;
       break;
@@ -143,43 +149,53 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
   const bool full = p.recompute == Recompute::full;
 
   // ---- attention transients
-  const double q_fp32 = q / a * fp32;
+  const bool fp32_acts = a >= fp32;                       // fp32 activations: accumulators are the outputs
+  const double q_fp32 = fp32_acts ? 0.0 : q / a * fp32;   // a separate fp32 accumulator of q's shape
   const double kv_full = 2.0 * static_cast<double>(p.mbs) * static_cast<double>(seq) * S.kv_heads * d * a;
-  double fwd_comm = 0, bwd_comm = 0, fwd_ws = 0, bwd_ws = 0;
+  double fwd_comm = 0, bwd_attn_comm = 0, bwd_mlp_comm = 0, fwd_ws = 0;
   if (p.cp_kind == CpKind::allgather && p.cp > 1) {
     fwd_comm = kv_full;                                   // all-gathered K,V of the whole sequence
-    bwd_comm = kv_full + kv_full / a * fp32;              // again, plus fp32 dK,dV before reduce-scatter
+    bwd_attn_comm = kv_full + kv_full / a * fp32;         // again, plus fp32 dK,dV before reduce-scatter
   } else if (r > 1) {
     fwd_comm = 2.0 * kv;                                  // double-buffered K,V receive for the ring
-    bwd_comm = 2.0 * kv + 2.0 * kv / a * fp32;            // K,V receive + travelling fp32 dK,dV (double-buffered)
-    fwd_ws += q_fp32 + lse;                               // fp32 output accumulator and running LSE for the merge
+    bwd_attn_comm = 2.0 * kv + 2.0 * kv / a * fp32;       // K,V receive + travelling fp32 dK,dV (double-buffered)
+    fwd_ws += q_fp32 + (fp32_acts ? 0.0 : lse);           // fp32 output accumulator and running LSE for the merge
   }
   if (u > 1) {
     fwd_comm += q + kv + o;                               // all-to-all staging of q,k,v in and of the output back
-    bwd_comm += q + kv + o;                               // the same for dq,dk,dv and d(out)
+    bwd_attn_comm += q + kv + o;                          // the same for dq,dk,dv and d(out)
   }
   if (sp_enabled(p) && p.tp > 1) {
     fwd_comm += S.tokens * h * a;                         // all-gathered norm output feeding the column-parallel GEMM
-    bwd_comm += S.tokens * h * a;                         // re-gathered input for the weight gradient
+    bwd_mlp_comm += 2.0 * S.tokens * h * a;               // all-gathered d(out) of the row-parallel GEMM, and the
+                                                          // re-gathered norm output for the weight gradient
   }
-  bwd_ws += q + kv + q_fp32;                              // dq, dk, dv and FlashAttention's fp32 dq accumulator
+  // The attention backward's working set: d(out) [Ta, q], dq, dk, dv, the softmax delta (one fp32
+  // per query and head, like lse), an fp32 dq accumulator (bf16 runtimes) and, under Ulysses, the
+  // head-layout dq, dk, dv before the all-to-all back; plus what the runtime's kernel adds (e.g.
+  // flash-attn 2 expanding dK, dV to the query heads under GQA).
+  const double bwd_attn_ws =
+      o + q + kv_seq + lse + q_fp32 + (u > 1 ? q + kv : 0.0) + rt.attention_backward_extra_q_tensors * q;
 
   // ---- MLP transients
   double fwd_mlp = 0;
   if (tiled_mlp) fwd_mlp = mlp_tensors * ffn_t / chunks;                 // one chunk's intermediates
   else if (full) fwd_mlp = 0;                                                // counted in the layer's own tensors
   else if (p.recompute == Recompute::selective) fwd_mlp = (mlp_tensors - 2.0) * ffn_t;  // act, product: recomputed later
-  const double bwd_mlp = tiled_mlp ? (mlp_tensors + 3.0) * ffn_t / chunks  // chunk recompute + its gradients
-                                   : 3.0 * ffn_t;                              // d(gate), d(up), d(act)
-  const double grad_tensors = rt.backward_grad_tensors * S.tokens_sp * h * a;  // activation gradients in flight
+  // d(act), d(gate), d(up); a tiled chunk also recomputes its own tensors, of which the product is
+  // consumed by the down projection's weight gradient before d(gate), d(up) exist
+  const double bwd_mlp = tiled_mlp ? (mlp_tensors + 2.0) * ffn_t / chunks : 3.0 * ffn_t;
+  // Activation gradients in flight at the MLP backward: backward_grad_tensors [tokens, hidden]
+  // tensors, of which the row-parallel input gradient is [T, h] before its TP reduce, and under SP
+  // a recomputed norm output lives gathered among the communication buffers instead.
+  const double dy = S.tokens_sp * h * a;                 // the residual stream's gradient
+  const double grad_tensors = (rt.backward_grad_tensors - 1.0) * dy + S.tokens * h * a -
+                              (sp_enabled(p) && p.tp > 1 && !rt.saves_norm_outputs ? dy : 0.0);
 
   // ---- parameter transients
   const double zero3_gather = p.zero == 3 ? rt.zero3_prefetch_layers * S.layer_params * rt.weight_bytes : 0.0;
   const double head_gather = p.zero == 3 ? S.vocab * h * rt.weight_bytes : 0.0;  // embedding/head gathered at the ends
   const double grad_reduce = rt.reduce_bucket_bytes + (p.zero >= 2 ? S.layer_params * rt.weight_bytes : 0.0);
-
-  // ---- logits and loss
-  const double logits = loss_working_set(m, rt, p, S).total();
 
   // ---- an explicit mask: [attention query rows, seq] for the whole step
   const double mask = p.mask == MaskKind::explicit_mask ? S.attn_tokens * static_cast<double>(seq) * a : 0.0;
@@ -206,36 +222,80 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
   };
 
   MemoryPrediction out;
-  // forward, at the last layer (saved tensors only grow during the forward)
+  // forward, at the last layer (saved tensors only grow during the forward). Two high points: the
+  // attention core (layer L-1's attention tensors, the context-parallel buffers) and the MLP (layer
+  // L-1's attention side kept, the MLP's tensors, its input norm and the down projection's output
+  // [T, h] before its TP reduce).
+  const double sp_gather = sp_enabled(p) && p.tp > 1 ? S.tokens * h * a : 0.0;  // an all-gathered [T, h] under SP
+  const double norm_ws = rt.saves_norm_outputs || sp_gather > 0 ? 0.0 : x_in;   // a norm output recomputed, not saved
   {
-    MemorySnapshot s = base(grads_always ? g_full : 0.0);
-    saved_layers(s, L);  // layer L-1's own tensors are being produced
-    if (full) s[Mem::activations] += std::max(attn_side, mlp_side - x_in + fwd_mlp) * frag;  // no-grad forward of one layer
-    s[Mem::workspace] += (fwd_ws + fwd_mlp) * frag;
-    s[Mem::comm_buffers] += (fwd_comm + zero3_gather) * frag;
-    out.phase_peak[static_cast<int>(Phase::forward)] = s;
+    const double before = L - 1.0;
+    MemorySnapshot att = base(grads_always ? g_full : 0.0);
+    saved_layers(att, before);
+    att[Mem::activations] += (attn_side - o_seq - qk_pre) * frag;  // x, 1/rms, q, k, v, the output and lse being written
+    att[Mem::workspace] += fwd_ws * frag;
+    att[Mem::comm_buffers] += (fwd_comm + zero3_gather) * frag;
+    // layer L-1 at its MLP: what the recompute kind keeps of the attention side, plus the MLP's
+    // input (the checkpoint under full recompute) and its tensors
+    double cur = 0;
+    if (p.recompute == Recompute::none) cur = layer_none;
+    else if (p.recompute == Recompute::selective) cur = saved_per_layer + fwd_mlp;
+    else cur = x_in + mlp_side;
+    MemorySnapshot mlp = base(grads_always ? g_full : 0.0);
+    saved_layers(mlp, before);
+    mlp[Mem::activations] += cur * frag;
+    mlp[Mem::workspace] += (norm_ws + S.tokens * h * a + (tiled_mlp ? fwd_mlp : 0.0)) * frag;
+    mlp[Mem::comm_buffers] += (sp_gather + zero3_gather) * frag;
+    out.phase_peak[static_cast<int>(Phase::forward)] = att.total() > mlp.total() ? att : mlp;
   }
-  // loss: every layer's saved tensors, the logits working set, the head (gathered under ZeRO-3)
+  // loss: every layer's saved tensors and the last layer's output, the logits working set with the
+  // gradient of the final hidden states, the final norm's output (gathered under SP) and per-row
+  // statistics, the head (gathered under ZeRO-3)
   {
     MemorySnapshot s = base(grads_always ? g_full : 0.0);
     saved_layers(s, L);
-    s[Mem::logits] = logits * frag;
-    s[Mem::comm_buffers] = head_gather * frag;
+    const LossWorkingSet lw = loss_working_set(m, rt, p, S);
+    const double rows = p.tiled_loss > 0 ? std::min(static_cast<double>(p.tiled_loss), S.tokens) : S.tokens;
+    s[Mem::activations] += x_in * frag;
+    s[Mem::logits] = lw.total() * frag;
+    const double final_norm = sp_gather > 0 ? 0.0 : x_in;  // the head's input (gathered under SP)
+    s[Mem::workspace] += (final_norm + rstd + rows * kLossRowStats * fp32) * frag;
+    // the head gathered under ZeRO-3, its unreduced gradient before the reduce-scatter under ZeRO-2/3
+    const double head_grad = p.zero >= 2 ? S.vocab * h * rt.weight_bytes : 0.0;
+    s[Mem::comm_buffers] = (head_gather + head_grad + sp_gather) * frag;
     out.phase_peak[static_cast<int>(Phase::loss)] = s;
   }
-  // backward: evaluate the first and the last layer (everything in between is linear in the layer)
+  // backward: evaluate the first and the last layer (everything in between is linear in the layer).
+  // Inside layer i the backward has two high points. The MLP backward: layers 0..i-1 saved, layer
+  // i complete (saved or rematerialised), the MLP's gradients and the activation gradients. Then
+  // the attention backward: the MLP's tensors of layer i are gone, the attention side of layer i
+  // is alive (the attention core rematerialised under selective recompute), with the attention
+  // gradients and the context-parallel buffers.
   {
+    // layer i's own tensors at the MLP backward beyond what saved_layers counts, by recompute kind
+    const double rematerialised = full ? layer_none : recomputed - (p.recompute == Recompute::selective ? o + lse : 0.0);
     MemorySnapshot best;
     int64_t best_layer = -1;
     for (int64_t i : {m.layers - 1, int64_t(0)}) {
-      double remaining = static_cast<double>(i + 1);            // layers 0..i still hold their saved tensors
-      double grads = grads_always ? g_full : g_full * (L - static_cast<double>(i)) / L;
-      MemorySnapshot s = base(grads);
-      saved_layers(s, remaining);
-      s[Mem::activations] += recomputed * frag;                 // layer i rematerialised
-      s[Mem::workspace] += (std::max(bwd_mlp, bwd_ws) + grad_tensors) * frag;
-      s[Mem::comm_buffers] += (bwd_comm + zero3_gather + grad_reduce) * frag;
-      if (best_layer < 0 || s.total() > best.total()) { best = s; best_layer = i; }
+      const double before = static_cast<double>(i);  // layers 0..i-1 keep their saved tensors
+      double grads = grads_always ? g_full : g_full * (L - before) / L;
+      // a checkpoint of layer i the runtime keeps while the layer is rematerialised
+      const double kept_ckpt = full && rt.recompute_keeps_checkpoint && !p.ckpt_offload ? saved_per_layer : 0.0;
+      MemorySnapshot mlp = base(grads);
+      saved_layers(mlp, before);
+      if (!full) saved_layers(mlp, 1.0);
+      mlp[Mem::checkpoints] += kept_ckpt * frag;
+      mlp[Mem::activations] += rematerialised * frag;
+      mlp[Mem::workspace] += (bwd_mlp + grad_tensors) * frag;
+      mlp[Mem::comm_buffers] += (bwd_mlp_comm + zero3_gather + grad_reduce) * frag;
+      MemorySnapshot att = base(grads);
+      saved_layers(att, before);
+      att[Mem::checkpoints] += kept_ckpt * frag;
+      att[Mem::activations] += attn_side * frag;
+      att[Mem::workspace] += (bwd_attn_ws + dy) * frag;
+      att[Mem::comm_buffers] += (bwd_attn_comm + zero3_gather + grad_reduce) * frag;
+      for (const MemorySnapshot* s : {&mlp, &att})
+        if (best_layer < 0 || s->total() > best.total()) { best = *s; best_layer = i; }
     }
     out.phase_peak[static_cast<int>(Phase::backward)] = best;
     out.peak_layer = best_layer;
@@ -243,6 +303,12 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
   // optimizer: model states with every gradient
   {
     MemorySnapshot s = base(g_full);
+    // ZeRO-1/2: each parameter unit's updated shard is staged for the all-gather that rebuilds the
+    // full weights; the largest unit is a layer or the vocabulary matrix (with the final norm)
+    if (p.zero >= 1 && p.zero < 3 && Z > 1) {
+      const double unit = std::max(S.layer_params, S.vocab * h + (m.tied_embeddings ? 0.0 : h));
+      s[Mem::comm_buffers] += unit / Z * rt.weight_bytes;
+    }
     out.phase_peak[static_cast<int>(Phase::optimizer)] = s;
   }
   for (int i = 0; i < kPhases; ++i) {

@@ -75,9 +75,11 @@ double ring_kv_bytes_per_step(const ModelSpec& m, const LocalShapes& s, double e
 struct LossWorkingSet {
   double logits_bytes = 0;       // the head's output (a tile of it when tiled)
   double fp32_bytes = 0;         // fp32 copies of the logits (or of one tile) alive at once
-  double hidden_grad_bytes = 0;  // tiled: gradient of the final hidden states, accumulated tile by tile
+  double hidden_grad_bytes = 0;  // gradient of the final hidden states [T, h] (accumulated tile by tile when tiled)
   double total() const { return logits_bytes + fp32_bytes + hidden_grad_bytes; }
 };
+// fp32 numbers per logits row besides the logits: row max, sum of exp and target logit, log-sum-exp, weight
+constexpr double kLossRowStats = 5;
 LossWorkingSet loss_working_set(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, const LocalShapes& s);
 
 // Largest sequence (a multiple of the plan's granule, at most `hi`) at which the plan fits device

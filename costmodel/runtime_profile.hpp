@@ -31,7 +31,9 @@ struct RuntimeProfile {
   // ---- transients and overheads
   double zero3_prefetch_layers = 2;   // gathered layers alive at once under ZeRO-3
   double ckpt_offload_device_layers = 2;  // offloaded checkpoints in flight on the device
+  bool recompute_keeps_checkpoint = true;  // full recompute: layer i's checkpoint stays while it is rematerialised
   double backward_grad_tensors = 3;   // [tokens, hidden] activation-gradient tensors in flight
+  double attention_backward_extra_q_tensors = 0;  // [tokens, q heads x d] copies the attention backward adds
   double reduce_bucket_bytes = 0;     // gradient reduce/reduce-scatter bucket
   double reserved_bytes = 0;          // NCCL buffers, cuBLAS workspace, allocator slack (fixed)
   double fragmentation = 0;           // fraction added to activations and transients

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 namespace ctx::exec {
 namespace {
@@ -18,28 +19,54 @@ std::pair<int64_t, int64_t> head_range(int64_t j, int64_t u, int64_t heads, bool
 }
 }  // namespace
 
-SequenceMeta make_sequence_meta(const ParallelContext& pc, const Sequence& s) {
+SequenceMeta make_sequence_meta(const ParallelContext& pc, const std::vector<const Sequence*>& batch) {
   SequenceMeta m;
   const Plan& p = pc.plan;
-  const int64_t seq = static_cast<int64_t>(s.tokens.size());
-  m.local_index = cp_token_indices(p, pc.coord.cp, seq);
-  for (int64_t i : m.local_index) {
+  if (batch.empty()) throw std::logic_error("make_sequence_meta: empty micro-batch");
+  const int64_t seq = static_cast<int64_t>(batch[0]->tokens.size());
+  // A micro-batch of mbs sequences runs as one: sequence b's token i has the global index b*seq + i
+  // and its documents are renumbered past sequence b-1's, so no query sees another sequence's keys.
+  // Every rank lays out its rows sequence by sequence, so the blocks below follow the same order.
+  const int64_t doc_stride = seq + 1;
+  auto indices = [&](int64_t cp_rank) {
+    std::vector<int64_t> out;
+    auto part = cp_token_indices(p, cp_rank, seq);
+    for (size_t b = 0; b < batch.size(); ++b)
+      for (int64_t i : part) out.push_back(static_cast<int64_t>(b) * seq + i);
+    return out;
+  };
+  auto doc_of = [&](int64_t g) {
+    const int64_t b = g / seq;
+    return static_cast<int32_t>(batch[b]->doc[g % seq] + b * doc_stride);
+  };
+  m.local_index = indices(pc.coord.cp);
+  for (int64_t g : m.local_index) {
+    const Sequence& s = *batch[g / seq];
+    const int64_t i = g % seq;
     m.tokens.push_back(s.tokens[i]);
     m.labels.push_back(s.labels[i]);
-    m.doc.push_back(s.doc[i]);
+    m.doc.push_back(doc_of(g));
     m.pos.push_back(s.pos[i]);
   }
   auto add_block = [&](std::vector<int64_t> idx) {
     std::vector<int32_t> d;
-    for (int64_t i : idx) d.push_back(s.doc[i]);
+    for (int64_t g : idx) d.push_back(doc_of(g));
     m.block_index.push_back(std::move(idx));
     m.block_doc.push_back(std::move(d));
   };
   if (p.cp_kind == CpKind::allgather && p.cp > 1) {
-    for (int64_t c = 0; c < p.cp; ++c) add_block(cp_token_indices(p, c, seq));
+    for (int64_t c = 0; c < p.cp; ++c) add_block(indices(c));
     m.my_block = pc.coord.cp;
   } else {
-    for (int64_t r = 0; r < ring_degree(p); ++r) add_block(attention_token_indices(p, r, seq));
+    const int64_t u = ulysses_degree(p);
+    for (int64_t r = 0; r < ring_degree(p); ++r) {  // the head layout: the Ulysses peers' rows in group order
+      std::vector<int64_t> idx;
+      for (int64_t ui = 0; ui < u; ++ui) {
+        auto part = indices(r * u + ui);
+        idx.insert(idx.end(), part.begin(), part.end());
+      }
+      add_block(std::move(idx));
+    }
     m.my_block = pc.coord.ring;
   }
   return m;
@@ -187,8 +214,11 @@ void ContextAttention::forward(const SequenceMeta& s, const Tensor& q, const Ten
   Tensor ka = to_heads(k, l_.kv_heads, true, Mem::comm_buffers);
   Tensor va = to_heads(v, l_.kv_heads, true, Mem::comm_buffers);
   Tensor oa = be_.alloc(Ta, hqa * d, Mem::comm_buffers);
-  core_forward(s, qa.data(), ka.data(), va.data(), oa.data(), lse.data());
   o = be_.alloc(l_.tokens, l_.q_heads * d, Mem::activations);
+  core_forward(s, qa.data(), ka.data(), va.data(), oa.data(), lse.data());
+  qa.reset();  // the head-layout inputs are done with before the output travels back
+  ka.reset();
+  va.reset();
   to_sequence(oa, l_.q_heads, false, o);
 }
 
@@ -219,6 +249,10 @@ void ContextAttention::backward(const SequenceMeta& s, const Tensor& q, const Te
   Tensor dva = be_.alloc(Ta, hkva * d, Mem::workspace);
   core_backward(s, qa.data(), ka.data(), va.data(), da.data(), lse.data(), delta.data(), dqa.data(), dka.data(),
                 dva.data());
+  qa.reset();  // staging buffers released before the gradients' all-to-all allocates its own
+  ka.reset();
+  va.reset();
+  da.reset();
   to_sequence(dqa, l_.q_heads, false, dq);
   to_sequence(dka, l_.kv_heads, true, dk);
   to_sequence(dva, l_.kv_heads, true, dv);

@@ -30,7 +30,8 @@ struct SequenceMeta {
   std::vector<std::vector<int32_t>> block_doc;
   int64_t my_block = 0;                              // the block holding this rank's attention queries
 };
-SequenceMeta make_sequence_meta(const ParallelContext& pc, const Sequence& s);
+// One micro-batch (plan.mbs sequences of equal length) as this rank sees it.
+SequenceMeta make_sequence_meta(const ParallelContext& pc, const std::vector<const Sequence*>& batch);
 
 class ContextAttention {
  public:

@@ -20,6 +20,11 @@ void MemoryLedger::snapshot_if_peak() {
   }
 }
 
+void MemoryLedger::set_phase(Phase p) {
+  phase_ = p;
+  snapshot_if_peak();
+}
+
 void MemoryLedger::on_alloc(Mem c, int64_t bytes) {
   cur_[static_cast<int>(c)] += bytes;
   total_ += bytes;

@@ -19,7 +19,9 @@ class MemoryLedger {
   // Moves bytes from one category to another without a new allocation (a tensor changing role).
   void retag(Mem from, Mem to, int64_t bytes);
 
-  void set_phase(Phase p) { phase_ = p; }
+  // Enters a phase; what is allocated at entry counts toward the phase's peak (a phase that only
+  // computes in place, like the optimizer, still reports the memory it runs in).
+  void set_phase(Phase p);
   Phase phase() const { return phase_; }
   // Forgets the peaks (keeps what is allocated now); called after set-up so a step's peak is measured.
   void reset_peaks();

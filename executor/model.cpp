@@ -102,8 +102,9 @@ Tensor Model::mlp_block_forward(int64_t i, const Tensor& x2, LayerActs& a, Keep 
       const int64_t rows = std::min(per, T - r0);
       Tensor gate = linear(n2.row(r0), rows, ps_.weight(u, kWg), F, h, Mem::workspace);
       Tensor up = linear(n2.row(r0), rows, ps_.weight(u, kWu), F, h, Mem::workspace);
-      be_.swiglu_forward(gate.data(), gate.data(), up.data(), gate.numel());  // act in place of gate
-      be_.gemm(false, true, rows, h, F, 1.0f, gate.data(), ps_.weight(u, kWd), 0.0f, y.row(r0));
+      Tensor act = be_.alloc(rows, F, Mem::workspace);  // the chunk's three tensors, as the untiled MLP has
+      be_.swiglu_forward(act.data(), gate.data(), up.data(), act.numel());
+      be_.gemm(false, true, rows, h, F, 1.0f, act.data(), ps_.weight(u, kWd), 0.0f, y.row(r0));
     }
   }
   n2.reset();

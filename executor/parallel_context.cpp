@@ -41,7 +41,7 @@ Layout make_layout(const ModelSpec& m, const Plan& p, int64_t tp_rank, int64_t s
   l.vocab0 = tp_rank * l.vocab_rows;
   l.vocab_valid = std::clamp<int64_t>(m.vocab - l.vocab0, 0, l.vocab_rows);
   l.seq = seq;
-  l.tokens = seq / p.cp;
+  l.tokens = std::max<int64_t>(1, p.mbs) * seq / p.cp;  // a micro-batch runs as one: mbs sequences
   l.sp = sp_enabled(p) && p.tp > 1;
   l.tokens_sp = l.sp ? l.tokens / p.tp : l.tokens;
   l.ulysses = ulysses_degree(p);

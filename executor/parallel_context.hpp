@@ -23,7 +23,7 @@ struct Layout {
   int64_t vocab0 = 0;        // first vocabulary id of this shard
   int64_t vocab_valid = 0;   // real ids in this shard (the last one may be padded)
   int64_t seq = 0;           // tokens per sequence
-  int64_t tokens = 0;        // tokens of one sequence on this rank (seq/cp)
+  int64_t tokens = 0;        // tokens of one micro-batch on this rank (mbs * seq / cp)
   int64_t tokens_sp = 0;     // tokens in the norm/residual regions (tokens/tp under SP)
   int64_t ulysses = 1, ring = 1;
   int64_t attn_q_heads = 0, attn_kv_heads = 0;  // heads inside attention (after the Ulysses all-to-all)

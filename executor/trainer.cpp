@@ -1,5 +1,6 @@
 #include "executor/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -32,8 +33,10 @@ StepStats Trainer::step() {
   StepStats st;
   double loss_sum = 0;
   int bad_layer = -1;
-  for (const Sequence& s : mine) {
-    SequenceMeta meta = make_sequence_meta(pc_, s);
+  for (size_t b0 = 0; b0 < mine.size(); b0 += static_cast<size_t>(p.mbs)) {
+    std::vector<const Sequence*> batch;
+    for (size_t b = b0; b < std::min(mine.size(), b0 + static_cast<size_t>(p.mbs)); ++b) batch.push_back(&mine[b]);
+    SequenceMeta meta = make_sequence_meta(pc_, batch);
     MicroResult r = model_->forward_backward(meta, weight);
     loss_sum += r.loss_sum;
     if (bad_layer < 0) bad_layer = r.first_bad_layer;

@@ -1,0 +1,118 @@
+// Memory fidelity: for a matrix of plans, ctxrun's accounting allocator (every allocation tagged
+// with the cost model's category) against the memory model's prediction for the same run, phase by
+// phase and category by category. The prediction is the ctxrun runtime profile with the CPU
+// backend's dtypes (every tensor float32), which ctxrun writes into its report beside the
+// measurement. Tolerance: each category within 2% of its measured bytes (or 0.1% of the phase's
+// total for categories that small). Set CTXPLAN_FIDELITY_MD=file to append the table rows that
+// docs/VALIDATION.md shows (scripts/memory_fidelity.sh).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct Case {
+  int ranks;
+  const char* model;
+  int seq;
+  const char* plan;
+};
+
+std::ostream& operator<<(std::ostream& o, const Case& c) {
+  return o << c.ranks << " ranks, " << c.model << ", seq " << c.seq << ", " << c.plan;
+}
+
+// Each row exercises a different term of the model; the attention-heavy rows (cp=4 at 1024
+// tokens with a tiled MLP) put the peak in the attention backward, the others in the MLP backward.
+const Case kCases[] = {
+    {1, "tiny", 512, "tp=1"},
+    {1, "tiny", 512, "recompute=selective"},
+    {1, "tiny", 512, "recompute=full"},
+    {1, "tiny", 512, "recompute=full,ckpt_offload=1"},
+    {1, "tiny", 512, "tiled_mlp=4,tiled_loss=64"},
+    {2, "tiny", 512, "tp=2"},
+    {2, "tiny", 512, "tp=2,sp=0"},
+    {2, "tiny", 512, "cp=2,cp_kind=ring"},
+    {4, "tiny", 1024, "cp=4,cp_kind=zigzag,tiled_mlp=8"},
+    {4, "tiny", 1024, "cp=4,cp_kind=allgather,tiled_mlp=8"},
+    {4, "tiny", 1024, "cp=4,cp_kind=ulysses,tiled_mlp=8"},
+    {4, "tiny-nope", 512, "cp=4,cp_kind=ulysses"},
+    {4, "tiny", 1024, "cp=4,cp_kind=usp,ulysses=2,tiled_mlp=8"},
+    {2, "tiny", 512, "dp=2,zero=1,opt_offload=1"},
+    {2, "tiny", 512, "dp=2,zero=2"},
+    {2, "tiny", 512, "dp=2,zero=3,mbs=2,ga=2"},
+    {4, "tiny", 512, "tp=2,cp=2,cp_kind=zigzag,recompute=full"},
+    {8, "tiny", 512, "dp=2,tp=2,cp=2,zero=3,recompute=selective"},
+};
+
+int run(const std::string& cmd, std::string& out) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (p && fgets(buf, sizeof(buf), p)) out += buf;
+  int st = p ? pclose(p) : -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+double sum(const json& cats) {
+  double t = 0;
+  for (auto& [k, v] : cats.items()) t += v.get<double>();
+  return t;
+}
+
+class MemoryFidelity : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MemoryFidelity, MeasuredPeaksEqualTheMemoryModel) {
+  const Case& c = GetParam();
+  fs::path report = fs::temp_directory_path() / ("ctxrun_fidelity_" + std::to_string(::getpid()) + ".json");
+  std::string cmd = std::string(CTXRUN_BIN) + " --model " + c.model + " --seq " + std::to_string(c.seq) +
+                    " --steps 2 --plan " + c.plan + " --report " + report.string();
+  if (c.ranks > 1)
+    cmd = std::string(MPIRUN) + " --allow-run-as-root --oversubscribe --bind-to none -np " + std::to_string(c.ranks) +
+          " " + cmd;
+  std::string out;
+  ASSERT_EQ(run(cmd, out), 0) << cmd << "\n" << out;
+  std::ifstream f(report);
+  json j = json::parse(f);
+  fs::remove(report);
+  const json& meas = j.at("memory").at("phases");
+  const json& pred = j.at("prediction").at("memory").at("phases");
+  std::ostringstream row;
+  row << "| " << c.ranks << " | " << c.model << " | " << c.seq << " | `" << c.plan << "` |";
+  double worst = 0;
+  for (const char* phase : {"forward", "loss", "backward", "optimizer"}) {
+    const json& m = meas.at(phase).at("by_category");
+    const json& p = pred.at(phase).at("by_category");
+    const double mt = sum(m), pt = sum(p);
+    for (auto& [cat, v] : p.items()) {
+      const double pv = v.get<double>(), mv = m.value(cat, 0.0);
+      const double tol = std::max(0.02 * mv, 0.001 * mt);
+      EXPECT_NEAR(pv, mv, tol) << c << ": " << phase << " " << cat << " predicted " << pv << " B, measured " << mv << " B";
+    }
+    for (auto& [cat, v] : m.items())
+      if (!p.contains(cat)) EXPECT_EQ(v.get<double>(), 0.0) << c << ": " << phase << " " << cat << " not predicted";
+    const double err = mt > 0 ? (pt - mt) / mt : 0.0;
+    worst = std::max(worst, std::fabs(err));
+    char cell[96];
+    std::snprintf(cell, sizeof(cell), " %.1f / %.1f (%+.2f%%) |", mt / 1024.0, pt / 1024.0, 100.0 * err);
+    row << cell;
+  }
+  const std::string peak_phase = j.at("memory").at("peak_phase");
+  row << " " << peak_phase << " / " << j.at("prediction").at("memory").value("peak_phase", std::string("?")) << " |";
+  std::printf("%s\n", row.str().c_str());
+  if (const char* md = std::getenv("CTXPLAN_FIDELITY_MD")) std::ofstream(md, std::ios::app) << row.str() << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, MemoryFidelity, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case>& i) { return "Case" + std::to_string(i.index); });
+
+}  // namespace
