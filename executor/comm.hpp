@@ -44,6 +44,9 @@ class CommWorld {
   // Collective over the world: every rank calls it with its own group's ranks (groups partition
   // the world, e.g. group_ranks(plan, Group::tp, rank)); returns this rank's communicator.
   virtual std::unique_ptr<Comm> split(const std::vector<int64_t>& my_group_ranks) = 0;
+  // Ends every rank of the job now (one rank failed; the others may be blocked in a collective).
+  // The default ends this process only, which is the whole job for a one-rank world.
+  [[noreturn]] virtual void abort(int exit_code);
 };
 
 // MPI if built with it and launched under mpirun (initialises MPI), else a one-rank world.

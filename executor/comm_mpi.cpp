@@ -1,6 +1,9 @@
 // The MPI communicator. Counts above INT_MAX elements are split into chunks.
 #include <mpi.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include <algorithm>
 #include <climits>
 #include <stdexcept>
@@ -95,6 +98,12 @@ class MpiWorld : public CommWorld {
     if (!finalized) MPI_Finalize();
   }
   Comm& world() override { return world_; }
+  [[noreturn]] void abort(int exit_code) override {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, exit_code);  // mpirun ends every rank, blocked in a collective or not
+    std::_Exit(exit_code);
+  }
   std::unique_ptr<Comm> split(const std::vector<int64_t>& ranks) override {
     // groups partition the world: the smallest member names the group, the order inside is the key
     int color = static_cast<int>(*std::min_element(ranks.begin(), ranks.end()));

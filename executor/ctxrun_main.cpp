@@ -30,7 +30,7 @@ extern "C" void on_signal(int) { g_stop.store(1); }
 
 struct Options {
   std::string profiles, model = "tiny", seq = "256", plan, plan_file, cluster, data, report, ckpt_dir, init_from;
-  std::string debug_nan;
+  std::string debug_nan, debug_fail;
   int64_t steps = 20, save_every = 0, log_every = 1, schedule_steps = 0;
   bool resume = false, sorted_packing = false, no_fit_check = false;
   uint64_t seed = 1234, data_seed = 4321;
@@ -76,6 +76,7 @@ int run(int argc, char** argv, CommWorld& world) {
   app.add_option("--log-every", o.log_every, "print every N steps (default 1)");
   app.add_flag("--no-fit-check", o.no_fit_check, "run even when the memory model predicts the plan does not fit");
   app.add_option("--debug-nan", o.debug_nan, "fault injection for tests: STEP:LAYER poisons that layer's output");
+  app.add_option("--debug-fail", o.debug_fail, "fault injection for tests: RANK:STEP fails that rank at that step");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -131,6 +132,9 @@ int run(int argc, char** argv, CommWorld& world) {
   int nan_step = -1, nan_layer = -1;
   if (!o.debug_nan.empty() && std::sscanf(o.debug_nan.c_str(), "%d:%d", &nan_step, &nan_layer) != 2)
     throw InputError("--debug-nan", "", "expected STEP:LAYER, got '" + o.debug_nan + "'");
+  int fail_rank = -1, fail_step = -1;
+  if (!o.debug_fail.empty() && std::sscanf(o.debug_fail.c_str(), "%d:%d", &fail_rank, &fail_step) != 2)
+    throw InputError("--debug-fail", "", "expected RANK:STEP, got '" + o.debug_fail + "'");
 
   DataOptions d;
   d.seq = seq;
@@ -148,7 +152,7 @@ int run(int argc, char** argv, CommWorld& world) {
   to.seq = seq;
   to.opt = o.opt;
   to.seed = o.seed;
-  to.sorted_packing = o.sorted_packing;
+  to.sorted_packing = o.sorted_packing || plan.sorted_packing;  // --sorted-packing or the plan's packing=sorted
   Trainer trainer(*backend, world, to, *data);
   if (!o.init_from.empty()) load_hf_weights(trainer, o.init_from);
   if (o.resume) {
@@ -179,6 +183,8 @@ int run(int argc, char** argv, CommWorld& world) {
   int exit_code = kExitOk;
   while (trainer.steps_done() < o.steps) {
     if (trainer.steps_done() + 1 == nan_step) trainer.model().inject_nan_at_layer(nan_layer);
+    if (rank == fail_rank && trainer.steps_done() + 1 == fail_step)
+      throw std::runtime_error("injected failure (--debug-fail) at step " + std::to_string(fail_step));
     StepStats st;
     try {
       st = trainer.step();
@@ -246,6 +252,11 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::cerr << "ctxrun: internal error on rank " << rank << ": " << e.what() << "\n";
     code = kExitInternal;
+    // the other ranks may be waiting for this one inside a collective: end the whole job
+    if (world->world().size() > 1) {
+      std::cerr << "ctxrun: aborting all " << world->world().size() << " ranks (checkpoints already on disk are intact)\n";
+      world->abort(code);
+    }
   }
   std::fflush(stdout);
   return code;

@@ -17,3 +17,12 @@ ctxrun_equivalence(EquivSelectiveRecomputeMatchesSingleRank  2 tiny      64  "cp
 ctxrun_equivalence(EquivFullRecomputeOffloadMatchesSingleRank 2 tiny     64  "cp=2,recompute=full,ckpt_offload=1")
 ctxrun_equivalence(EquivTiledMlpTiledLossMatchesSingleRank   2 tiny      64  "tp=2,tiled_mlp=4,tiled_loss=16")
 ctxrun_equivalence(EquivEightRanksDpTpCpZero3Full            8 tiny      128 "dp=2,tp=2,cp=2,cp_kind=ring,zero=3,recompute=full")
+# micro-batches of 2 run as one batch (documents renumbered per sequence) against one sequence at a time
+ctxrun_equivalence(EquivMicroBatch2ZigZagDocsMatchesSingleRank 2 tiny     64  "cp=2,cp_kind=zigzag,mbs=2,mask=doc:20")
+ctxrun_equivalence(EquivMicroBatch2UspMatchesSingleRank       4 tiny      64  "cp=4,cp_kind=usp,ulysses=2,mbs=2,mask=doc:24")
+ctxrun_equivalence(EquivMicroBatch2AllGatherTpMatchesSingleRank 4 tiny    64  "tp=2,cp=2,cp_kind=allgather,mbs=2")
+# host offload of the optimizer (ZeRO-1) and of the parameters (ZeRO-3)
+ctxrun_equivalence(EquivOptimizerOffloadZero1MatchesSingleRank 2 tiny     64  "dp=2,zero=1,opt_offload=1")
+ctxrun_equivalence(EquivParamOffloadZero3MatchesSingleRank    2 tiny      64  "dp=2,zero=3,opt_offload=1,param_offload=1")
+# sorted packing moves sequences between data-parallel ranks; the global batch stays the same
+ctxrun_equivalence(EquivSortedPackingMatchesSingleRank        2 tiny      64  "dp=2,ga=2,mask=doc:12/40,packing=sorted")

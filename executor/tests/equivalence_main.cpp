@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
     o.opt.lr = 1e-3f;
     o.opt.warmup = 0;
     o.opt.total_steps = 100;
+    o.sorted_packing = plan.sorted_packing;  // the reference packs in order: the global batch is the same
     DataOptions d;
     d.seq = a.seq;
     d.vocab = m.vocab;
@@ -86,8 +87,8 @@ int main(int argc, char** argv) {
       ro.plan.dp = 1;
       ro.plan.mask = plan.mask;
       ro.plan.docs = plan.docs;
-      ro.plan.mbs = plan.mbs;
-      ro.plan.ga = plan.ga * plan.dp;
+      ro.plan.mbs = 1;  // one sequence at a time: a batched micro-batch must equal its sequences run alone
+      ro.plan.ga = plan.ga * plan.dp * plan.mbs;
       ref = std::make_unique<Trainer>(*rbe, *self, ro, *data);
     }
     for (int64_t s = 1; s <= a.steps; ++s) {

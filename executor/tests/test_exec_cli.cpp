@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -161,4 +162,68 @@ TEST(ExecCli, NanLossStopsNamingStepAndLayerWithoutTouchingCheckpoints) {
   EXPECT_TRUE(fs::exists(d / "step-000003"));   // the last good step was saved
   EXPECT_FALSE(fs::exists(d / "step-000004"));  // the diverged one was not
   EXPECT_EQ(slurp(d / "latest"), "step-000003\n");
+}
+
+// Sorted packing (GLM-4's balance of attention work, sum of squared document lengths, across
+// data-parallel ranks): every sequence of the step goes to exactly one rank, each rank gets its
+// share, and the heaviest rank carries less work than with in-order packing.
+TEST(ExecData, SortedPackingBalancesAttentionWorkAcrossDataParallelRanks) {
+  using namespace ctx::exec;
+  DataOptions d;
+  d.seq = 512;
+  d.vocab = 256;
+  d.doc_mask = true;
+  d.doc_min = 16;
+  d.doc_max = 400;
+  auto data = make_synthetic(d);
+  const int64_t dp = 4, per_rank = 4, steps = 25;
+  double max_sorted = 0, max_plain = 0, mean = 0;
+  int sorted_not_worse = 0;
+  for (int64_t step = 0; step < steps; ++step) {
+    auto loads = [&](bool sorted) {
+      auto a = step_assignment(*data, step, dp, per_rank, sorted);
+      std::vector<int64_t> seen;
+      std::vector<double> load;
+      for (auto& r : a) {
+        EXPECT_EQ(static_cast<int64_t>(r.size()), per_rank);
+        double w = 0;
+        for (int64_t i : r) { seen.push_back(i); w += attention_work(data->sequence(i)); }
+        load.push_back(w);
+      }
+      std::sort(seen.begin(), seen.end());
+      for (int64_t k = 0; k < dp * per_rank; ++k) EXPECT_EQ(seen[k], step * dp * per_rank + k);
+      return load;
+    };
+    auto s = loads(true), p = loads(false);
+    const double ms = *std::max_element(s.begin(), s.end()), mp = *std::max_element(p.begin(), p.end());
+    max_sorted += ms;
+    max_plain += mp;
+    for (double w : s) mean += w / dp;
+    sorted_not_worse += ms <= mp;
+  }
+  mean /= steps;
+  max_sorted /= steps;
+  max_plain /= steps;
+  std::printf("heaviest rank / mean rank attention work: sorted %.3f, in order %.3f\n", max_sorted / mean,
+              max_plain / mean);
+  EXPECT_GE(sorted_not_worse, steps * 4 / 5);
+  EXPECT_LT(max_sorted / mean, 1.0 + 0.5 * (max_plain / mean - 1.0));  // at least half the imbalance removed
+}
+
+// A rank that fails while the others wait for it in a collective ends the whole job with its
+// message, instead of leaving them blocked (the test's own timeout would catch a hang); the
+// checkpoint already on disk is untouched.
+TEST(ExecCli, InternalErrorOnOneRankAbortsEveryRankWithoutDamagingCheckpoints) {
+  fs::path d = scratch("fail");
+  Result a = sh(ctxrun(2, "--model tiny --seq 64 --steps 2 --plan cp=2 --ckpt-dir " + d.string()));
+  ASSERT_EQ(a.code, 0) << a.out;
+  std::string before = slurp(d / "step-000002" / "model.safetensors");
+  Result b = sh("timeout 60 " + ctxrun(2, "--model tiny --seq 64 --steps 5 --plan cp=2 --resume --debug-fail 1:4 --ckpt-dir " +
+                                              d.string()));
+  EXPECT_NE(b.code, 0) << b.out;
+  EXPECT_NE(b.code, 124) << "ranks hung after one failed:\n" << b.out;
+  EXPECT_NE(b.out.find("internal error on rank 1"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("injected failure"), std::string::npos) << b.out;
+  EXPECT_TRUE(before == slurp(d / "step-000002" / "model.safetensors"));
+  EXPECT_EQ(slurp(d / "latest"), "step-000002\n");
 }
