@@ -19,6 +19,7 @@
 
 #include "executor/cuda/caching_allocator.hpp"
 #include "executor/cuda/cuda_check.hpp"
+#include "executor/cuda/embedding_rows.hpp"
 #include "executor/cuda/gemm_lt.hpp"
 #include "executor/cuda/kernels.hpp"
 
@@ -255,31 +256,15 @@ class CudaBackend final : public Backend {
       CTX_CUDA(cudaMemcpyAsync(host_tok_.data(), tok, sizeof(int32_t) * tokens, cudaMemcpyDefault, stream_));
       synchronize();
     }
-    pairs_.clear();
-    for (int64_t t = 0; t < tokens; ++t) {
-      const int64_t r = static_cast<int64_t>(host_tok_[t]) - v0;
-      if (r >= 0 && r < vrows) pairs_.emplace_back(static_cast<int32_t>(r), static_cast<int32_t>(t));
-    }
-    if (pairs_.empty()) return;
-    std::sort(pairs_.begin(), pairs_.end());
-    rows_.clear();
-    offsets_.clear();
-    positions_.clear();
-    for (size_t i = 0; i < pairs_.size(); ++i) {
-      if (i == 0 || pairs_[i].first != pairs_[i - 1].first) {
-        rows_.push_back(pairs_[i].first);
-        offsets_.push_back(static_cast<int64_t>(i));
-      }
-      positions_.push_back(pairs_[i].second);
-    }
-    offsets_.push_back(static_cast<int64_t>(pairs_.size()));
+    cuda::group_tokens_by_row(host_tok_.data(), tokens, v0, vrows, groups_);
+    if (groups_.rows.empty()) return;
     auto in = stage<4>({{{dout, bytes_f(tokens * h)},
-                         {rows_.data(), sizeof(int32_t) * rows_.size()},
-                         {offsets_.data(), sizeof(int64_t) * offsets_.size()},
-                         {positions_.data(), sizeof(int32_t) * positions_.size()}}});
+                         {groups_.rows.data(), sizeof(int32_t) * groups_.rows.size()},
+                         {groups_.offsets.data(), sizeof(int64_t) * groups_.offsets.size()},
+                         {groups_.positions.data(), sizeof(int32_t) * groups_.positions.size()}}});
     cuda::k::embedding_backward(out(dtable, "embedding_backward"), f(in[0]), static_cast<const int32_t*>(in[1]),
                                 static_cast<const int64_t*>(in[2]), static_cast<const int32_t*>(in[3]),
-                                static_cast<int64_t>(rows_.size()), h, stream_);
+                                static_cast<int64_t>(groups_.rows.size()), h, stream_);
     done();
   }
 
@@ -458,9 +443,8 @@ class CudaBackend final : public Backend {
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0, tail_offset_ = 0;
   // host-side grouping for embedding_backward (kept to reuse capacity)
-  std::vector<int32_t> host_tok_, rows_, positions_;
-  std::vector<int64_t> offsets_;
-  std::vector<std::pair<int32_t, int32_t>> pairs_;
+  std::vector<int32_t> host_tok_;
+  cuda::TokenRows groups_;
 };
 
 int env_int(const char* name, int fallback) {

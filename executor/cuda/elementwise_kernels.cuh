@@ -1,0 +1,99 @@
+// Device code of the elementwise and gather/scatter kernels (launchers: kernels_elementwise.cu).
+// Kept apart from the launchers so the same source also runs under the CPU emulator of the CUDA
+// execution model in the tests (executor/cuda/tests/cuda_emulator.hpp).
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+namespace ctx::exec::cuda::dev {
+
+#define GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+__global__ void fill_kernel(float* p, float v, int64_t n) { GRID_STRIDE(i, n) p[i] = v; }
+__global__ void axpy_kernel(float* y, float a, const float* x, int64_t n) { GRID_STRIDE(i, n) y[i] += a * x[i]; }
+__global__ void scale_kernel(float* x, float a, int64_t n) { GRID_STRIDE(i, n) x[i] *= a; }
+
+__global__ void add_block_kernel(float* dst, int64_t dld, const float* src, int64_t sld, int64_t rows, int64_t cols) {
+  GRID_STRIDE(i, rows * cols) {
+    int64_t r = i / cols, c = i % cols;
+    dst[r * dld + c] += src[r * sld + c];
+  }
+}
+
+// One thread per (row, rotated pair i): the angle in double (positions reach millions; a float
+// angle would lose whole radians), then the same rotation for every head of the row.
+__global__ void rope_kernel(float* x, int64_t rows, int64_t heads, int64_t d, const int32_t* pos, const float* inv_freq,
+                            int64_t half, float attn_scale, float sign) {
+  GRID_STRIDE(t, rows * half) {
+    int64_t r = t / half, i = t % half;
+    double ang = static_cast<double>(pos[r]) * inv_freq[i];
+    double sd, cd;
+    sincos(ang, &sd, &cd);
+    float c = static_cast<float>(cd) * attn_scale;
+    float s = static_cast<float>(sd) * attn_scale * sign;
+    for (int64_t hh = 0; hh < heads; ++hh) {
+      float* xh = x + (r * heads + hh) * d;
+      float x1 = xh[i], x2 = xh[i + half];
+      xh[i] = x1 * c - x2 * s;
+      xh[i + half] = x2 * c + x1 * s;
+    }
+  }
+}
+
+__global__ void swiglu_fwd_kernel(float* a, const float* gate, const float* up, int64_t n) {
+  GRID_STRIDE(i, n) {
+    float g = gate[i];
+    float sig = 1.0f / (1.0f + expf(-g));
+    a[i] = g * sig * up[i];
+  }
+}
+
+__global__ void swiglu_bwd_kernel(float* dgate, float* dup, const float* da, const float* gate, const float* up,
+                                  int64_t n) {
+  GRID_STRIDE(i, n) {
+    float g = gate[i];
+    float sig = 1.0f / (1.0f + expf(-g));
+    float silu = g * sig;
+    float u = up[i], d = da[i];  // read before writing: dgate/dup may alias gate/up
+    dup[i] = d * silu;
+    dgate[i] = d * u * sig * (1.0f + g * (1.0f - sig));
+  }
+}
+
+__global__ void embedding_fwd_kernel(float* out, const float* table, const int32_t* tok, int64_t tokens, int64_t h,
+                                     int64_t v0, int64_t vrows) {
+  GRID_STRIDE(i, tokens * h) {
+    int64_t t = i / h, e = i % h;
+    int64_t r = static_cast<int64_t>(tok[t]) - v0;
+    out[i] = (r >= 0 && r < vrows) ? table[r * h + e] : 0.0f;
+  }
+}
+
+// One block per vocabulary row that occurs; threads over the hidden dimension.
+__global__ void embedding_bwd_kernel(float* dtable, const float* dout, const int32_t* rows, const int64_t* offsets,
+                                     const int32_t* positions, int64_t h) {
+  const int64_t u = blockIdx.x;
+  const int64_t row = rows[u], p0 = offsets[u], p1 = offsets[u + 1];
+  for (int64_t e = threadIdx.x; e < h; e += blockDim.x) {
+    float acc = dtable[row * h + e];
+    for (int64_t p = p0; p < p1; ++p) acc += dout[static_cast<int64_t>(positions[p]) * h + e];
+    dtable[row * h + e] = acc;
+  }
+}
+
+__global__ void adamw_kernel(float* master, float* m, float* v, const float* grad, float decay, int64_t n, float lr,
+                             float beta1, float beta2, float eps, float wd, float grad_scale, double bc1, double bc2) {
+  GRID_STRIDE(i, n) {
+    float g = grad[i] * grad_scale;
+    float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float mhat = static_cast<float>(mi / bc1), vhat = static_cast<float>(vi / bc2);
+    float w = master[i];
+    master[i] = w - lr * (mhat / (sqrtf(vhat) + eps) + wd * decay * w);
+  }
+}
+
+}  // namespace ctx::exec::cuda::dev

@@ -1,0 +1,151 @@
+// Device code of the reduction kernels (launchers: kernels_reduce.cu); also run by the CPU
+// emulator in the tests (executor/cuda/tests/cuda_emulator.hpp).
+#pragma once
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "executor/cuda/warp_common.cuh"
+
+namespace ctx::exec::cuda::dev {
+
+constexpr int kRowThreads = 256;  // block size of the reduction kernels (a multiple of 32)
+// Block-wide sum/max; every thread gets the result. `scratch` holds blockDim/32 values.
+template <typename T>
+__device__ T block_sum(T v, T* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T t = lane < nw ? scratch[lane] : T(0);
+  return warp_sum(t);
+}
+__device__ inline float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float t = lane < nw ? scratch[lane] : -INFINITY;
+  return warp_max(t);
+}
+
+__global__ void sum_squares_partial(double* partials, const float* x, int64_t n) {
+  __shared__ double sh[32];
+  double s = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    s += static_cast<double>(x[i]) * x[i];
+  s = block_sum(s, sh);
+  if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+__global__ void sum_partials(double* out, const double* partials, int count) {
+  __shared__ double sh[32];
+  double s = 0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) s += partials[i];
+  s = block_sum(s, sh);
+  if (threadIdx.x == 0) *out = s;
+}
+
+__global__ void nonfinite_kernel(int* flag, const float* x, int64_t n) {
+  bool bad = false;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    bad |= !isfinite(x[i]);
+  if (__any_sync(kFull, bad) && (threadIdx.x & 31) == 0) *flag = 1;
+}
+
+__global__ void rmsnorm_fwd_kernel(float* y, float* rstd, const float* x, const float* w, int64_t h, float eps) {
+  __shared__ double sh[32];
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * h;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
+  ss = block_sum(ss, sh);
+  const float s = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(h) + eps));
+  if (threadIdx.x == 0) rstd[r] = s;
+  if (y)
+    for (int64_t i = threadIdx.x; i < h; i += blockDim.x) y[r * h + i] = xr[i] * s * w[i];
+}
+
+// dx_i = s w_i dy_i - x_i s^3/h sum_j w_j dy_j x_j (the reference's formula and rounding order)
+__global__ void rmsnorm_bwd_dx_kernel(float* dx, const float* dy, const float* x, const float* rstd, const float* w,
+                                      int64_t h) {
+  __shared__ double sh[32];
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * h;
+  const float* dyr = dy + r * h;
+  const float s = rstd[r];
+  double dot = 0;
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) dot += static_cast<double>(w[i]) * dyr[i] * xr[i];
+  dot = block_sum(dot, sh);
+  const float c = static_cast<float>(dot) * s * s * s / static_cast<float>(h);
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) dx[r * h + i] = s * w[i] * dyr[i] - xr[i] * c;
+}
+
+constexpr int64_t kDwChunks = 64;
+__global__ void rmsnorm_dw_partial(float* scratch, const float* dy, const float* x, const float* rstd, int64_t rows,
+                                   int64_t h, int64_t per) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, chunk = blockIdx.y;
+  if (i >= h) return;
+  const int64_t r0 = chunk * per, r1 = r0 + per < rows ? r0 + per : rows;
+  float acc = 0;
+  for (int64_t r = r0; r < r1; ++r) acc += dy[r * h + i] * x[r * h + i] * rstd[r];
+  scratch[chunk * h + i] = acc;
+}
+__global__ void rmsnorm_dw_finish(float* dw, const float* scratch, int64_t chunks, int64_t h) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= h) return;
+  float acc = 0;
+  for (int64_t c = 0; c < chunks; ++c) acc += scratch[c * h + i];
+  dw[i] += acc;
+}
+
+__global__ void row_max_kernel(float* out, const float* logits, int64_t cols, int64_t valid) {
+  __shared__ float sh[32];
+  const int64_t r = blockIdx.x;
+  float m = -INFINITY;
+  for (int64_t c = threadIdx.x; c < valid; c += blockDim.x) m = fmaxf(m, logits[r * cols + c]);
+  m = block_max(m, sh);
+  if (threadIdx.x == 0) out[r] = m;
+}
+
+__global__ void sumexp_target_kernel(float* out, const float* logits, const float* mx, const int32_t* target,
+                                     int64_t cols, int64_t valid, int64_t v0) {
+  __shared__ double sh[32];
+  const int64_t r = blockIdx.x;
+  const double m = mx[r];
+  double s = 0;
+  for (int64_t c = threadIdx.x; c < valid; c += blockDim.x) s += exp(static_cast<double>(logits[r * cols + c]) - m);
+  s = block_sum(s, sh);
+  if (threadIdx.x == 0) {
+    out[2 * r] = static_cast<float>(s);
+    const int64_t t = static_cast<int64_t>(target[r]) - v0;
+    out[2 * r + 1] = (target[r] >= 0 && t >= 0 && t < valid) ? logits[r * cols + t] : 0.0f;
+  }
+}
+
+__global__ void xent_grad_kernel(float* logits, const float* lse, const int32_t* target, const float* weight,
+                                 int64_t rows, int64_t cols, int64_t valid, int64_t v0) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    const float w = weight[r];
+    float g = c < valid ? w * expf(logits[i] - lse[r]) : 0.0f;
+    const int64_t t = static_cast<int64_t>(target[r]) - v0;
+    if (target[r] >= 0 && t == c && t < valid) g -= w;
+    logits[i] = g;
+  }
+}
+
+// One warp per (token, head) row: delta = sum_e dout*o.
+__global__ void attention_delta_kernel(float* delta, const float* dout, const float* o, int64_t rows, int64_t d) {
+  const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (r >= rows) return;  // whole warps leave together (rows are warp-aligned)
+  double acc = 0;
+  for (int64_t e = lane; e < d; e += 32) acc += static_cast<double>(dout[r * d + e]) * o[r * d + e];
+  acc = warp_sum(acc);
+  if (lane == 0) delta[r] = static_cast<float>(acc);
+}
+
+}  // namespace ctx::exec::cuda::dev
