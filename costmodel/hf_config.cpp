@@ -77,4 +77,50 @@ ModelSpec model_from_hf_config(const json& j, const std::string& where) {
   return m;
 }
 
+json model_to_hf_config(const ModelSpec& m) {
+  json j;
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  j["_name_or_path"] = m.name;
+  j["num_hidden_layers"] = m.layers;
+  j["hidden_size"] = m.hidden;
+  j["num_attention_heads"] = m.heads;
+  j["num_key_value_heads"] = m.kv_heads;
+  j["head_dim"] = m.head_dim;
+  j["intermediate_size"] = m.ffn;
+  j["vocab_size"] = m.vocab;
+  j["tie_word_embeddings"] = m.tied_embeddings;
+  j["attention_bias"] = m.qkv_bias;
+  j["hidden_act"] = "silu";
+  j["rms_norm_eps"] = 1e-5;
+  j["max_position_embeddings"] = m.max_position;
+  j["rope_theta"] = m.rope.base;
+  if (m.rope.partial_rotary_factor != 1.0) j["partial_rotary_factor"] = m.rope.partial_rotary_factor;
+  if (m.rope.scaling != RopeScaling::none) {
+    json s;
+    switch (m.rope.scaling) {
+      case RopeScaling::linear: s["rope_type"] = "linear"; break;
+      case RopeScaling::ntk: s["rope_type"] = "dynamic"; break;
+      case RopeScaling::yarn: s["rope_type"] = "yarn"; break;
+      default: s["rope_type"] = "llama3"; break;
+    }
+    s["factor"] = m.rope.factor;
+    s["original_max_position_embeddings"] = m.rope.original_max_positions;
+    s["low_freq_factor"] = m.rope.low_freq_factor;
+    s["high_freq_factor"] = m.rope.high_freq_factor;
+    s["beta_fast"] = m.rope.beta_fast;
+    s["beta_slow"] = m.rope.beta_slow;
+    j["rope_scaling"] = s;
+  }
+  bool any_nope = false;
+  json no_rope = json::array();
+  for (auto k : m.layer_position) {
+    no_rope.push_back(k == PositionKind::nope ? 0 : 1);
+    any_nope |= k == PositionKind::nope;
+  }
+  if (any_nope) j["no_rope_layers"] = no_rope;  // SmolLM3's convention: 0 marks a NoPE layer
+  j["torch_dtype"] = "float32";
+  return j;
+}
+
 }  // namespace ctx

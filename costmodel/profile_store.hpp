@@ -43,5 +43,7 @@ ClusterSpec make_cluster(const HardwareSpec& gpu, int64_t nodes, int64_t gpus_pe
 
 // Reads a Hugging Face config.json (Llama, Mistral, Qwen2/3, GLM-4, SmolLM3 keys).
 ModelSpec model_from_hf_config(const json& j, const std::string& where);
+// The inverse for Llama-family models: a config.json that transformers (and model_from_hf_config) read back.
+json model_to_hf_config(const ModelSpec& m);
 
 }  // namespace ctx

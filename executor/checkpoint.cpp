@@ -150,6 +150,9 @@ std::string save_checkpoint(Trainer& t, const std::string& dir, const json& run_
     info["step"] = t.steps_done();
     info["model"] = model_to_json(t.options().model);
     write_file_atomic(tmp_dir + "/trainer.json", info.dump(2));
+    // config.json beside model.safetensors: the folder opens as a Hugging Face Llama checkpoint
+    // and is a valid --init-from source
+    write_file_atomic(tmp_dir + "/config.json", model_to_hf_config(t.options().model).dump(2));
     fs::remove_all(final_dir);
     fs::rename(tmp_dir, final_dir);
     fsync_path(dir);

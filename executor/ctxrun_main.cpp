@@ -101,6 +101,9 @@ int run(int argc, char** argv, CommWorld& world) {
   } else {
     plan = parse_plan(o.plan.empty() ? "tp=1" : o.plan, "--plan");
   }
+  // --init-from without --model: the model is the checkpoint's own config.json
+  if (!o.init_from.empty() && model_opt->count() == 0 && std::filesystem::exists(o.init_from + "/config.json"))
+    model_arg = o.init_from + "/config.json";
   ModelSpec model = resolve_model(prof, model_arg);
   const int64_t seq = parse_count(seq_arg, "--seq");
   ClusterSpec cluster = o.cluster.empty() ? make_cluster(resolve_hardware(prof, "h100"), 1, nranks)

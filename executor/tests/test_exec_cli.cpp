@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -226,4 +227,36 @@ TEST(ExecCli, InternalErrorOnOneRankAbortsEveryRankWithoutDamagingCheckpoints) {
   EXPECT_NE(b.out.find("injected failure"), std::string::npos) << b.out;
   EXPECT_TRUE(before == slurp(d / "step-000002" / "model.safetensors"));
   EXPECT_EQ(slurp(d / "latest"), "step-000002\n");
+}
+
+// A checkpoint folder is a Hugging Face Llama checkpoint (config.json + model.safetensors with HF
+// tensor names) and a valid --init-from source: without --model the run takes the architecture
+// from config.json, the first loss is the same under any plan and differs from a fresh start,
+// and weights of another architecture are refused naming the file.
+TEST(ExecCli, InitFromHuggingFaceFolderLoadsConfigAndWeightsUnderAnyPlan) {
+  fs::path d = scratch("initfrom");
+  Result a = sh(ctxrun(1, "--model tiny --seq 64 --steps 3 --ckpt-dir " + d.string()));
+  ASSERT_EQ(a.code, 0) << a.out;
+  fs::path hf = d / "step-000003";
+  ASSERT_TRUE(fs::exists(hf / "config.json"));
+  nlohmann::json cfg = nlohmann::json::parse(slurp(hf / "config.json"));
+  EXPECT_EQ(cfg["model_type"], "llama");
+  EXPECT_EQ(cfg["num_hidden_layers"], 2);
+  EXPECT_EQ(cfg["num_key_value_heads"], 2);
+  EXPECT_NE(slurp(hf / "model.safetensors").find("model.layers.1.self_attn.q_proj.weight"), std::string::npos);
+  auto first_loss = [&](int ranks, const std::string& args) {
+    fs::path rep = d / ("r" + std::to_string(ranks) + ".json");
+    Result r = sh(ctxrun(ranks, "--seq 64 --steps 1 --report " + rep.string() + " " + args));
+    EXPECT_EQ(r.code, 0) << r.out;
+    if (r.code != 0) return -1.0;
+    return nlohmann::json::parse(slurp(rep))["losses"][0].get<double>();
+  };
+  double one = first_loss(1, "--init-from " + hf.string());
+  double tp2 = first_loss(2, "--plan tp=2 --init-from " + hf.string());
+  double fresh = first_loss(1, "--model tiny");
+  EXPECT_NEAR(one, tp2, 1e-5 * std::fabs(one));
+  EXPECT_GT(std::fabs(one - fresh), 1e-3) << "the loaded weights made no difference";
+  Result bad = sh(ctxrun(1, "--model tiny-nope --seq 64 --steps 1 --init-from " + hf.string()));
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find(hf.string()), std::string::npos) << bad.out;
 }
