@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "executor/cuda/attention_kernels.cuh"
 #include "executor/cuda/cuda_check.hpp"
@@ -25,14 +26,17 @@ Geo geo(const AttnDims& sh) {
 
 }  // namespace
 
-void attention_init() {
-  static bool done = false;
-  if (done) return;
+void attention_init() {  // the shared-memory opt-in is per device
+  static std::vector<bool> done;
+  int dev = 0;
+  CTX_CUDA(cudaGetDevice(&dev));
+  if (static_cast<size_t>(dev) < done.size() && done[dev]) return;
   const int most = static_cast<int>(std::max(fwd_smem(kMaxHeadDim), std::max(dq_smem(kMaxHeadDim), dkdv_smem(kMaxHeadDim))));
   CTX_CUDA(cudaFuncSetAttribute(attn_fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
   CTX_CUDA(cudaFuncSetAttribute(attn_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
   CTX_CUDA(cudaFuncSetAttribute(attn_dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-  done = true;
+  if (done.size() <= static_cast<size_t>(dev)) done.resize(dev + 1, false);
+  done[dev] = true;
 }
 
 void attention_forward(float* o, float* lse, const float* q, const int64_t* q_index, const int32_t* q_doc, int64_t tq,

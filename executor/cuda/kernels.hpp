@@ -53,7 +53,7 @@ void attention_delta(float* delta, const float* dout, const float* o, int64_t ro
 // ---- attention (attention.cu): flash-style, key tiles through shared memory, GQA by indexing
 // the shared KV head (never materialised per query head), masking by token identity.
 constexpr int64_t kMaxHeadDim = 256;
-void attention_init();  // raises the dynamic shared-memory limit once (per process)
+void attention_init();  // raises the dynamic shared-memory limit (once per device)
 struct AttnDims {  // the Backend's AttnShape, without the executor headers (this file is nvcc's)
   int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
   float scale = 0;
