@@ -9,8 +9,8 @@
 int main(int argc, char** argv) {
   CLI::App app{
       "ctxplan: predict per-GPU memory and step time of parallel plans for long-context training, and search for "
-      "the best plan.\n\nExit codes: 0 ok (predict: the plan fits), 2 bad input, 3 the plan does not fit, 1 internal "
-      "error.\nProfiles: CTXPLAN_PROFILES or --profiles names the profiles folder."};
+      "the best plan.\n\nExit codes: 0 ok (predict: the plan fits), 2 bad input, 3 the plan does not fit, 4 compare "
+      "--fail-over-tol: a row over tolerance, 1 internal error.\nProfiles: CTXPLAN_PROFILES or --profiles names the profiles folder."};
   app.require_subcommand(0, 1);
   ctx::CommonOptions common;
   app.add_option("--profiles", common.profiles, "profiles folder (default: $CTXPLAN_PROFILES or the source tree's)");
@@ -29,6 +29,10 @@ int main(int argc, char** argv) {
   commands.push_back({budget, ctx::add_budget_command(*budget, common)});
   auto* validate = app.add_subcommand("validate", "predict every published reference point and print the errors");
   commands.push_back({validate, ctx::add_validate_command(*validate, common)});
+  auto* compare = app.add_subcommand("compare", "a prediction against a ctxrun report: memory by category, time by phase, errors");
+  commands.push_back({compare, ctx::add_compare_command(*compare, common)});
+  auto* launch = app.add_subcommand("launch", "the mpirun command (and a Slurm script) that runs a plan with ctxrun");
+  commands.push_back({launch, ctx::add_launch_command(*launch, common)});
   auto* list = app.add_subcommand("list", "list profiles: models | hardware | clusters | runtimes");
   commands.push_back({list, ctx::add_list_command(*list, common)});
   auto* show = app.add_subcommand("show", "show one profile with derived quantities: show model M");
