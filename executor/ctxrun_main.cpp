@@ -200,7 +200,7 @@ int run(int argc, char** argv, CommWorld& world) {
     rec.step_seconds.push_back(st.seconds);
     for (int i = 0; i < kPhases; ++i) rec.phase_seconds[i] += st.phase_seconds[i];
     rec.measured_steps++;
-    rec.tokens_per_step = st.tokens;
+    rec.tokens_per_step = plan.dp * plan.ga * plan.mbs * seq;  // tokens processed, as the cost model counts them
     if (rank == 0 && (st.step % o.log_every == 0 || st.step == o.steps))
       std::printf("step %5lld  loss %.4f  grad norm %.3f  lr %.2e  %.3f s\n", static_cast<long long>(st.step), st.loss,
                   st.grad_norm, st.lr, st.seconds);

@@ -411,14 +411,14 @@ Comparison compare_documents(const json& pred_doc, const std::string& pred_where
   if (run_time.has("tokens_per_second"))
     add_row(c, "time", "tokens/s", "tokens/s", p_tps,
             need_number(run_time, "tokens_per_second", "tokens per second (whole job)"), true,
-            "measured: labelled tokens per step / mean wall-clock step after the first");
+            "measured: tokens per step (dp x ga x mbs x seq) / mean wall-clock step after the first");
   c.mapping.push_back("time phases: the prediction's forward includes the head and loss forward and its backward the head "
                       "and loss backward (and recompute); ctxrun times the head and loss, forward and backward, as its own "
                       "'loss' phase. forward+backward (measured forward + loss + backward) pairs exactly and is judged; "
                       "~forward and ~backward (measured loss + backward) are shown, not judged");
   c.mapping.push_back("step: measured = the sum of the per-phase means (the first, warm-up step included, as ctxrun "
-                      "reports); tokens/s: measured = labelled tokens per step / mean wall-clock step after the first "
-                      "(a sequence of S tokens has S-1 labels, so it reads ~1/S low)");
+                      "reports); tokens/s: measured = tokens per step (dp x ga x mbs x seq) / mean wall-clock step after the "
+                      "first");
   return c;
 }
 
