@@ -63,19 +63,28 @@ struct AttnInputs {
   std::vector<float> q, ka, va, kb, vb, dout;
   AttnShape shape() const { return {hq, hkv, d, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))}; }
   dev::Geo geo() const { return {hq, hkv, d, hq / hkv, shape().scale}; }
-  explicit AttnInputs(int64_t dim) : d(dim) {
-    // queries: positions 40..79 in a zig-zag-like order; documents of 30 tokens; two key blocks
+  // Default: queries at positions 40..79 in a zig-zag-like order, documents of 30 tokens, key
+  // blocks at 0..44 and 50..94 (some rows see nothing in block 0). Small: 3 queries at 5..7 and
+  // key blocks 0..4 and 5..9 in one document, GQA 4:1, tiles mostly empty.
+  explicit AttnInputs(int64_t dim, bool small = false) : d(dim) {
+    if (small) {
+      hq = 4;
+      hkv = 1;
+      tq = 3;
+      tk = 5;
+    }
     qi.resize(tq);
     qd.resize(tq);
     for (int64_t i = 0; i < tq; ++i) {
-      qi[i] = i < 20 ? 40 + i : 60 + (tq - 1 - i);
-      qd[i] = static_cast<int32_t>(qi[i] / 30);
+      qi[i] = small ? 5 + i : i < 20 ? 40 + i : 60 + (tq - 1 - i);
+      qd[i] = small ? 0 : static_cast<int32_t>(qi[i] / 30);
     }
+    const int64_t second = small ? 5 : 50;
     for (int64_t j = 0; j < tk; ++j) {
       k0.push_back(j);
-      k1.push_back(50 + j);
-      d0.push_back(static_cast<int32_t>(j / 30));
-      d1.push_back(static_cast<int32_t>((50 + j) / 30));
+      k1.push_back(second + j);
+      d0.push_back(small ? 0 : static_cast<int32_t>(j / 30));
+      d1.push_back(small ? 0 : static_cast<int32_t>((second + j) / 30));
     }
     q = randn(tq * hq * d, 1 + d);
     ka = randn(tk * hkv * d, 2);
@@ -85,6 +94,9 @@ struct AttnInputs {
     dout = randn(tq * hq * d, 6);
   }
 };
+
+// (head_dim, small case): head dims that fill 1, 2 and all 8 of a lane's slots, not multiples of 32
+const std::pair<int64_t, bool> kAttnCases[] = {{20, false}, {64, false}, {16, true}, {256, true}};
 
 void emu_forward(const AttnInputs& a, std::vector<float>& o, std::vector<float>& lse, const std::vector<float>& k,
                  const std::vector<float>& v, const std::vector<int64_t>& ki, const std::vector<int32_t>& kd) {
@@ -98,8 +110,8 @@ void emu_forward(const AttnInputs& a, std::vector<float>& o, std::vector<float>&
 
 TEST(EmulatedCudaKernels, AttentionForwardMergesBlocksLikeCpuWithDocumentMaskAndGqa) {
   auto cpu = make_cpu_backend();
-  for (int64_t d : {int64_t(20), int64_t(64)}) {
-    AttnInputs a(d);
+  for (auto [d, small] : kAttnCases) {
+    AttnInputs a(d, small);
     const AttnShape s = a.shape();
     std::vector<float> o(a.tq * a.hq * d, 0.0f), lse(a.tq * a.hq, -INFINITY), eo = o, el = lse;
     cpu->attention_forward_block(o.data(), lse.data(), a.q.data(), {a.qi.data(), a.qd.data()}, a.tq, a.ka.data(),
@@ -118,8 +130,8 @@ TEST(EmulatedCudaKernels, AttentionForwardMergesBlocksLikeCpuWithDocumentMaskAnd
 
 TEST(EmulatedCudaKernels, AttentionBackwardMatchesCpu) {
   auto cpu = make_cpu_backend();
-  for (int64_t d : {int64_t(20), int64_t(64)}) {
-    AttnInputs a(d);
+  for (auto [d, small] : kAttnCases) {
+    AttnInputs a(d, small);
     const AttnShape s = a.shape();
     const dev::Geo G = a.geo();
     std::vector<float> o(a.tq * a.hq * d, 0.0f), lse(a.tq * a.hq, -INFINITY), delta(a.tq * a.hq), edelta(delta);
