@@ -14,6 +14,9 @@
 #include "costmodel/plan_check.hpp"
 #include "costmodel/prediction.hpp"
 #include "costmodel/profile_store.hpp"
+#ifdef CTXPLAN_HAVE_CUDA
+#include "executor/cuda/cuda_backend.hpp"
+#endif
 #include "executor/checkpoint.hpp"
 #include "executor/report.hpp"
 #include "executor/trainer.hpp"
@@ -31,6 +34,7 @@ extern "C" void on_signal(int) { g_stop.store(1); }
 struct Options {
   std::string profiles, model = "tiny", seq = "256", plan, plan_file, cluster, data, report, ckpt_dir, init_from;
   std::string debug_nan, debug_fail;
+  std::string backend = "cpu";
   int64_t steps = 20, save_every = 0, log_every = 1, schedule_steps = 0;
   bool resume = false, sorted_packing = false, no_fit_check = false;
   uint64_t seed = 1234, data_seed = 4321;
@@ -76,6 +80,8 @@ int run(int argc, char** argv, CommWorld& world) {
   app.add_option("--log-every", o.log_every, "print every N steps (default 1)");
   app.add_flag("--no-fit-check", o.no_fit_check, "run even when the memory model predicts the plan does not fit");
   app.add_option("--debug-nan", o.debug_nan, "fault injection for tests: STEP:LAYER poisons that layer's output");
+  app.add_option("--backend", o.backend, "cpu (Eigen, float32) | cuda (float32 on the GPU; compiles, untested on GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--debug-fail", o.debug_fail, "fault injection for tests: RANK:STEP fails that rank at that step");
   try {
     app.parse(argc, argv);
@@ -148,7 +154,17 @@ int run(int argc, char** argv, CommWorld& world) {
     d.doc_min = d.doc_max = std::min(plan.docs.tokens[0], seq);
   std::unique_ptr<Dataset> data = o.data.empty() ? make_synthetic(d) : open_token_file(o.data, d);
 
-  auto backend = make_cpu_backend();
+  std::unique_ptr<Backend> backend;
+  if (o.backend == "cuda") {
+#ifdef CTXPLAN_HAVE_CUDA
+    if (cuda_device_count() == 0) throw InputError("--backend", "", "cuda: no CUDA device is visible to this process");
+    backend = make_cuda_backend(cuda_device_for_local_rank());
+#else
+    throw InputError("--backend", "", "cuda: this ctxrun was built without CUDA (configure with -DCTXPLAN_WITH_CUDA=ON)");
+#endif
+  } else {
+    backend = make_cpu_backend();
+  }
   TrainOptions to;
   to.model = model;
   to.plan = plan;
@@ -173,7 +189,7 @@ int run(int argc, char** argv, CommWorld& world) {
   RunRecord rec;
   rec.model = model.name;
   rec.cluster = cluster.name;
-  rec.gpu = "cpu";
+  rec.gpu = o.backend == "cuda" ? cluster.gpu.name : "cpu";
   rec.seq = seq;
   rec.plan = plan;
   json run_info = {{"plan", plan_to_string(plan)}, {"seq", seq}, {"seed", o.seed}, {"data_seed", o.data_seed},
@@ -224,7 +240,7 @@ int run(int argc, char** argv, CommWorld& world) {
     cpu_rt.activation_bytes = 4;
     cpu_rt.host_bytes_per_rank = 0;
     j["prediction"] = prediction_to_json(predict(model, cluster, cpu_rt, plan, seq));
-    j["prediction"]["runtime"] = "ctxrun with float32 weights and activations (CPU backend)";
+    j["prediction"]["runtime"] = "ctxrun with float32 weights and activations (" + backend->name() + " backend)";
     if (rank == 0) {
       std::ofstream f(o.report + ".tmp");
       f << j.dump(2) << "\n";

@@ -260,3 +260,17 @@ TEST(ExecCli, InitFromHuggingFaceFolderLoadsConfigAndWeightsUnderAnyPlan) {
   EXPECT_EQ(bad.code, 2) << bad.out;
   EXPECT_NE(bad.out.find(hf.string()), std::string::npos) << bad.out;
 }
+
+// --backend cuda where it cannot run (no device here, or a build without CUDA) is bad input that
+// names the flag, before anything is allocated.
+TEST(ExecCli, CudaBackendWithoutADeviceIsRefusedNamingTheFlag) {
+  Result r = sh(ctxrun(1, "--model tiny --seq 64 --steps 1 --backend cuda"));
+  if (r.out.find("no CUDA device") == std::string::npos && r.out.find("built without CUDA") == std::string::npos &&
+      r.code == 0)
+    GTEST_SKIP() << "a CUDA device is present: the GPU suite (ctest -L gpu) covers this backend";
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--backend"), std::string::npos) << r.out;
+  Result bad = sh(ctxrun(1, "--model tiny --seq 64 --steps 1 --backend tpu"));
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--backend"), std::string::npos) << bad.out;
+}
