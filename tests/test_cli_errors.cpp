@@ -4,6 +4,8 @@
 // (CTXPLAN_BIN) in a child process and captures stdout, stderr and the exit code.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+
+#include "tests/run_process.hpp"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,54 +21,10 @@
 
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out, err;
-  std::string both() const { return out + err; }
-};
+using ctx::testing::RunResult;
+using ctx::testing::slurp;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// fork + exec CTXPLAN_BIN with `args`; stdout and stderr go to temporary files (no pipe deadlock).
-RunResult run_ctxplan(const std::vector<std::string>& args) {
-  char out_tmpl[] = "/tmp/ctxplan_test_out_XXXXXX";
-  char err_tmpl[] = "/tmp/ctxplan_test_err_XXXXXX";
-  int out_fd = mkstemp(out_tmpl);
-  int err_fd = mkstemp(err_tmpl);
-  RunResult r;
-  if (out_fd < 0 || err_fd < 0) {
-    ADD_FAILURE() << "mkstemp failed";
-    return r;
-  }
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(out_fd, 1);
-    dup2(err_fd, 2);
-    std::vector<char*> argv;
-    std::string bin = CTXPLAN_BIN;
-    argv.push_back(bin.data());
-    std::vector<std::string> copy = args;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(bin.c_str(), argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  close(out_fd);
-  close(err_fd);
-  r.out = slurp(out_tmpl);
-  r.err = slurp(err_tmpl);
-  unlink(out_tmpl);
-  unlink(err_tmpl);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
+RunResult run_ctxplan(const std::vector<std::string>& args) { return ctx::testing::run_process(CTXPLAN_BIN, args); }
 
 std::string data(const std::string& rel) { return std::string(CTXPLAN_TEST_DATA) + "/" + rel; }
 

@@ -5,6 +5,8 @@
 // the cluster cannot hold, and its printed command runs ctxrun under mpirun.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+
+#include "tests/run_process.hpp"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,58 +26,15 @@ using json = nlohmann::json;
 
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out, err;
-  std::string both() const { return out + err; }
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using ctx::testing::RunResult;
+using ctx::testing::slurp;
 
 void write(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
   f << text;
 }
 
-// fork + exec `bin` with `args`; stdout and stderr go to temporary files (no pipe deadlock).
-RunResult run(const std::string& bin, const std::vector<std::string>& args) {
-  char out_tmpl[] = "/tmp/ctxplan_cmp_out_XXXXXX";
-  char err_tmpl[] = "/tmp/ctxplan_cmp_err_XXXXXX";
-  int out_fd = mkstemp(out_tmpl);
-  int err_fd = mkstemp(err_tmpl);
-  RunResult r;
-  if (out_fd < 0 || err_fd < 0) {
-    ADD_FAILURE() << "mkstemp failed";
-    return r;
-  }
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(out_fd, 1);
-    dup2(err_fd, 2);
-    std::vector<std::string> copy = args;
-    std::string b = bin;
-    std::vector<char*> argv = {b.data()};
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(b.c_str(), argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  close(out_fd);
-  close(err_fd);
-  r.out = slurp(out_tmpl);
-  r.err = slurp(err_tmpl);
-  unlink(out_tmpl);
-  unlink(err_tmpl);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
+RunResult run(const std::string& bin, const std::vector<std::string>& args) { return ctx::testing::run_process(bin, args); }
 
 RunResult ctxplan(const std::vector<std::string>& args) { return run(CTXPLAN_BIN, args); }
 
