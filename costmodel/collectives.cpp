@@ -1,6 +1,7 @@
 #include "costmodel/collectives.hpp"
 
 #include <algorithm>
+#include <vector>
 
 namespace ctx {
 
@@ -44,11 +45,41 @@ GroupPlacement group_placement(const Plan& p, Group g, int64_t gpus_per_node) {
   }
   GroupPlacement out;
   out.size = n1 * n2;
-  int64_t in_node0 = 0;
-  for (int64_t b = 0; b < n2 && b * s2 < gpus_per_node; ++b)
-    for (int64_t a = 0; a < n1 && b * s2 + a * s1 < gpus_per_node; ++a) ++in_node0;
-  out.per_node = std::max<int64_t>(1, in_node0);
-  out.nodes = (out.size + out.per_node - 1) / out.per_node;
+  const int64_t G = std::max<int64_t>(1, gpus_per_node);
+  // When every axis boundary (stride, stride x count) divides the node size or is a multiple of
+  // it, all groups of the kind are congruent modulo nodes and rank 0's group decides (no
+  // allocation: the search's hot path). Otherwise (e.g. a degree of 3 on 8-GPU nodes) groups
+  // straddle node boundaries unevenly and the slowest one sets the pace of the lockstep
+  // collective: the most nodes, the fewest members on one node (the least NIC bandwidth).
+  auto aligned = [&](int64_t x) { return x % G == 0 || G % x == 0; };
+  if (aligned(s1) && aligned(n1 * s1) && aligned(s2) && aligned(n2 * s2)) {
+    int64_t in_node0 = 0;
+    for (int64_t b = 0; b < n2 && b * s2 < G; ++b)
+      for (int64_t a = 0; a < n1 && b * s2 + a * s1 < G; ++a) ++in_node0;
+    out.per_node = std::max<int64_t>(1, in_node0);
+    out.nodes = (out.size + out.per_node - 1) / out.per_node;
+    return out;
+  }
+  const int64_t world = dp * p.tp * p.cp;
+  std::vector<int64_t> nodes;
+  out.nodes = 0;
+  out.per_node = out.size;
+  for (int64_t leader = 0; leader < world; ++leader) {
+    if ((leader / s1) % n1 != 0 || (leader / s2) % n2 != 0) continue;  // not the group's first member
+    nodes.clear();
+    for (int64_t b = 0; b < n2; ++b)
+      for (int64_t a = 0; a < n1; ++a) nodes.push_back((leader + b * s2 + a * s1) / G);
+    std::sort(nodes.begin(), nodes.end());
+    int64_t distinct = 0;
+    for (size_t i = 0; i < nodes.size();) {
+      size_t j = i;
+      while (j < nodes.size() && nodes[j] == nodes[i]) ++j;
+      out.per_node = std::min<int64_t>(out.per_node, static_cast<int64_t>(j - i));
+      ++distinct;
+      i = j;
+    }
+    out.nodes = std::max(out.nodes, distinct);
+  }
   return out;
 }
 

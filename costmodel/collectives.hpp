@@ -27,7 +27,8 @@ struct GroupPlacement {
   int64_t nodes = 1;
   int64_t per_node = 1;
 };
-// Allocation-free (hot path of the search); groups of one kind are congruent, so rank 0's decides.
+// Where groups of one kind are congruent modulo nodes (power-of-two layouts), rank 0's decides and
+// nothing is allocated (hot path of the search); on uneven layouts, the worst group.
 GroupPlacement group_placement(const Plan& p, Group g, int64_t gpus_per_node);
 
 // Seconds for one collective of `bytes` on a group placed as `g`.
