@@ -106,6 +106,16 @@ void ContextAttention::to_sequence(const Tensor& xa, int64_t heads, bool kv, Ten
   }
 }
 
+std::pair<Tensor, Tensor> ContextAttention::gather_kv(const float* k, const float* v) {
+  const AttnShape sh = shape();
+  const int64_t Ta = l_.attn_tokens, kvn = Ta * sh.kv_heads * sh.head_dim;
+  Tensor kf = be_.alloc(pc_.plan.cp * Ta, sh.kv_heads * sh.head_dim, Mem::comm_buffers);
+  Tensor vf = be_.alloc(pc_.plan.cp * Ta, sh.kv_heads * sh.head_dim, Mem::comm_buffers);
+  pc_.cp->allgather(k, kf.data(), kvn);
+  pc_.cp->allgather(v, vf.data(), kvn);
+  return {std::move(kf), std::move(vf)};
+}
+
 void ContextAttention::core_forward(const SequenceMeta& s, const float* q, const float* k, const float* v, float* o,
                                     float* lse) {
   const AttnShape sh = shape();
@@ -114,10 +124,7 @@ void ContextAttention::core_forward(const SequenceMeta& s, const float* q, const
   const auto& qd = s.block_doc[s.my_block];
   const Plan& p = pc_.plan;
   if (p.cp_kind == CpKind::allgather && p.cp > 1) {
-    Tensor kf = be_.alloc(p.cp * Ta, sh.kv_heads * sh.head_dim, Mem::comm_buffers);
-    Tensor vf = be_.alloc(p.cp * Ta, sh.kv_heads * sh.head_dim, Mem::comm_buffers);
-    pc_.cp->allgather(k, kf.data(), kvn);
-    pc_.cp->allgather(v, vf.data(), kvn);
+    auto [kf, vf] = gather_kv(k, v);
     for (int64_t c = 0; c < p.cp; ++c)
       be_.attention_forward_block(o, lse, q, refs(qi, qd), Ta, kf.data() + c * kvn, vf.data() + c * kvn,
                                   refs(s.block_index[c], s.block_doc[c]), Ta, sh);
@@ -155,10 +162,7 @@ void ContextAttention::core_backward(const SequenceMeta& s, const float* q, cons
   const auto& qd = s.block_doc[s.my_block];
   const Plan& p = pc_.plan;
   if (p.cp_kind == CpKind::allgather && p.cp > 1) {
-    Tensor kf = be_.alloc(p.cp * Ta, sh.kv_heads * sh.head_dim, Mem::comm_buffers);
-    Tensor vf = be_.alloc(p.cp * Ta, sh.kv_heads * sh.head_dim, Mem::comm_buffers);
-    pc_.cp->allgather(k, kf.data(), kvn);
-    pc_.cp->allgather(v, vf.data(), kvn);
+    auto [kf, vf] = gather_kv(k, v);
     Tensor dkf = be_.alloc(p.cp * Ta, sh.kv_heads * sh.head_dim, Mem::comm_buffers);
     Tensor dvf = be_.alloc(p.cp * Ta, sh.kv_heads * sh.head_dim, Mem::comm_buffers);
     for (int64_t c = 0; c < p.cp; ++c)

@@ -10,6 +10,7 @@
 // Masking is by token identity (global index, document id), never an s x s mask, so any placement
 // and documents crossing rank boundaries are masked exactly.
 #pragma once
+#include <utility>
 #include <vector>
 
 #include "executor/backend.hpp"
@@ -45,6 +46,8 @@ class ContextAttention {
 
  private:
   Tensor to_heads(const Tensor& x, int64_t heads, bool kv, Mem cat);
+  // All-gathered K and V of the whole sequence over the CP group (all-gather KV), [cp*Ta, kv heads*d] each.
+  std::pair<Tensor, Tensor> gather_kv(const float* k, const float* v);
   void to_sequence(const Tensor& xa, int64_t heads, bool kv, Tensor& out);
   void core_forward(const SequenceMeta& s, const float* q, const float* k, const float* v, float* o, float* lse);
   void core_backward(const SequenceMeta& s, const float* q, const float* k, const float* v, const float* dout,

@@ -143,6 +143,20 @@ Tensor Model::layer_forward(int64_t i, const SequenceMeta& s, Tensor x, LayerAct
   return out;
 }
 
+// The end of a block's backward: the gradient of the block's input norm output, reduced over TP
+// (reduce-scatter under SP), through the RMSNorm into the residual stream's gradient dy; the
+// block's saved input and 1/rms are released.
+void Model::norm_backward_into(Tensor& dy, Tensor dnorm_partial, int64_t u, int norm_param, Tensor& x, Tensor& rstd) {
+  const int64_t h = l_.hidden, Tsp = l_.tokens_sp;
+  Tensor dn = reduce_partial(std::move(dnorm_partial), Mem::workspace);
+  Tensor dx = be_.alloc(Tsp, h, Mem::workspace);
+  be_.rmsnorm_backward(dx.data(), ps_.grad(u, norm_param), dn.data(), x.data(), rstd.data(), ps_.weight(u, norm_param),
+                       Tsp, h);
+  be_.axpy(dy.data(), 1.0f, dx.data(), dx.numel());
+  x.reset();
+  rstd.reset();
+}
+
 void Model::mlp_block_backward(int64_t i, LayerActs& a, Tensor& dy) {
   const int64_t u = ps_.layer_unit(i), h = l_.hidden, T = l_.tokens, Tsp = l_.tokens_sp, F = l_.ffn;
   Tensor dyf_hold;
@@ -194,13 +208,7 @@ void Model::mlp_block_backward(int64_t i, LayerActs& a, Tensor& dy) {
   a.act.reset();
   n2.reset();
   dyf_hold.reset();
-  Tensor dn = reduce_partial(std::move(dn2), Mem::workspace);
-  Tensor dx = be_.alloc(Tsp, h, Mem::workspace);
-  be_.rmsnorm_backward(dx.data(), ps_.grad(u, kNorm2), dn.data(), a.x2.data(), a.rstd2.data(), ps_.weight(u, kNorm2),
-                       Tsp, h);
-  be_.axpy(dy.data(), 1.0f, dx.data(), dx.numel());
-  a.x2.reset();
-  a.rstd2.reset();
+  norm_backward_into(dy, std::move(dn2), u, kNorm2, a.x2, a.rstd2);
 }
 
 void Model::attention_block_backward(int64_t i, const SequenceMeta& s, LayerActs& a, Tensor& dy) {
@@ -238,13 +246,7 @@ void Model::attention_block_backward(int64_t i, const SequenceMeta& s, LayerActs
   dq.reset();
   dk.reset();
   dv.reset();
-  Tensor dn = reduce_partial(std::move(dn1), Mem::workspace);
-  Tensor dx = be_.alloc(Tsp, h, Mem::workspace);
-  be_.rmsnorm_backward(dx.data(), ps_.grad(u, kNorm1), dn.data(), a.x.data(), a.rstd1.data(), ps_.weight(u, kNorm1),
-                       Tsp, h);
-  be_.axpy(dy.data(), 1.0f, dx.data(), dx.numel());
-  a.x.reset();
-  a.rstd1.reset();
+  norm_backward_into(dy, std::move(dn1), u, kNorm1, a.x, a.rstd1);
 }
 
 Tensor Model::layer_backward(int64_t i, const SequenceMeta& s, LayerActs& a, Tensor dy) {

@@ -42,6 +42,7 @@ class Model {
   Tensor layer_backward(int64_t i, const SequenceMeta& s, LayerActs& a, Tensor dy);
   Tensor attention_block_forward(int64_t i, const SequenceMeta& s, const Tensor& x, LayerActs& a, Keep keep);
   Tensor mlp_block_forward(int64_t i, const Tensor& x2, LayerActs& a, Keep keep);
+  void norm_backward_into(Tensor& dy, Tensor dnorm_partial, int64_t unit, int norm_param, Tensor& x, Tensor& rstd);
   void mlp_block_backward(int64_t i, LayerActs& a, Tensor& dy);                           // dy += block's dx
   void attention_block_backward(int64_t i, const SequenceMeta& s, LayerActs& a, Tensor& dy);
   int64_t mlp_chunks() const;

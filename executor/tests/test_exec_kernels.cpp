@@ -7,6 +7,7 @@
 #include <random>
 
 #include "executor/backend.hpp"
+#include "executor/tests/kernel_test_util.hpp"
 #include "executor/rope.hpp"
 
 using namespace ctx;
@@ -14,13 +15,7 @@ using namespace ctx::exec;
 
 namespace {
 
-std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 r(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(r);
-  return v;
-}
+using ctx::exec::testing::randn;
 
 // float64 reference: masked softmax attention, GQA, returns o [T, hq*d] and lse [T, hq]
 void attention_ref(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
