@@ -41,6 +41,7 @@ LocalShapes local_shapes(const ModelSpec& m, const Plan& p, int64_t seq) {
   s.q_heads = static_cast<double>(m.heads) / (tp * u);
   // KV heads per TP rank; beyond the KV-head count a head is replicated (one per rank)
   double kv_tp = m.kv_heads >= p.tp ? static_cast<double>(m.kv_heads) / tp : 1.0;
+  s.kv_heads_tp = kv_tp;
   s.kv_heads = u > kv_tp ? 1.0 : kv_tp / u;
   s.ffn = static_cast<double>(m.ffn) / tp;
   s.vocab = std::ceil(static_cast<double>(m.vocab) / tp);   // vocab-parallel embedding and head
@@ -112,8 +113,7 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
   // k and v as the projections produce and the layer saves them: [T, kv heads per TP rank]; equal to
   // kv except under Ulysses with replicated KV heads (degree above the KV heads), where the core's
   // head layout holds the sequence's copy of one head
-  const double kv_tp_heads = m.kv_heads >= p.tp ? static_cast<double>(m.kv_heads) / static_cast<double>(p.tp) : 1.0;
-  const double kv_seq = u > 1 ? 2.0 * S.tokens * kv_tp_heads * d * a : kv;
+  const double kv_seq = u > 1 ? 2.0 * S.tokens * S.kv_heads_tp * d * a : kv;
   const double o = q;                                          // attention output, same shape as q
   const double lse = S.attn_tokens * S.q_heads * fp32;        // log-sum-exp per query and head, fp32
   const double o_seq = (u > 1 && rt.ulysses_saves_both_layouts)
@@ -165,9 +165,11 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
     fwd_comm += q + kv + o;                               // all-to-all staging of q,k,v in and of the output back
     bwd_attn_comm += q + kv + o;                          // the same for dq,dk,dv and d(out)
   }
-  if (sp_enabled(p) && p.tp > 1) {
-    fwd_comm += S.tokens * h * a;                         // all-gathered norm output feeding the column-parallel GEMM
-    bwd_mlp_comm += 2.0 * S.tokens * h * a;               // all-gathered d(out) of the row-parallel GEMM, and the
+  const bool sp = sp_enabled(p) && p.tp > 1;
+  const double sp_gather = sp ? S.tokens * h * a : 0.0;  // an all-gathered [T, h] under SP
+  if (sp) {
+    fwd_comm += sp_gather;                                // all-gathered norm output feeding the column-parallel GEMM
+    bwd_mlp_comm += 2.0 * sp_gather;                      // all-gathered d(out) of the row-parallel GEMM, and the
                                                           // re-gathered norm output for the weight gradient
   }
   // The attention backward's working set: d(out) [Ta, q], dq, dk, dv, the softmax delta (one fp32
@@ -190,7 +192,7 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
   // a recomputed norm output lives gathered among the communication buffers instead.
   const double dy = S.tokens_sp * h * a;                 // the residual stream's gradient
   const double grad_tensors = (rt.backward_grad_tensors - 1.0) * dy + S.tokens * h * a -
-                              (sp_enabled(p) && p.tp > 1 && !rt.saves_norm_outputs ? dy : 0.0);
+                              (sp && !rt.saves_norm_outputs ? dy : 0.0);
 
   // ---- parameter transients
   const double zero3_gather = p.zero == 3 ? rt.zero3_prefetch_layers * S.layer_params * rt.weight_bytes : 0.0;
@@ -226,7 +228,6 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
   // attention core (layer L-1's attention tensors, the context-parallel buffers) and the MLP (layer
   // L-1's attention side kept, the MLP's tensors, its input norm and the down projection's output
   // [T, h] before its TP reduce).
-  const double sp_gather = sp_enabled(p) && p.tp > 1 ? S.tokens * h * a : 0.0;  // an all-gathered [T, h] under SP
   const double norm_ws = rt.saves_norm_outputs || sp_gather > 0 ? 0.0 : x_in;   // a norm output recomputed, not saved
   {
     const double before = L - 1.0;

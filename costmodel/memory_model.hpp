@@ -59,6 +59,7 @@ struct LocalShapes {
   double attn_tokens;   // query/key tokens inside attention: tokens, or mbs*seq/ring under Ulysses
   double q_heads;       // query heads inside attention: heads/(tp*ulysses)
   double kv_heads;      // KV heads inside attention (at least 1: replicated beyond the KV-head count)
+  double kv_heads_tp;   // KV heads per TP rank as the projections produce them (at least 1)
   double ffn;           // MLP width per rank: ffn/tp
   double vocab;         // vocabulary per rank: ceil(vocab/tp)
   double params;        // parameters this TP rank owns before ZeRO sharding
