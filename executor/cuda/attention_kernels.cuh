@@ -97,6 +97,24 @@ __device__ inline bool key_tile_visible(int64_t* Ki, int32_t* Kd, const int64_t*
 }
 
 // ---------------------------------------------------------------- forward
+// acc[r][.] += sum over the tile's keys j of w[r] (held by lane j) x tile row j: the P V product of
+// the forward and the dS K product of dq, one warp's kPerWarp rows, head dimension spread over lanes.
+__device__ inline void add_tile_product(float (&acc)[kPerWarp][kMaxC], const float (&w)[kPerWarp], const float* tile,
+                                        int ld, int d, int nc, int lane) {
+  for (int j = 0; j < kTile; ++j) {
+    const float* row = tile + j * ld;
+#pragma unroll
+    for (int rr = 0; rr < kPerWarp; ++rr) {
+      const float wj = __shfl_sync(kFull, w[rr], j);
+#pragma unroll
+      for (int c = 0; c < kMaxC; ++c) {
+        const int e = c * 32 + lane;
+        if (c < nc && e < d) acc[rr][c] += wj * row[e];
+      }
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kWarps * 32) attn_fwd_kernel(float* o, float* lse, const float* q,
                                                                const int64_t* q_index, const int32_t* q_doc, int64_t tq,
                                                                const float* k, const float* v, const int64_t* k_index,
@@ -180,18 +198,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_fwd_kernel(float* o, float* 
       for (int c = 0; c < kMaxC; ++c) acc[rr][c] *= f;
       m[rr] = mnew;
     }
-    for (int j = 0; j < kTile; ++j) {
-      const float* vj = Vs + j * d;
-#pragma unroll
-      for (int rr = 0; rr < kPerWarp; ++rr) {
-        const float pj = __shfl_sync(kFull, p[rr], j);
-#pragma unroll
-        for (int c = 0; c < kMaxC; ++c) {
-          const int e = c * 32 + lane;
-          if (c < nc && e < d) acc[rr][c] += pj * vj[e];
-        }
-      }
-    }
+    add_tile_product(acc, p, Vs, d, d, nc, lane);  // acc += P V
   }
 
   // merge this block's (acc / l, m + log l) into the running (o, lse)
@@ -304,18 +311,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_dq_kernel(float* dq, const f
       const float p = vis[rr] ? expf(s[rr] * G.scale - L[rr]) : 0.0f;
       ds[rr] = p * (dp[rr] - D[rr]) * G.scale;
     }
-    for (int j = 0; j < kTile; ++j) {
-      const float* kj = Ks + j * kld;
-#pragma unroll
-      for (int rr = 0; rr < kPerWarp; ++rr) {
-        const float dsj = __shfl_sync(kFull, ds[rr], j);
-#pragma unroll
-        for (int c = 0; c < kMaxC; ++c) {
-          const int e = c * 32 + lane;
-          if (c < nc && e < d) acc[rr][c] += dsj * kj[e];
-        }
-      }
-    }
+    add_tile_product(acc, ds, Ks, kld, d, nc, lane);  // dq += dS K
   }
 #pragma unroll
   for (int rr = 0; rr < kPerWarp; ++rr) {
