@@ -13,32 +13,15 @@
 #include <sstream>
 
 #include "executor/data.hpp"
+#include "executor/tests/ctxrun_cli.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
-
-Result sh(const std::string& cmd) {
-  Result r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (p && fgets(buf, sizeof(buf), p)) r.out += buf;
-  int st = p ? pclose(p) : -1;
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
-std::string ctxrun(int ranks, const std::string& args) {
-  std::string bin = CTXRUN_BIN;
-  if (ranks <= 1) return bin + " " + args;
-  return std::string(MPIRUN) + " --allow-run-as-root --oversubscribe --bind-to none -np " + std::to_string(ranks) + " " +
-         bin + " " + args;
-}
+using ctx::exec::testing::ctxrun;
+using ctx::exec::testing::Result;
+using ctx::exec::testing::sh;
 
 fs::path scratch(const std::string& name) {
   fs::path p = fs::temp_directory_path() / ("ctxrun_test_" + std::to_string(::getpid()) + "_" + name);

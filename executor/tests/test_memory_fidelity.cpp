@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "executor/tests/ctxrun_cli.hpp"
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -55,14 +57,6 @@ const Case kCases[] = {
     {8, "tiny", 512, "dp=2,tp=2,cp=2,zero=3,recompute=selective"},
 };
 
-int run(const std::string& cmd, std::string& out) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (p && fgets(buf, sizeof(buf), p)) out += buf;
-  int st = p ? pclose(p) : -1;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 double sum(const json& cats) {
   double t = 0;
   for (auto& [k, v] : cats.items()) t += v.get<double>();
@@ -74,13 +68,11 @@ class MemoryFidelity : public ::testing::TestWithParam<Case> {};
 TEST_P(MemoryFidelity, MeasuredPeaksEqualTheMemoryModel) {
   const Case& c = GetParam();
   fs::path report = fs::temp_directory_path() / ("ctxrun_fidelity_" + std::to_string(::getpid()) + ".json");
-  std::string cmd = std::string(CTXRUN_BIN) + " --model " + c.model + " --seq " + std::to_string(c.seq) +
-                    " --steps 2 --plan " + c.plan + " --report " + report.string();
-  if (c.ranks > 1)
-    cmd = std::string(MPIRUN) + " --allow-run-as-root --oversubscribe --bind-to none -np " + std::to_string(c.ranks) +
-          " " + cmd;
-  std::string out;
-  ASSERT_EQ(run(cmd, out), 0) << cmd << "\n" << out;
+  const std::string cmd = ctx::exec::testing::ctxrun(c.ranks, std::string("--model ") + c.model + " --seq " +
+                                                                   std::to_string(c.seq) + " --steps 2 --plan " + c.plan +
+                                                                   " --report " + report.string());
+  const auto r = ctx::exec::testing::sh(cmd);
+  ASSERT_EQ(r.code, 0) << cmd << "\n" << r.out;
   std::ifstream f(report);
   json j = json::parse(f);
   fs::remove(report);
@@ -98,8 +90,11 @@ TEST_P(MemoryFidelity, MeasuredPeaksEqualTheMemoryModel) {
       const double tol = std::max(0.02 * mv, 0.001 * mt);
       EXPECT_NEAR(pv, mv, tol) << c << ": " << phase << " " << cat << " predicted " << pv << " B, measured " << mv << " B";
     }
-    for (auto& [cat, v] : m.items())
-      if (!p.contains(cat)) EXPECT_EQ(v.get<double>(), 0.0) << c << ": " << phase << " " << cat << " not predicted";
+    for (auto& [cat, v] : m.items()) {
+      if (!p.contains(cat)) {
+        EXPECT_EQ(v.get<double>(), 0.0) << c << ": " << phase << " " << cat << " not predicted";
+      }
+    }
     const double err = mt > 0 ? (pt - mt) / mt : 0.0;
     worst = std::max(worst, std::fabs(err));
     char cell[96];

@@ -1,0 +1,34 @@
+// Test helper for the ctxrun CLI tests: a shell command with stdout and stderr captured together,
+// and the command line that runs ctxrun on N ranks (under mpirun, oversubscribed, when N > 1).
+// CTXRUN_BIN and MPIRUN come from the test's compile definitions.
+#pragma once
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+namespace ctx::exec::testing {
+
+struct Result {
+  int code = -1;
+  std::string out;
+};
+
+inline Result sh(const std::string& cmd) {
+  Result r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (p && fgets(buf, sizeof(buf), p)) r.out += buf;
+  int st = p ? pclose(p) : -1;
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+inline std::string ctxrun(int ranks, const std::string& args) {
+  std::string bin = CTXRUN_BIN;
+  if (ranks <= 1) return bin + " " + args;
+  return std::string(MPIRUN) + " --allow-run-as-root --oversubscribe --bind-to none -np " + std::to_string(ranks) + " " +
+         bin + " " + args;
+}
+
+}  // namespace ctx::exec::testing
