@@ -87,16 +87,6 @@ std::vector<int64_t> cp_token_indices(const Plan& p, int64_t c, int64_t seq) {
   return out;
 }
 
-std::vector<int64_t> attention_token_indices(const Plan& p, int64_t ring_index, int64_t seq) {
-  int64_t u = ulysses_degree(p);
-  std::vector<int64_t> out;
-  for (int64_t ui = 0; ui < u; ++ui) {
-    auto part = cp_token_indices(p, ring_index * u + ui, seq);
-    out.insert(out.end(), part.begin(), part.end());
-  }
-  return out;
-}
-
 std::string executor_plan_problem(const ModelSpec& m, const Plan& p, int64_t seq) {
   const int64_t tokens = seq / p.cp;
   if (seq % p.cp != 0) return "the sequence (" + std::to_string(seq) + ") must split evenly over cp=" + std::to_string(p.cp);

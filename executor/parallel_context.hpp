@@ -48,11 +48,10 @@ Layout make_layout(const ModelSpec& m, const Plan& p, int64_t tp_rank, int64_t s
 // Ulysses), chunks c and 2cp-1-c of 2cp (zig-zag), and for Ulysses x ring the ring rank's zig-zag
 // pair cut into `ulysses` slices.
 std::vector<int64_t> cp_token_indices(const Plan& p, int64_t cp_index, int64_t seq);
-// Tokens inside attention of one ring rank: the concatenation over its Ulysses group.
-std::vector<int64_t> attention_token_indices(const Plan& p, int64_t ring_index, int64_t seq);
 
 // Executor-specific requirements beyond check_plan (e.g. SP needs tokens per rank divisible by tp);
 // returns an empty string when runnable, else the reason.
 std::string executor_plan_problem(const ModelSpec& m, const Plan& p, int64_t seq);
 
 }  // namespace ctx::exec
+
