@@ -54,4 +54,3 @@ std::vector<int64_t> cp_token_indices(const Plan& p, int64_t cp_index, int64_t s
 std::string executor_plan_problem(const ModelSpec& m, const Plan& p, int64_t seq);
 
 }  // namespace ctx::exec
-
