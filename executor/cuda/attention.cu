@@ -1,5 +1,5 @@
 // Launchers of the flash-style attention kernels (device code and design notes:
-// attention_kernels.cuh).
+// attention_kernels.cuh). Status: compiles, untested on GPU (docs/CUDA.md).
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -39,31 +39,30 @@ void attention_init() {  // the shared-memory opt-in is per device
   done[dev] = true;
 }
 
-void attention_forward(float* o, float* lse, const float* q, const int64_t* q_index, const int32_t* q_doc, int64_t tq,
-                       const float* k, const float* v, const int64_t* k_index, const int32_t* k_doc, int64_t tk,
+void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, const AttnTokens& t,
                        const AttnDims& sh, cudaStream_t s) {
   const Geo G = geo(sh);
-  if (tq <= 0 || tk <= 0) return;
+  if (t.tq <= 0 || t.tk <= 0) return;
   attention_init();
-  dim3 grid(row_blocks(tq, G.group), static_cast<unsigned>(G.hkv));
-  attn_fwd_kernel<<<grid, kWarps * 32, fwd_smem(G.d), s>>>(o, lse, q, q_index, q_doc, tq, k, v, k_index, k_doc, tk, G);
+  dim3 grid(row_blocks(t.tq, G.group), static_cast<unsigned>(G.hkv));
+  attn_fwd_kernel<<<grid, kWarps * 32, fwd_smem(G.d), s>>>(o, lse, q, t.q_index, t.q_doc, t.tq, k, v, t.k_index,
+                                                           t.k_doc, t.tk, t.kv_range, G);
   CTX_CUDA_LAUNCHED("attention_forward_block");
 }
 
-void attention_backward(float* dq, float* dk, float* dv, const float* q, const int64_t* q_index, const int32_t* q_doc,
-                        int64_t tq, const float* k, const float* v, const int64_t* k_index, const int32_t* k_doc,
-                        int64_t tk, const float* dout, const float* lse, const float* delta, const AttnDims& sh,
-                        cudaStream_t s) {
+void attention_backward(float* dq, float* dk, float* dv, const float* q, const float* k, const float* v,
+                        const AttnTokens& t, const float* dout, const float* lse, const float* delta,
+                        const AttnDims& sh, cudaStream_t s) {
   const Geo G = geo(sh);
-  if (tq <= 0 || tk <= 0) return;
+  if (t.tq <= 0 || t.tk <= 0) return;
   attention_init();
-  dim3 gq(row_blocks(tq, G.group), static_cast<unsigned>(G.hkv));
-  attn_dq_kernel<<<gq, kWarps * 32, dq_smem(G.d), s>>>(dq, q, q_index, q_doc, tq, k, v, k_index, k_doc, tk, dout, lse,
-                                                       delta, G);
+  dim3 gq(row_blocks(t.tq, G.group), static_cast<unsigned>(G.hkv));
+  attn_dq_kernel<<<gq, kWarps * 32, dq_smem(G.d), s>>>(dq, q, t.q_index, t.q_doc, t.tq, k, v, t.k_index, t.k_doc, t.tk,
+                                                       t.kv_range, dout, lse, delta, G);
   CTX_CUDA_LAUNCHED("attention_backward_block dq");
-  dim3 gk(key_blocks(tk), static_cast<unsigned>(G.hkv));
-  attn_dkdv_kernel<<<gk, kWarps * 32, dkdv_smem(G.d), s>>>(dk, dv, q, q_index, q_doc, tq, k, v, k_index, k_doc, tk,
-                                                           dout, lse, delta, G);
+  dim3 gk(key_blocks(t.tk), static_cast<unsigned>(G.hkv));
+  attn_dkdv_kernel<<<gk, kWarps * 32, dkdv_smem(G.d), s>>>(dk, dv, q, t.q_index, t.q_doc, t.tq, k, v, t.k_index,
+                                                           t.k_doc, t.tk, t.kv_range, dout, lse, delta, G);
   CTX_CUDA_LAUNCHED("attention_backward_block dkdv");
 }
 

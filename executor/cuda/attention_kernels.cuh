@@ -12,8 +12,14 @@
 // dimensions e, e+32, ... (up to 8 per lane) and the 32 probabilities are broadcast by shuffles.
 //
 // Masking. A key is visible to a query iff same document and key index <= query index
-// (TokenRefs), evaluated per pair from the token ids; a tile no row of a warp can see is skipped
-// by a warp vote. Keys past the end of the block get index INT64_MAX, i.e. invisible.
+// (TokenRefs), evaluated per pair from the token ids, and only inside the query's hull
+// kv_range[i] = [lo, hi) of key rows (the KeyBlock's, computed by the strategy code from the token
+// layout): the forward and dq kernels loop over the union of their rows' hulls only (key tiles
+// outside every row's hull are never visited), the dk/dv kernel skips query tiles none of whose
+// hulls reach its keys, and the exact mask check stays inside. A tile no row of a warp can see is
+// skipped by a warp vote. Keys past the end of the block get index INT64_MAX, i.e. invisible.
+//
+// Status: compiles, untested on GPU (docs/CUDA.md); this source runs on the CPU emulator.
 //
 // Forward merges the block into the running (o, lse) exactly as cpu_backend.cpp does: a block with
 // no visible key leaves the row untouched; otherwise the stable form new = hi + log1p(exp(lo-hi)).
@@ -66,23 +72,44 @@ __device__ void load_rows(float* dst, int ld, int n, int64_t d, At at) {
   }
 }
 
-// The indices and documents of a block's query rows (invalid rows: index -1, sees nothing).
-__device__ inline void load_row_ids(int64_t* Qi, int32_t* Qd, int64_t R0, int64_t rows, const Geo& G, int64_t g,
-                             const int64_t* q_index, const int32_t* q_doc) {
+// The indices, documents and key hulls of a block's query rows (invalid rows: index -1, empty
+// hull, sees nothing).
+__device__ inline void load_row_ids(int64_t* Qi, int32_t* Qd, int32_t* Qlo, int32_t* Qhi, int64_t R0, int64_t rows,
+                                    const Geo& G, int64_t g, const int64_t* q_index, const int32_t* q_doc,
+                                    const int32_t* kv_range) {
   if (threadIdx.x < kOwn) {
     int64_t i, h;
     const bool ok = row_of(R0 + threadIdx.x, rows, G, g, i, h);
     Qi[threadIdx.x] = ok ? q_index[i] : -1;
     Qd[threadIdx.x] = ok ? q_doc[i] : -2;
+    Qlo[threadIdx.x] = ok ? kv_range[2 * i] : 0;
+    Qhi[threadIdx.x] = ok ? kv_range[2 * i + 1] : 0;
   }
+}
+
+// The key rows [*t_begin, *t_end) a block of query rows must visit: the union of its rows' hulls,
+// widened to whole tiles at the start. Called by every thread after load_row_ids and a barrier.
+__device__ inline void block_key_span(const int32_t* Qlo, const int32_t* Qhi, int64_t tk, int64_t* t_begin,
+                                      int64_t* t_end) {
+  int64_t lo = tk, hi = 0;
+  for (int r = 0; r < kOwn; ++r)
+    if (Qlo[r] < Qhi[r]) {
+      lo = Qlo[r] < lo ? Qlo[r] : lo;
+      hi = Qhi[r] > hi ? Qhi[r] : hi;
+    }
+  if (lo < 0) lo = 0;
+  if (hi > tk) hi = tk;
+  *t_begin = lo / kTile * kTile;
+  *t_end = hi;  // <= t_begin when no row sees anything: the loop does not run
 }
 
 // Loads the key tile's indices and documents (keys past tk: index INT64_MAX, never visible) and
 // tells the whole block whether any of its query rows sees any key of the tile, so fully masked
 // tiles (causal: keys after every query; other documents) cost two barriers and no K/V loads.
 // Called by every thread; starts with a barrier (the previous tile may still be read).
-__device__ inline bool key_tile_visible(int64_t* Ki, int32_t* Kd, const int64_t* Qi, const int32_t* Qd, int64_t t0,
-                                 int64_t tk, const int64_t* k_index, const int32_t* k_doc) {
+__device__ inline bool key_tile_visible(int64_t* Ki, int32_t* Kd, const int64_t* Qi, const int32_t* Qd,
+                                        const int32_t* Qlo, const int32_t* Qhi, int64_t t0, int64_t tk,
+                                        const int64_t* k_index, const int32_t* k_doc) {
   __syncthreads();
   int see = 0;
   if (threadIdx.x < kTile) {
@@ -91,7 +118,7 @@ __device__ inline bool key_tile_visible(int64_t* Ki, int32_t* Kd, const int64_t*
     const int32_t kd = j < tk ? k_doc[j] : -1;
     Ki[threadIdx.x] = ki;
     Kd[threadIdx.x] = kd;
-    for (int r = 0; r < kOwn; ++r) see |= ki <= Qi[r] && kd == Qd[r];
+    for (int r = 0; r < kOwn; ++r) see |= j >= Qlo[r] && j < Qhi[r] && ki <= Qi[r] && kd == Qd[r];
   }
   return __syncthreads_or(see) != 0;
 }
@@ -118,7 +145,8 @@ __device__ inline void add_tile_product(float (&acc)[kPerWarp][kMaxC], const flo
 __global__ void __launch_bounds__(kWarps * 32) attn_fwd_kernel(float* o, float* lse, const float* q,
                                                                const int64_t* q_index, const int32_t* q_doc, int64_t tq,
                                                                const float* k, const float* v, const int64_t* k_index,
-                                                               const int32_t* k_doc, int64_t tk, Geo G) {
+                                                               const int32_t* k_doc, int64_t tk,
+                                                               const int32_t* kv_range, Geo G) {
   CTX_DYNAMIC_SMEM(smem);
   const int d = static_cast<int>(G.d), kld = d + 1;
   float* Ks = smem;                      // [kTile][d+1]
@@ -128,6 +156,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_fwd_kernel(float* o, float* 
   int64_t* Qi = Ki + kTile;                                  // [kOwn]  query indices of the block's rows
   int32_t* Kd = reinterpret_cast<int32_t*>(Qi + kOwn);       // [kTile]
   int32_t* Qd = Kd + kTile;                                  // [kOwn]
+  int32_t* Qlo = Qd + kOwn;                                  // [kOwn] hulls of the block's rows
+  int32_t* Qhi = Qlo + kOwn;                                 // [kOwn]
 
   const int64_t g = blockIdx.y, rows = tq * G.group, R0 = static_cast<int64_t>(blockIdx.x) * kOwn;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -137,37 +167,42 @@ __global__ void __launch_bounds__(kWarps * 32) attn_fwd_kernel(float* o, float* 
     int64_t i, h;
     return row_of(R0 + r, rows, G, g, i, h) ? q + (i * G.hq + h) * G.d : nullptr;
   });
-  load_row_ids(Qi, Qd, R0, rows, G, g, q_index, q_doc);
+  load_row_ids(Qi, Qd, Qlo, Qhi, R0, rows, G, g, q_index, q_doc, kv_range);
+  __syncthreads();
+  int64_t t_begin, t_end;
+  block_key_span(Qlo, Qhi, tk, &t_begin, &t_end);
 
   bool valid[kPerWarp];
   int64_t qi[kPerWarp], qh[kPerWarp], qidx[kPerWarp];
-  int32_t qdoc[kPerWarp];
+  int32_t qdoc[kPerWarp], qlo[kPerWarp], qhi[kPerWarp];
   float m[kPerWarp], l[kPerWarp], acc[kPerWarp][kMaxC];
 #pragma unroll
   for (int rr = 0; rr < kPerWarp; ++rr) {
     valid[rr] = row_of(R0 + warp * kPerWarp + rr, rows, G, g, qi[rr], qh[rr]);
     qidx[rr] = valid[rr] ? q_index[qi[rr]] : -1;
     qdoc[rr] = valid[rr] ? q_doc[qi[rr]] : -1;
+    qlo[rr] = valid[rr] ? kv_range[2 * qi[rr]] : 0;
+    qhi[rr] = valid[rr] ? kv_range[2 * qi[rr] + 1] : 0;
     m[rr] = -INFINITY;
     l[rr] = 0.0f;
 #pragma unroll
     for (int c = 0; c < kMaxC; ++c) acc[rr][c] = 0.0f;
   }
 
-  for (int64_t t0 = 0; t0 < tk; t0 += kTile) {
-    if (!key_tile_visible(Ki, Kd, Qi, Qd, t0, tk, k_index, k_doc)) continue;  // e.g. causal: keys after every query
+  for (int64_t t0 = t_begin; t0 < t_end; t0 += kTile) {
+    if (!key_tile_visible(Ki, Kd, Qi, Qd, Qlo, Qhi, t0, tk, k_index, k_doc)) continue;  // e.g. causal: keys after every query
     const int64_t kv_ld = G.hkv * G.d;
     load_rows(Ks, kld, kTile, d, [&](int j) -> const float* { return t0 + j < tk ? k + (t0 + j) * kv_ld + g * G.d : nullptr; });
     load_rows(Vs, d, kTile, d, [&](int j) -> const float* { return t0 + j < tk ? v + (t0 + j) * kv_ld + g * G.d : nullptr; });
     __syncthreads();
 
-    const int64_t kidx = Ki[lane];
+    const int64_t kidx = Ki[lane], kj = t0 + lane;
     const int32_t kdoc = Kd[lane];
     bool vis[kPerWarp];
     bool any = false;
 #pragma unroll
     for (int rr = 0; rr < kPerWarp; ++rr) {
-      vis[rr] = valid[rr] && kidx <= qidx[rr] && kdoc == qdoc[rr];
+      vis[rr] = valid[rr] && kj >= qlo[rr] && kj < qhi[rr] && kidx <= qidx[rr] && kdoc == qdoc[rr];
       any |= __any_sync(kFull, vis[rr]);
     }
     if (!any) continue;  // uniform across the warp
@@ -234,7 +269,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_fwd_kernel(float* o, float* 
 __global__ void __launch_bounds__(kWarps * 32) attn_dq_kernel(float* dq, const float* q, const int64_t* q_index,
                                                               const int32_t* q_doc, int64_t tq, const float* k,
                                                               const float* v, const int64_t* k_index,
-                                                              const int32_t* k_doc, int64_t tk, const float* dout,
+                                                              const int32_t* k_doc, int64_t tk,
+                                                              const int32_t* kv_range, const float* dout,
                                                               const float* lse, const float* delta, Geo G) {
   CTX_DYNAMIC_SMEM(smem);
   const int d = static_cast<int>(G.d), kld = d + 1;
@@ -246,6 +282,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_dq_kernel(float* dq, const f
   int64_t* Qi = Ki + kTile;                                  // [kOwn]
   int32_t* Kd = reinterpret_cast<int32_t*>(Qi + kOwn);       // [kTile]
   int32_t* Qd = Kd + kTile;                                  // [kOwn]
+  int32_t* Qlo = Qd + kOwn;                                  // [kOwn]
+  int32_t* Qhi = Qlo + kOwn;                                 // [kOwn]
 
   const int64_t g = blockIdx.y, rows = tq * G.group, R0 = static_cast<int64_t>(blockIdx.x) * kOwn;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -256,11 +294,14 @@ __global__ void __launch_bounds__(kWarps * 32) attn_dq_kernel(float* dq, const f
   };
   load_rows(Qs, d, kOwn, d, [&](int r) { return qrow_ptr(r, q); });
   load_rows(Ds, d, kOwn, d, [&](int r) { return qrow_ptr(r, dout); });
-  load_row_ids(Qi, Qd, R0, rows, G, g, q_index, q_doc);
+  load_row_ids(Qi, Qd, Qlo, Qhi, R0, rows, G, g, q_index, q_doc, kv_range);
+  __syncthreads();
+  int64_t t_begin, t_end;
+  block_key_span(Qlo, Qhi, tk, &t_begin, &t_end);
 
   bool valid[kPerWarp];
   int64_t qi[kPerWarp], qh[kPerWarp], qidx[kPerWarp];
-  int32_t qdoc[kPerWarp];
+  int32_t qdoc[kPerWarp], qlo[kPerWarp], qhi[kPerWarp];
   float L[kPerWarp], D[kPerWarp], acc[kPerWarp][kMaxC];
 #pragma unroll
   for (int rr = 0; rr < kPerWarp; ++rr) {
@@ -268,26 +309,28 @@ __global__ void __launch_bounds__(kWarps * 32) attn_dq_kernel(float* dq, const f
     const int64_t row = valid[rr] ? qi[rr] * G.hq + qh[rr] : 0;
     qidx[rr] = valid[rr] ? q_index[qi[rr]] : -1;
     qdoc[rr] = valid[rr] ? q_doc[qi[rr]] : -1;
+    qlo[rr] = valid[rr] ? kv_range[2 * qi[rr]] : 0;
+    qhi[rr] = valid[rr] ? kv_range[2 * qi[rr] + 1] : 0;
     L[rr] = valid[rr] ? lse[row] : 0.0f;
     D[rr] = valid[rr] ? delta[row] : 0.0f;
 #pragma unroll
     for (int c = 0; c < kMaxC; ++c) acc[rr][c] = 0.0f;
   }
 
-  for (int64_t t0 = 0; t0 < tk; t0 += kTile) {
-    if (!key_tile_visible(Ki, Kd, Qi, Qd, t0, tk, k_index, k_doc)) continue;
+  for (int64_t t0 = t_begin; t0 < t_end; t0 += kTile) {
+    if (!key_tile_visible(Ki, Kd, Qi, Qd, Qlo, Qhi, t0, tk, k_index, k_doc)) continue;
     const int64_t kv_ld = G.hkv * G.d;
     load_rows(Ks, kld, kTile, d, [&](int j) -> const float* { return t0 + j < tk ? k + (t0 + j) * kv_ld + g * G.d : nullptr; });
     load_rows(Vs, kld, kTile, d, [&](int j) -> const float* { return t0 + j < tk ? v + (t0 + j) * kv_ld + g * G.d : nullptr; });
     __syncthreads();
 
-    const int64_t kidx = Ki[lane];
+    const int64_t kidx = Ki[lane], kj = t0 + lane;
     const int32_t kdoc = Kd[lane];
     bool vis[kPerWarp];
     bool any = false;
 #pragma unroll
     for (int rr = 0; rr < kPerWarp; ++rr) {
-      vis[rr] = valid[rr] && kidx <= qidx[rr] && kdoc == qdoc[rr];
+      vis[rr] = valid[rr] && kj >= qlo[rr] && kj < qhi[rr] && kidx <= qidx[rr] && kdoc == qdoc[rr];
       any |= __any_sync(kFull, vis[rr]);
     }
     if (!any) continue;
@@ -330,7 +373,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_dkdv_kernel(float* dk, float
                                                                 const int64_t* q_index, const int32_t* q_doc,
                                                                 int64_t tq, const float* k, const float* v,
                                                                 const int64_t* k_index, const int32_t* k_doc,
-                                                                int64_t tk, const float* dout, const float* lse,
+                                                                int64_t tk, const int32_t* kv_range,
+                                                                const float* dout, const float* lse,
                                                                 const float* delta, Geo G) {
   CTX_DYNAMIC_SMEM(smem);
   const int d = static_cast<int>(G.d), qld = d + 1;
@@ -344,6 +388,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_dkdv_kernel(float* dk, float
   int64_t* Ki = Qi + kTile;                              // [kOwn]  the float count before is even)
   int32_t* Qd = reinterpret_cast<int32_t*>(Ki + kOwn);   // [kTile]
   int32_t* Kd = Qd + kTile;                              // [kOwn]
+  int32_t* Qlo = Kd + kOwn;                              // [kTile] hulls of the tile's query rows
+  int32_t* Qhi = Qlo + kTile;                            // [kTile]
 
   const int64_t g = blockIdx.y, rows = tq * G.group, J0 = static_cast<int64_t>(blockIdx.x) * kOwn;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -379,12 +425,20 @@ __global__ void __launch_bounds__(kWarps * 32) attn_dkdv_kernel(float* dk, float
       if (row_of(R0 + threadIdx.x, rows, G, g, i, h)) {
         Qi[threadIdx.x] = q_index[i];
         Qd[threadIdx.x] = q_doc[i];
+        Qlo[threadIdx.x] = kv_range[2 * i];
+        Qhi[threadIdx.x] = kv_range[2 * i + 1];
         Ls[threadIdx.x] = lse[i * G.hq + h];
         Dl[threadIdx.x] = delta[i * G.hq + h];
-        for (int j = 0; j < kOwn; ++j) see |= Ki[j] <= Qi[threadIdx.x] && Kd[j] == Qd[threadIdx.x];
+        // only the hull's keys, and of those the visible ones (a tile whose hulls miss this
+        // block's keys costs no loads)
+        for (int j = 0; j < kOwn; ++j)
+          see |= J0 + j >= Qlo[threadIdx.x] && J0 + j < Qhi[threadIdx.x] && Ki[j] <= Qi[threadIdx.x] &&
+                 Kd[j] == Qd[threadIdx.x];
       } else {
         Qi[threadIdx.x] = -1;  // sees no key (key indices are >= 0)
         Qd[threadIdx.x] = -2;
+        Qlo[threadIdx.x] = 0;
+        Qhi[threadIdx.x] = 0;
         Ls[threadIdx.x] = 0.0f;
         Dl[threadIdx.x] = 0.0f;
       }
@@ -399,12 +453,13 @@ __global__ void __launch_bounds__(kWarps * 32) attn_dkdv_kernel(float* dk, float
     __syncthreads();
 
     const int64_t qidx = Qi[lane];
-    const int32_t qdoc = Qd[lane];
+    const int32_t qdoc = Qd[lane], qlo = Qlo[lane], qhi = Qhi[lane];
     bool vis[kPerWarp];
     bool any = false;
 #pragma unroll
     for (int kk = 0; kk < kPerWarp; ++kk) {
-      vis[kk] = kvalid[kk] && qidx >= 0 && kidx[kk] <= qidx && kdoc[kk] == qdoc;
+      const int64_t j = J0 + warp * kPerWarp + kk;
+      vis[kk] = kvalid[kk] && qidx >= 0 && j >= qlo && j < qhi && kidx[kk] <= qidx && kdoc[kk] == qdoc;
       any |= __any_sync(kFull, vis[kk]);
     }
     if (!any) continue;
@@ -464,8 +519,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_dkdv_kernel(float* dk, float
 }
 
 // ---------------------------------------------------------------- launch geometry (host)
-// Shared memory per block: the float arrays, then the index arrays (kTile + kOwn of each kind).
-constexpr size_t kIdBytes = (kTile + kOwn) * (sizeof(int64_t) + sizeof(int32_t));
+// Shared memory per block: the float arrays, then the index arrays (kTile + kOwn of each kind),
+// then the query hulls (lo, hi; at most kTile rows).
+constexpr size_t kIdBytes = (kTile + kOwn) * (sizeof(int64_t) + sizeof(int32_t)) + 2 * kTile * sizeof(int32_t);
 inline size_t fwd_smem(int64_t d) { return (kTile * (d + 1) + kTile * d + kOwn * d) * sizeof(float) + kIdBytes; }
 inline size_t dq_smem(int64_t d) { return (2 * kTile * (d + 1) + 2 * kOwn * d) * sizeof(float) + kIdBytes; }
 inline size_t dkdv_smem(int64_t d) { return (2 * kTile * (d + 1) + 2 * kOwn * d + 2 * kTile) * sizeof(float) + kIdBytes; }

@@ -6,8 +6,10 @@
 // allocator holds from CUDA (live + cached), the number to set beside the ledger and
 // cudaMemGetInfo when explaining a gap between predicted and observed memory.
 //
-// Kinds: device blocks are cudaMallocManaged (default: host-readable, see docs/CUDA.md for why)
-// or cudaMalloc; host blocks are pinned (cudaMallocHost), so kernels and DMA reach them directly.
+// Kinds: device blocks are cudaMalloc (default since issue 12: strategy code never reads tensor
+// memory on the host) or cudaMallocManaged (CudaBackendOptions::managed_memory, for debugging and
+// host-staged communicators); host blocks are pinned (cudaMallocHost), so kernels and DMA reach
+// them directly. Status: compiles, untested on GPU (docs/CUDA.md).
 #pragma once
 #include <cstddef>
 #include <cstdint>

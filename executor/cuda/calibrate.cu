@@ -49,10 +49,14 @@ __global__ void init_bf16(__nv_bfloat16* p, int64_t n, uint32_t seed) {
     p[i] = __float2bfloat16((static_cast<float>(h & 0xffff) / 65536.0f - 0.5f) * 0.1f);
   }
 }
-__global__ void iota_index(int64_t* idx, int32_t* doc, int64_t n) {
+// One causal document: token i at index i, and its key hull [0, i + 1) (what the strategy code's
+// KeyBlock would hold for a single-rank causal block).
+__global__ void iota_index(int64_t* idx, int32_t* doc, int32_t* kv_range, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     idx[i] = i;
     doc[i] = 0;
+    kv_range[2 * i] = 0;
+    kv_range[2 * i + 1] = static_cast<int32_t>(i + 1);
   }
 }
 
@@ -175,16 +179,21 @@ void measure_attention(Measurements& out, const Options& o, cudaStream_t s) {
     for (int64_t S : seqs) {
       const int64_t qn = S * hq * d, kn = S * hkv * d;
       DeviceBuffer q(qn * 4), k(kn * 4), v(kn * 4), o_(qn * 4), lse(S * hq * 4), dq(qn * 4), dk(kn * 4), dv(kn * 4),
-          dout(qn * 4), delta(S * hq * 4), idx(S * 8), doc(S * 4);
+          dout(qn * 4), delta(S * hq * 4), idx(S * 8), doc(S * 4), range(S * 8);
       const std::pair<DeviceBuffer*, int64_t> inputs[] = {{&q, qn}, {&k, kn}, {&v, kn}, {&dout, qn}};
       for (auto [buf, n] : inputs) {
         init_f32<<<grid_for(n), 256, 0, s>>>(buf->as<float>(), n, static_cast<uint32_t>(n));
         CTX_CUDA_LAUNCHED("init");
       }
-      iota_index<<<grid_for(S), 256, 0, s>>>(idx.as<int64_t>(), doc.as<int32_t>(), S);
+      iota_index<<<grid_for(S), 256, 0, s>>>(idx.as<int64_t>(), doc.as<int32_t>(), range.as<int32_t>(), S);
       CTX_CUDA_LAUNCHED("iota");
       cuda::k::fill(lse.as<float>(), -INFINITY, S * hq, s);
       const cuda::k::AttnDims dims{hq, hkv, d, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))};
+      cuda::k::AttnTokens tok;
+      tok.q_index = tok.k_index = idx.as<int64_t>();
+      tok.q_doc = tok.k_doc = doc.as<int32_t>();
+      tok.tq = tok.tk = S;
+      tok.kv_range = range.as<int32_t>();
       AttentionSample a;
       a.kernel = "ctxrun_fp32";
       a.seq = S;
@@ -194,14 +203,13 @@ void measure_attention(Measurements& out, const Options& o, cudaStream_t s) {
       a.causal = true;
       a.pairs = static_cast<double>(S) * static_cast<double>(S + 1) / 2.0;
       a.fwd_seconds = time_per_call(s, [&] {
-        cuda::k::attention_forward(o_.as<float>(), lse.as<float>(), q.as<float>(), idx.as<int64_t>(), doc.as<int32_t>(),
-                                   S, k.as<float>(), v.as<float>(), idx.as<int64_t>(), doc.as<int32_t>(), S, dims, s);
+        cuda::k::attention_forward(o_.as<float>(), lse.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(), tok,
+                                   dims, s);
       });
       cuda::k::attention_delta(delta.as<float>(), dout.as<float>(), o_.as<float>(), S * hq, d, s);
       a.bwd_seconds = time_per_call(s, [&] {
-        cuda::k::attention_backward(dq.as<float>(), dk.as<float>(), dv.as<float>(), q.as<float>(), idx.as<int64_t>(),
-                                    doc.as<int32_t>(), S, k.as<float>(), v.as<float>(), idx.as<int64_t>(),
-                                    doc.as<int32_t>(), S, dout.as<float>(), lse.as<float>(), delta.as<float>(), dims, s);
+        cuda::k::attention_backward(dq.as<float>(), dk.as<float>(), dv.as<float>(), q.as<float>(), k.as<float>(),
+                                    v.as<float>(), tok, dout.as<float>(), lse.as<float>(), delta.as<float>(), dims, s);
       });
       out.attention.push_back(a);
     }

@@ -14,13 +14,12 @@
 #include "costmodel/profile_store.hpp"
 #include "executor/cuda/calibrate_profile.hpp"
 #include "executor/cuda/cuda_backend.hpp"
-#include "planner/exit_codes.hpp"
+#include "costmodel/exit_codes.hpp"
 
 using namespace ctx;
 using namespace ctx::exec;
 
 namespace {
-constexpr int kExitNoDevice = 5;
 
 std::string today() {
   std::time_t t = std::time(nullptr);

@@ -1,14 +1,14 @@
 // The CUDA backend (see cuda_backend.hpp). Host code only: the kernels are in kernels_*.cu and
-// attention.cu, GEMMs in gemm_lt.cpp, memory in caching_allocator.cpp. This file decides where
-// each pointer lives, stages host-only inputs (token ids, positions, masks live in std::vector
-// on the host), launches, and keeps the Backend contract: when a call returns, its results are
-// visible to the host (sync_each_call) -- see docs/CUDA.md for why that is needed today.
+// attention.cu, GEMMs in gemm_lt.cpp, memory in caching_allocator.cpp. This file checks every
+// view's dtype and shape, takes its device pointer and launches on the backend's stream. Nothing
+// is staged: token data arrives through upload, and every tensor is the backend's own memory.
+//
+// Status: compiles, untested on GPU (docs/CUDA.md).
 #include "executor/cuda/cuda_backend.hpp"
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -19,7 +19,6 @@
 
 #include "executor/cuda/caching_allocator.hpp"
 #include "executor/cuda/cuda_check.hpp"
-#include "executor/cuda/embedding_rows.hpp"
 #include "executor/cuda/gemm_lt.hpp"
 #include "executor/cuda/kernels.hpp"
 
@@ -50,6 +49,14 @@ Where where_is(const void* p) {
 constexpr size_t kScratchAlign = 256;
 size_t round_up(size_t b) { return (b + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
 
+// the kernels' slots of the step statistics (elementwise_kernels.cuh) are the interface's
+static_assert(kStatLossSum == 0 && kStatNonFinite == 1 && kStatGradNorm2 == 2 && kStepStats == 3,
+              "elementwise_kernels.cuh's kStat* constants assume this layout");
+
+void need(bool ok, const char* op, const std::string& what) {
+  if (!ok) throw std::invalid_argument(std::string("cuda backend: ") + op + ": " + what);
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const CudaBackendOptions& o) : device_(device), opts_(o) {
@@ -65,30 +72,33 @@ class CudaBackend final : public Backend {
             std::to_string(prop.minor) + ")";
     CTX_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     alloc_ = std::make_unique<CachingAllocator>(device, o.managed_memory);
-    // fixed device scratch for the scalar reductions: partial sums, the result, the finite flag
-    CTX_CUDA(cudaMalloc(&reduce_, (cuda::k::kReduceBlocks + 2) * sizeof(double)));
-    CTX_CUDA(cudaMallocHost(&readback_, 2 * sizeof(double)));
+    // fixed device scratch for the whole-array reductions: partial sums, then the non-finite flag
+    CTX_CUDA(cudaMalloc(&reduce_, (cuda::k::kReduceBlocks + 1) * sizeof(double)));
     const int64_t ws = std::max<int64_t>(o.gemm_workspace_bytes, 0);
     if (ws > 0) CTX_CUDA(cudaMalloc(&gemm_ws_, static_cast<size_t>(ws)));
     ledger().on_alloc(Mem::workspace, ws);
     gemm_ = std::make_unique<LtGemm>(gemm_ws_, static_cast<size_t>(ws));
     cuda::k::attention_init();
+    // the origin of read_times(): recorded now, so slot times are seconds since construction
+    CTX_CUDA(cudaEventCreate(&origin_));
+    CTX_CUDA(cudaEventRecord(origin_, stream_));
   }
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    for (cudaEvent_t e : marks_)
+      if (e) cudaEventDestroy(e);
+    cudaEventDestroy(origin_);
     gemm_.reset();
     if (gemm_ws_) cudaFree(gemm_ws_);
     if (scratch_) cudaFree(scratch_);
     cudaFree(reduce_);
-    cudaFreeHost(readback_);
     alloc_.reset();
     cudaStreamDestroy(stream_);
   }
 
   std::string name() const override { return name_; }
   cudaStream_t stream() const { return stream_; }
-  void synchronize() { CTX_CUDA(cudaStreamSynchronize(stream_)); }
 
   CudaMemoryReport report() {
     CudaMemoryReport r;
@@ -108,314 +118,384 @@ class CudaBackend final : public Backend {
     return r;
   }
 
+  // ---- the host boundary. cudaMemcpyAsync from pageable host memory returns once the source
+  // has been copied to the driver's staging buffer, so the caller may reuse `src` at once; the
+  // copy to the tensor stays in stream order.
+  void upload(View dst, const float* src) override { copy_in(dst, src, f32(dst, "upload"), "upload (float)"); }
+  void upload(View dst, const int32_t* src) override {
+    need(dst.dtype() == DType::i32, "upload", std::string("int32 data into a ") + to_string(dst.dtype()) + " tensor");
+    copy_in(dst, src, raw(dst), "upload (int32)");
+  }
+  void upload(View dst, const int64_t* src) override {
+    need(dst.dtype() == DType::i64, "upload", std::string("int64 data into a ") + to_string(dst.dtype()) + " tensor");
+    copy_in(dst, src, raw(dst), "upload (int64)");
+  }
+  void download(float* dst, View src) override {
+    const float* p = f32(src, "download");
+    if (src.numel() > 0)
+      CTX_CUDA(cudaMemcpyAsync(dst, p, static_cast<size_t>(src.bytes()), cudaMemcpyDefault, stream_));
+    synchronize();
+  }
+  void synchronize() override { CTX_CUDA(cudaStreamSynchronize(stream_)); }
+
   // ---- data movement
-  void copy(float* dst, const float* src, int64_t n) override {
-    if (n <= 0 || dst == src) return;
-    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-    const bool overlap = dst < src + n && src < dst + n;
-    if (overlap) {  // memmove semantics: through scratch
+  void copy(View dst, View src) override {
+    refuse_bf16(dst, "copy");
+    refuse_bf16(src, "copy");
+    need(dst.numel() == src.numel(), "copy", "element counts differ");
+    need(dst.dtype() == src.dtype(), "copy", std::string("from ") + to_string(src.dtype()) + " to " +
+                                                 to_string(dst.dtype()) + " (only f32 <-> bf16 converts)");
+    if (dst.numel() == 0 || dst.same_memory(src)) return;
+    const size_t bytes = static_cast<size_t>(dst.bytes());
+    const char* s = static_cast<const char*>(raw(src));
+    char* d = static_cast<char*>(raw(dst));
+    if (d < s + bytes && s < d + bytes) {  // overlapping views of one tensor: memmove through scratch
       void* tmp = scratch(bytes);
-      CTX_CUDA(cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDefault, stream_));
-      CTX_CUDA(cudaMemcpyAsync(dst, tmp, bytes, cudaMemcpyDefault, stream_));
+      CTX_CUDA(cudaMemcpyAsync(tmp, s, bytes, cudaMemcpyDefault, stream_));
+      CTX_CUDA(cudaMemcpyAsync(d, tmp, bytes, cudaMemcpyDefault, stream_));
     } else {
-      CTX_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+      CTX_CUDA(cudaMemcpyAsync(d, s, bytes, cudaMemcpyDefault, stream_));
     }
     done();
   }
-  void fill(float* dst, float value, int64_t n) override {
-    if (n <= 0) return;
-    const Where w = where_is(dst);
-    if (w == Where::pinned_host || w == Where::pageable_host) {  // host memory: fill it from the host
-      synchronize();
-      std::fill(dst, dst + n, value);
-      return;
+  void zero(View x) override {
+    refuse_bf16(x, "zero");
+    if (x.numel() == 0) return;
+    const Where w = where_is(raw(x));
+    if (w == Where::pinned_host)  // pinned host tensors: a kernel writes them through the mapping
+      cuda::k::fill(static_cast<float*>(raw(x)), 0.0f, x.bytes() / 4, stream_);  // every dtype here is 4k bytes
+    else
+      CTX_CUDA(cudaMemsetAsync(raw(x), 0, static_cast<size_t>(x.bytes()), stream_));
+    done();
+  }
+  void fill(View x, float value) override {
+    float* p = f32(x, "fill");
+    cuda::k::fill(p, value, x.numel(), stream_);
+    done();
+  }
+  void axpy(View y, float alpha, View x) override {
+    need(x.numel() == y.numel(), "axpy", "element counts differ");
+    cuda::k::axpy(f32(y, "axpy"), alpha, f32(x, "axpy"), y.numel(), stream_);
+    done();
+  }
+  void scale(View x, float alpha) override {
+    cuda::k::scale(f32(x, "scale"), alpha, x.numel(), stream_);
+    done();
+  }
+  void copy_cols(View dst, int64_t dc, View src, int64_t sc, int64_t n) override {
+    check_cols("copy_cols", dst, dc, src, sc, n);
+    need(dst.dtype() == src.dtype(), "copy_cols", "dtypes differ");
+    if (dst.rows() == 0 || n == 0) return;
+    if (dst.dtype() == DType::f32) {
+      cuda::k::copy_cols(f32(dst, "copy_cols") + dc, dst.cols(), f32(src, "copy_cols") + sc, src.cols(), dst.rows(), n,
+                         false, stream_);
+    } else {  // token data (i32/i64): a strided byte copy
+      const size_t e = static_cast<size_t>(dtype_bytes(dst.dtype()));
+      CTX_CUDA(cudaMemcpy2DAsync(static_cast<char*>(raw(dst)) + dc * e, dst.cols() * e,
+                                 static_cast<const char*>(raw(src)) + sc * e, src.cols() * e, n * e,
+                                 static_cast<size_t>(dst.rows()), cudaMemcpyDefault, stream_));
     }
-    if (value == 0.0f) CTX_CUDA(cudaMemsetAsync(dst, 0, static_cast<size_t>(n) * sizeof(float), stream_));
-    else cuda::k::fill(dst, value, n, stream_);
     done();
   }
-  void axpy(float* y, float alpha, const float* x, int64_t n) override {
-    if (n <= 0) return;
-    auto in = stage<1>({{{x, bytes_f(n)}}});
-    cuda::k::axpy(out(y, "axpy"), alpha, f(in[0]), n, stream_);
-    done();
-  }
-  void scale(float* x, float alpha, int64_t n) override {
-    if (n <= 0) return;
-    cuda::k::scale(out(x, "scale"), alpha, n, stream_);
-    done();
-  }
-  double sum_squares(const float* x, int64_t n) override {
-    if (n <= 0) return 0.0;
-    auto in = stage<1>({{{x, bytes_f(n)}}});
-    double* partials = static_cast<double*>(reduce_);
-    double* result = partials + cuda::k::kReduceBlocks;
-    cuda::k::sum_squares(result, partials, f(in[0]), n, stream_);
-    CTX_CUDA(cudaMemcpyAsync(readback_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
-    synchronize();
-    return *static_cast<double*>(readback_);
-  }
-  bool all_finite(const float* x, int64_t n) override {
-    if (n <= 0) return true;
-    auto in = stage<1>({{{x, bytes_f(n)}}});
-    int* flag = reinterpret_cast<int*>(static_cast<double*>(reduce_) + cuda::k::kReduceBlocks + 1);
-    CTX_CUDA(cudaMemsetAsync(flag, 0, sizeof(int), stream_));
-    cuda::k::count_nonfinite(flag, f(in[0]), n, stream_);
-    CTX_CUDA(cudaMemcpyAsync(readback_, flag, sizeof(int), cudaMemcpyDeviceToHost, stream_));
-    synchronize();
-    return *static_cast<int*>(readback_) == 0;
-  }
-  void copy_block(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) override {
-    if (rows <= 0 || cols <= 0) return;
-    CTX_CUDA(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_ld) * sizeof(float), src,
-                               static_cast<size_t>(src_ld) * sizeof(float), static_cast<size_t>(cols) * sizeof(float),
-                               static_cast<size_t>(rows), cudaMemcpyDefault, stream_));
-    done();
-  }
-  void add_block(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) override {
-    if (rows <= 0 || cols <= 0) return;
-    auto in = stage<1>({{{src, bytes_f((rows - 1) * src_ld + cols)}}});
-    cuda::k::add_block(out(dst, "add_block"), dst_ld, f(in[0]), src_ld, rows, cols, stream_);
+  void add_cols(View dst, int64_t dc, View src, int64_t sc, int64_t n) override {
+    check_cols("add_cols", dst, dc, src, sc, n);
+    float* d = f32(dst, "add_cols");
+    const float* s = f32(src, "add_cols");
+    cuda::k::copy_cols(d + dc, dst.cols(), s + sc, src.cols(), dst.rows(), n, true, stream_);
     done();
   }
 
   // ---- GEMM
-  void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b, float beta,
-            float* c) override {
+  void gemm(bool ta, bool tb, float alpha, View a, View b, float beta, View c) override {
+    const int64_t m = c.rows(), n = c.cols(), k = ta ? a.rows() : a.cols();
+    need((ta ? a.cols() : a.rows()) == m, "gemm", "op(A) rows differ from C rows");
+    need(tb ? (b.rows() == n && b.cols() == k) : (b.rows() == k && b.cols() == n), "gemm", "op(B) is not [k, n]");
+    const float* A = f32(a, "gemm");
+    const float* B = f32(b, "gemm");
+    float* C = f32(c, "gemm");
     if (m <= 0 || n <= 0) return;
-    out(c, "gemm");
     if (k <= 0 || alpha == 0.0f) {  // C = beta C, as the reference does when there is nothing to add
-      if (beta == 0.0f) CTX_CUDA(cudaMemsetAsync(c, 0, bytes_f(m * n), stream_));
-      else if (beta != 1.0f) cuda::k::scale(c, beta, m * n, stream_);
+      if (beta == 0.0f) CTX_CUDA(cudaMemsetAsync(C, 0, static_cast<size_t>(c.bytes()), stream_));
+      else if (beta != 1.0f) cuda::k::scale(C, beta, m * n, stream_);
       done();
       return;
     }
-    auto in = stage<2>({{{a, bytes_f(m * k)}, {b, bytes_f(k * n)}}});
-    gemm_->run(opts_.tf32 ? GemmType::tf32 : GemmType::fp32, ta, tb, m, n, k, alpha, in[0], in[1], beta, c, stream_);
+    gemm_->run(opts_.tf32 ? GemmType::tf32 : GemmType::fp32, ta, tb, m, n, k, alpha, A, B, beta, C, stream_);
     done();
   }
 
   // ---- model kernels
-  void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t rows, int64_t h,
-                       float eps) override {
-    if (rows <= 0) return;
-    auto in = stage<2>({{{x, bytes_f(rows * h)}, {w, bytes_f(h)}}});
-    cuda::k::rmsnorm_forward(y ? out(y, "rmsnorm_forward") : nullptr, out(rstd, "rmsnorm_forward"), f(in[0]), f(in[1]),
-                             rows, h, eps, stream_);
+  void rmsnorm_forward(View y, View rstd, View x, View w, float eps) override {
+    const int64_t rows = x.rows(), h = x.cols();
+    need(!y || y.numel() == x.numel(), "rmsnorm_forward", "y and x differ in size");
+    need(rstd.numel() == rows && w.numel() == h, "rmsnorm_forward", "rstd must be [rows] and w [h]");
+    cuda::k::rmsnorm_forward(y ? f32(y, "rmsnorm_forward") : nullptr, f32(rstd, "rmsnorm_forward"),
+                             f32(x, "rmsnorm_forward"), f32(w, "rmsnorm_forward"), rows, h, eps, stream_);
     done();
   }
-  void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* rstd, const float* w,
-                        int64_t rows, int64_t h) override {
+  void rmsnorm_backward(View dx, View dw, View dy, View x, View rstd, View w) override {
+    const int64_t rows = x.rows(), h = x.cols();
+    need(dx.numel() == x.numel() && dy.numel() == x.numel(), "rmsnorm_backward", "dx, dy and x differ in size");
+    need(dw.numel() == h && w.numel() == h && rstd.numel() == rows, "rmsnorm_backward", "dw, w must be [h], rstd [rows]");
+    float *DX = f32(dx, "rmsnorm_backward"), *DW = f32(dw, "rmsnorm_backward");
+    const float *DY = f32(dy, "rmsnorm_backward"), *X = f32(x, "rmsnorm_backward");
+    const float *RS = f32(rstd, "rmsnorm_backward"), *W = f32(w, "rmsnorm_backward");
     if (rows <= 0) return;
-    const size_t dw_scratch = bytes_f(cuda::k::rmsnorm_dw_chunks(rows) * h);
-    auto in = stage<4>({{{dy, bytes_f(rows * h)}, {x, bytes_f(rows * h)}, {rstd, bytes_f(rows)}, {w, bytes_f(h)}}},
-                       dw_scratch);
-    cuda::k::rmsnorm_backward_dx(out(dx, "rmsnorm_backward"), f(in[0]), f(in[1]), f(in[2]), f(in[3]), rows, h, stream_);
-    float* partial = static_cast<float*>(scratch_tail(dw_scratch));
-    cuda::k::rmsnorm_backward_dw(out(dw, "rmsnorm_backward"), partial, f(in[0]), f(in[1]), f(in[2]), rows, h, stream_);
+    float* partial = static_cast<float*>(scratch(sizeof(float) * cuda::k::rmsnorm_dw_chunks(rows) * h));
+    cuda::k::rmsnorm_backward_dx(DX, DY, X, RS, W, rows, h, stream_);
+    cuda::k::rmsnorm_backward_dw(DW, partial, DY, X, RS, rows, h, stream_);
     done();
   }
-  void rope(float* x, int64_t rows, int64_t heads, int64_t d, const int32_t* pos, const float* inv_freq, int64_t rot,
-            float attn_scale, bool inverse) override {
+  void rope(View x, int64_t heads, int64_t d, View pos, View inv_freq, int64_t rot, float attn_scale,
+            bool inverse) override {
+    const int64_t rows = x.rows();
+    need(x.cols() == heads * d, "rope", "x must be [rows, heads * head_dim]");
+    need(pos.numel() == rows && inv_freq.numel() >= rot / 2, "rope", "pos must be [rows] and inv_freq [rot/2]");
+    float* X = f32(x, "rope");
+    const int32_t* P = i32(pos, "rope");
+    const float* F = f32(inv_freq, "rope");
     if (rows <= 0 || rot < 2) return;
-    auto in = stage<2>({{{pos, sizeof(int32_t) * static_cast<size_t>(rows)}, {inv_freq, bytes_f(rot / 2)}}});
-    cuda::k::rope(out(x, "rope"), rows, heads, d, static_cast<const int32_t*>(in[0]), f(in[1]), rot, attn_scale, inverse,
-                  stream_);
+    cuda::k::rope(X, rows, heads, d, P, F, rot, attn_scale, inverse, stream_);
     done();
   }
-  void swiglu_forward(float* a, const float* gate, const float* up, int64_t n) override {
-    if (n <= 0) return;
-    auto in = stage<2>({{{gate, bytes_f(n)}, {up, bytes_f(n)}}});
-    cuda::k::swiglu_forward(out(a, "swiglu_forward"), f(in[0]), f(in[1]), n, stream_);
+  void swiglu_forward(View a, View gate, View up) override {
+    need(a.numel() == gate.numel() && a.numel() == up.numel(), "swiglu_forward", "sizes differ");
+    cuda::k::swiglu_forward(f32(a, "swiglu_forward"), f32(gate, "swiglu_forward"), f32(up, "swiglu_forward"),
+                            a.numel(), stream_);
     done();
   }
-  void swiglu_backward(float* dgate, float* dup, const float* da, const float* gate, const float* up,
-                       int64_t n) override {
-    if (n <= 0) return;
-    auto in = stage<3>({{{da, bytes_f(n)}, {gate, bytes_f(n)}, {up, bytes_f(n)}}});
-    cuda::k::swiglu_backward(out(dgate, "swiglu_backward"), out(dup, "swiglu_backward"), f(in[0]), f(in[1]), f(in[2]),
-                             n, stream_);
+  void swiglu_backward(View dgate, View dup, View da, View gate, View up) override {
+    const int64_t n = da.numel();
+    need(dgate.numel() == n && dup.numel() == n && gate.numel() == n && up.numel() == n, "swiglu_backward",
+         "sizes differ");
+    cuda::k::swiglu_backward(f32(dgate, "swiglu_backward"), f32(dup, "swiglu_backward"), f32(da, "swiglu_backward"),
+                             f32(gate, "swiglu_backward"), f32(up, "swiglu_backward"), n, stream_);
     done();
   }
-  void embedding_forward(float* o, const float* table, const int32_t* tok, int64_t tokens, int64_t h, int64_t v0,
-                         int64_t vrows) override {
-    if (tokens <= 0) return;
-    auto in = stage<2>({{{table, bytes_f(std::max<int64_t>(vrows, 1) * h)}, {tok, sizeof(int32_t) * tokens}}});
-    cuda::k::embedding_forward(out(o, "embedding_forward"), f(in[0]), static_cast<const int32_t*>(in[1]), tokens, h, v0,
-                               vrows, stream_);
+  void embedding_forward(View out, View table, View tok, int64_t v0) override {
+    const int64_t tokens = tok.numel(), h = out.cols();
+    need(out.rows() == tokens && table.cols() == h, "embedding_forward", "out must be [tokens, h], table [rows, h]");
+    cuda::k::embedding_forward(f32(out, "embedding_forward"), f32(table, "embedding_forward"),
+                               i32(tok, "embedding_forward"), tokens, h, v0, table.rows(), stream_);
     done();
   }
-  void embedding_backward(float* dtable, const float* dout, const int32_t* tok, int64_t tokens, int64_t h, int64_t v0,
-                          int64_t vrows) override {
-    if (tokens <= 0) return;
-    // Group the tokens by vocabulary row on the host (token ids are host data in the strategy
-    // code); each row then sums its tokens' gradients in token order, like the reference.
-    host_tok_.resize(static_cast<size_t>(tokens));
-    if (where_is(tok) == Where::pageable_host) std::memcpy(host_tok_.data(), tok, sizeof(int32_t) * tokens);
-    else {
-      CTX_CUDA(cudaMemcpyAsync(host_tok_.data(), tok, sizeof(int32_t) * tokens, cudaMemcpyDefault, stream_));
-      synchronize();
-    }
-    cuda::group_tokens_by_row(host_tok_.data(), tokens, v0, vrows, groups_);
-    if (groups_.rows.empty()) return;
-    auto in = stage<4>({{{dout, bytes_f(tokens * h)},
-                         {groups_.rows.data(), sizeof(int32_t) * groups_.rows.size()},
-                         {groups_.offsets.data(), sizeof(int64_t) * groups_.offsets.size()},
-                         {groups_.positions.data(), sizeof(int32_t) * groups_.positions.size()}}});
-    cuda::k::embedding_backward(out(dtable, "embedding_backward"), f(in[0]), static_cast<const int32_t*>(in[1]),
-                                static_cast<const int64_t*>(in[2]), static_cast<const int32_t*>(in[3]),
-                                static_cast<int64_t>(groups_.rows.size()), h, stream_);
+  void embedding_backward(View dtable, View dout, View tok, int64_t v0) override {
+    const int64_t tokens = tok.numel(), h = dtable.cols(), vrows = dtable.rows();
+    need(dout.rows() == tokens && dout.cols() == h, "embedding_backward", "dout must be [tokens, h]");
+    float* DT = f32(dtable, "embedding_backward");
+    const float* DO = f32(dout, "embedding_backward");
+    const int32_t* T = i32(tok, "embedding_backward");
+    if (tokens <= 0 || vrows <= 0) return;
+    void* tmp = scratch(cuda::k::embedding_backward_scratch_bytes(tokens, vrows));
+    cuda::k::embedding_backward(DT, DO, T, tokens, h, v0, vrows, tmp, stream_);
     done();
   }
 
   // ---- attention
-  void attention_forward_block(float* o, float* lse, const float* q, TokenRefs qt, int64_t tq, const float* k,
-                               const float* v, TokenRefs kt, int64_t tk, const AttnShape& s) override {
-    if (tq <= 0 || tk <= 0) return;
-    const int64_t qn = tq * s.q_heads * s.head_dim, kn = tk * s.kv_heads * s.head_dim;
-    auto in = stage<7>({{{q, bytes_f(qn)},
-                         {k, bytes_f(kn)},
-                         {v, bytes_f(kn)},
-                         {qt.index, sizeof(int64_t) * tq},
-                         {qt.doc, sizeof(int32_t) * tq},
-                         {kt.index, sizeof(int64_t) * tk},
-                         {kt.doc, sizeof(int32_t) * tk}}});
-    cuda::k::attention_forward(out(o, "attention_forward_block"), out(lse, "attention_forward_block"), f(in[0]),
-                               i64(in[3]), i32(in[4]), tq, f(in[1]), f(in[2]), i64(in[5]), i32(in[6]), tk, dims(s),
-                               stream_);
+  void attention_forward_block(View o, View lse, View q, TokenRefs qt, View k, View v, const KeyBlock& kb,
+                               const AttnShape& s) override {
+    const auto t = tokens("attention_forward_block", q, qt, k, kb, s);
+    need(o.numel() == q.numel() && lse.numel() == t.tq * s.q_heads, "attention_forward_block",
+         "o must be q's shape and lse [tq, q_heads]");
+    cuda::k::attention_forward(f32(o, "attention_forward_block"), f32(lse, "attention_forward_block"),
+                               f32(q, "attention_forward_block"), f32(k, "attention_forward_block"),
+                               f32(v, "attention_forward_block"), t, dims(s), stream_);
     done();
   }
-  void attention_backward_block(float* dq, float* dk, float* dv, const float* q, TokenRefs qt, int64_t tq,
-                                const float* k, const float* v, TokenRefs kt, int64_t tk, const float* dout,
-                                const float* lse, const float* delta, const AttnShape& s) override {
-    if (tq <= 0 || tk <= 0) return;
-    const int64_t qn = tq * s.q_heads * s.head_dim, kn = tk * s.kv_heads * s.head_dim, rn = tq * s.q_heads;
-    auto in = stage<10>({{{q, bytes_f(qn)},
-                          {k, bytes_f(kn)},
-                          {v, bytes_f(kn)},
-                          {dout, bytes_f(qn)},
-                          {lse, bytes_f(rn)},
-                          {delta, bytes_f(rn)},
-                          {qt.index, sizeof(int64_t) * tq},
-                          {qt.doc, sizeof(int32_t) * tq},
-                          {kt.index, sizeof(int64_t) * tk},
-                          {kt.doc, sizeof(int32_t) * tk}}});
-    cuda::k::attention_backward(out(dq, "attention_backward_block"), out(dk, "attention_backward_block"),
-                                out(dv, "attention_backward_block"), f(in[0]), i64(in[6]), i32(in[7]), tq, f(in[1]),
-                                f(in[2]), i64(in[8]), i32(in[9]), tk, f(in[3]), f(in[4]), f(in[5]), dims(s), stream_);
+  void attention_backward_block(View dq, View dk, View dv, View q, TokenRefs qt, View k, View v, const KeyBlock& kb,
+                                View dout, View lse, View delta, const AttnShape& s) override {
+    static const char* op = "attention_backward_block";
+    const auto t = tokens(op, q, qt, k, kb, s);
+    need(dq.numel() == q.numel() && dout.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == k.numel() &&
+             v.numel() == k.numel(),
+         op, "dq, dout must be q's shape and dk, dv, v k's");
+    need(lse.numel() == t.tq * s.q_heads && delta.numel() == t.tq * s.q_heads, op, "lse, delta must be [tq, q_heads]");
+    cuda::k::attention_backward(f32(dq, op), f32(dk, op), f32(dv, op), f32(q, op), f32(k, op), f32(v, op), t,
+                                f32(dout, op), f32(lse, op), f32(delta, op), dims(s), stream_);
     done();
   }
-  void attention_delta(float* delta, const float* dout, const float* o, int64_t tq, const AttnShape& s) override {
-    if (tq <= 0) return;
-    const int64_t rows = tq * s.q_heads;
-    auto in = stage<2>({{{dout, bytes_f(rows * s.head_dim)}, {o, bytes_f(rows * s.head_dim)}}});
-    cuda::k::attention_delta(out(delta, "attention_delta"), f(in[0]), f(in[1]), rows, s.head_dim, stream_);
+  void attention_delta(View delta, View dout, View o, const AttnShape& s) override {
+    const int64_t rows = dout.rows() * s.q_heads;
+    need(dout.cols() == s.q_heads * s.head_dim && o.numel() == dout.numel() && delta.numel() == rows,
+         "attention_delta", "dout, o must be [tq, q_heads*d] and delta [tq, q_heads]");
+    cuda::k::attention_delta(f32(delta, "attention_delta"), f32(dout, "attention_delta"), f32(o, "attention_delta"),
+                             rows, s.head_dim, stream_);
     done();
   }
 
   // ---- cross-entropy pieces
-  void row_max(float* o, const float* logits, int64_t rows, int64_t cols, int64_t valid) override {
-    if (rows <= 0) return;
-    auto in = stage<1>({{{logits, bytes_f(rows * cols)}}});
-    cuda::k::row_max(out(o, "row_max"), f(in[0]), rows, cols, valid, stream_);
+  void row_max(View out, View logits, int64_t valid) override {
+    need(out.numel() == logits.rows() && valid <= logits.cols(), "row_max", "out must be [rows], valid <= cols");
+    cuda::k::row_max(f32(out, "row_max"), f32(logits, "row_max"), logits.rows(), logits.cols(), valid, stream_);
     done();
   }
-  void sumexp_and_target(float* o, const float* logits, const float* mx, const int32_t* target, int64_t rows,
-                         int64_t cols, int64_t valid, int64_t v0) override {
-    if (rows <= 0) return;
-    auto in = stage<3>({{{logits, bytes_f(rows * cols)}, {mx, bytes_f(rows)}, {target, sizeof(int32_t) * rows}}});
-    cuda::k::sumexp_and_target(out(o, "sumexp_and_target"), f(in[0]), f(in[1]), i32(in[2]), rows, cols, valid, v0,
-                               stream_);
+  void sumexp_and_target(View out, View logits, View mx, View target, int64_t valid, int64_t v0) override {
+    const int64_t rows = logits.rows();
+    need(out.numel() == 2 * rows && mx.numel() == rows && target.numel() == rows, "sumexp_and_target",
+         "out must be [rows, 2], max and target [rows]");
+    cuda::k::sumexp_and_target(f32(out, "sumexp_and_target"), f32(logits, "sumexp_and_target"),
+                               f32(mx, "sumexp_and_target"), i32(target, "sumexp_and_target"), rows, logits.cols(),
+                               valid, v0, stream_);
     done();
   }
-  void xent_grad_inplace(float* logits, const float* lse, const int32_t* target, const float* weight, int64_t rows,
-                         int64_t cols, int64_t valid, int64_t v0) override {
-    if (rows <= 0) return;
-    auto in = stage<3>({{{lse, bytes_f(rows)}, {target, sizeof(int32_t) * rows}, {weight, bytes_f(rows)}}});
-    cuda::k::xent_grad_inplace(out(logits, "xent_grad_inplace"), f(in[0]), i32(in[1]), f(in[2]), rows, cols, valid, v0,
-                               stream_);
+  void xent_finish(View lse, View stats, View mx, View se, View target) override {
+    const int64_t rows = lse.numel();
+    need(mx.numel() == rows && se.numel() == 2 * rows && target.numel() == rows, "xent_finish",
+         "max, target must be [rows] and sumexp_target [rows, 2]");
+    float* st = stats_ptr(stats, "xent_finish");
+    cuda::k::xent_finish(f32(lse, "xent_finish"), st + kStatLossSum, f32(mx, "xent_finish"), f32(se, "xent_finish"),
+                         i32(target, "xent_finish"), rows, stream_);
+    done();
+  }
+  void xent_grad_inplace(View logits, View lse, View target, float weight, int64_t valid, int64_t v0) override {
+    const int64_t rows = logits.rows();
+    need(lse.numel() == rows && target.numel() == rows, "xent_grad_inplace", "lse and target must be [rows]");
+    cuda::k::xent_grad_inplace(f32(logits, "xent_grad_inplace"), f32(lse, "xent_grad_inplace"),
+                               i32(target, "xent_grad_inplace"), weight, rows, logits.cols(), valid, v0, stream_);
     done();
   }
 
-  // ---- optimizer
-  void adamw(float* master, float* m, float* v, const float* grad, float decay, int64_t n, float lr, float beta1,
-             float beta2, float eps, float weight_decay, float grad_scale, int64_t step) override {
-    if (n <= 0) return;
-    const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
-    const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
-    auto in = stage<1>({{{grad, bytes_f(n)}}});
-    cuda::k::adamw(out(master, "adamw"), out(m, "adamw"), out(v, "adamw"), f(in[0]), decay, n, lr, beta1, beta2, eps,
-                   weight_decay, grad_scale, bc1, bc2, stream_);
+  // ---- step statistics and the optimizer: everything stays on the device
+  void flag_nonfinite(View stats, View x, float code) override {
+    float* st = stats_ptr(stats, "flag_nonfinite");
+    const float* X = f32(x, "flag_nonfinite");
+    int* flag = reinterpret_cast<int*>(static_cast<double*>(reduce_) + cuda::k::kReduceBlocks);
+    cuda::k::flag_nonfinite(st + kStatNonFinite, flag, X, x.numel(), code, stream_);
     done();
+  }
+  void sum_squares(View stats, View x) override {
+    float* st = stats_ptr(stats, "sum_squares");
+    cuda::k::sum_squares(st + kStatGradNorm2, static_cast<double*>(reduce_), f32(x, "sum_squares"), x.numel(), stream_);
+    done();
+  }
+  void adamw(View master, View m, View v, View grad, View stats, const AdamWArgs& a) override {
+    const int64_t n = master.numel();
+    need(m.numel() == n && v.numel() == n && grad.numel() == n, "adamw", "master, m, v and grad differ in size");
+    const float* st = stats_ptr(stats, "adamw");
+    const double bc1 = 1.0 - std::pow(static_cast<double>(a.beta1), static_cast<double>(a.step));
+    const double bc2 = 1.0 - std::pow(static_cast<double>(a.beta2), static_cast<double>(a.step));
+    cuda::k::adamw(f32(master, "adamw"), f32(m, "adamw"), f32(v, "adamw"), f32(grad, "adamw"), st, a.decay, n, a.lr,
+                   a.beta1, a.beta2, a.eps, a.weight_decay, a.clip, bc1, bc2, stream_);
+    done();
+  }
+
+  // ---- phase timing: one CUDA event per slot, timed against the origin recorded at construction
+  void mark_time(int slot) override {
+    if (slot < 0) return;
+    if (static_cast<size_t>(slot) >= marks_.size()) marks_.resize(slot + 1, nullptr);
+    if (!marks_[slot]) CTX_CUDA(cudaEventCreate(&marks_[slot]));
+    CTX_CUDA(cudaEventRecord(marks_[slot], stream_));
+  }
+  std::vector<double> read_times() override {
+    std::vector<double> t(marks_.size(), -1.0);
+    for (size_t i = 0; i < marks_.size(); ++i) {
+      if (!marks_[i]) continue;
+      CTX_CUDA(cudaEventSynchronize(marks_[i]));
+      float ms = 0;
+      CTX_CUDA(cudaEventElapsedTime(&ms, origin_, marks_[i]));
+      t[i] = static_cast<double>(ms) * 1e-3;
+    }
+    return t;
   }
 
  protected:
-  float* raw_alloc(int64_t bytes, bool host) override { return static_cast<float*>(alloc_->allocate(bytes, host)); }
-  void raw_free(float* p, bool host) override {
+  void* raw_alloc(int64_t bytes, bool host) override { return alloc_->allocate(bytes, host); }
+  void raw_free(void* p, bool host) override {
     // The block may still be read by queued work; the cache hands it out again only to work
     // queued later on the same stream, so stream order keeps reuse safe.
     alloc_->release(p, host);
   }
+  // A host-staged (MPI) communicator: its host work runs after everything queued (blocking), on
+  // memory the host can read (managed or pinned); cudaMalloc memory is refused with the reason.
+  void submit(std::function<void()> fn) override {
+    synchronize();
+    fn();
+  }
+  void* host_address(const View& v) override {
+    void* p = raw(v);
+    const Where w = where_is(p);
+    if (w == Where::device)
+      throw std::invalid_argument("cuda backend: a host-staged communicator was given device memory (cudaMalloc); "
+                                  "use the NCCL communicator, or CudaBackendOptions::managed_memory = true");
+    return p;
+  }
 
  private:
-  struct In {
-    const void* p;
-    size_t bytes;
-  };
-  static size_t bytes_f(int64_t n) { return static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float); }
-  static const float* f(const void* p) { return static_cast<const float*>(p); }
-  static const int64_t* i64(const void* p) { return static_cast<const int64_t*>(p); }
-  static const int32_t* i32(const void* p) { return static_cast<const int32_t*>(p); }
+  [[noreturn]] static void bf16_refused(const char* op) {
+    throw std::invalid_argument(std::string("cuda backend: ") + op +
+                                ": bf16 tensors are not implemented yet (float32 only; issue 13)");
+  }
+  static void refuse_bf16(const View& v, const char* op) {
+    if (v.dtype() == DType::bf16) bf16_refused(op);
+  }
+  static void dtype_is(const View& v, DType want, const char* op) {
+    if (v.dtype() == DType::bf16 && want != DType::bf16) bf16_refused(op);
+    if (v.dtype() != want)
+      throw std::invalid_argument(std::string("cuda backend: ") + op + ": expected a " + to_string(want) +
+                                  " tensor, got " + to_string(v.dtype()));
+  }
+  static float* f32(const View& v, const char* op) {
+    dtype_is(v, DType::f32, op);
+    return static_cast<float*>(raw(v));
+  }
+  static const int32_t* i32(const View& v, const char* op) {
+    dtype_is(v, DType::i32, op);
+    return static_cast<const int32_t*>(raw(v));
+  }
+  static const int64_t* i64(const View& v, const char* op) {
+    dtype_is(v, DType::i64, op);
+    return static_cast<const int64_t*>(raw(v));
+  }
+  static float* stats_ptr(const View& stats, const char* op) {
+    need(stats.numel() >= kStepStats, op, "the step statistics tensor must hold kStepStats floats");
+    return f32(stats, op);
+  }
+  static void check_cols(const char* op, const View& dst, int64_t dc, const View& src, int64_t sc, int64_t n) {
+    refuse_bf16(dst, op);
+    refuse_bf16(src, op);
+    need(dst.rows() == src.rows(), op, "row counts differ");
+    need(dc >= 0 && sc >= 0 && n >= 0 && dc + n <= dst.cols() && sc + n <= src.cols(), op,
+         "column range outside a view");
+  }
   static cuda::k::AttnDims dims(const AttnShape& s) { return {s.q_heads, s.kv_heads, s.head_dim, s.scale}; }
+  // The token ids and hulls of one attention call, checked against q and k.
+  static cuda::k::AttnTokens tokens(const char* op, const View& q, const TokenRefs& qt, const View& k,
+                                    const KeyBlock& kb, const AttnShape& s) {
+    cuda::k::AttnTokens t;
+    t.tq = q.rows();
+    t.tk = k.rows();
+    need(q.cols() == s.q_heads * s.head_dim && k.cols() == s.kv_heads * s.head_dim, op,
+         "q must be [tq, q_heads*d] and k [tk, kv_heads*d]");
+    need(qt.index.numel() == t.tq && qt.doc.numel() == t.tq, op, "query token refs must hold tq entries");
+    need(kb.keys.index.numel() == t.tk && kb.keys.doc.numel() == t.tk, op, "key token refs must hold tk entries");
+    need(kb.kv_range.numel() == 2 * t.tq, op, "kv_range must be [tq, 2]");
+    t.q_index = i64(qt.index, op);
+    t.q_doc = i32(qt.doc, op);
+    t.k_index = i64(kb.keys.index, op);
+    t.k_doc = i32(kb.keys.doc, op);
+    t.kv_range = i32(kb.kv_range, op);
+    return t;
+  }
+
+  template <typename T>
+  void copy_in(const View& dst, const T* src, void* d, const char* op) {
+    refuse_bf16(dst, op);
+    if (dst.numel() <= 0) return;
+    CTX_CUDA(cudaMemcpyAsync(d, src, static_cast<size_t>(dst.bytes()), cudaMemcpyDefault, stream_));
+    done();
+  }
 
   void done() {
     if (opts_.sync_each_call) synchronize();
   }
 
-  // An output pointer must be reachable by kernels; host-only (pageable) memory is not.
-  template <typename T>
-  T* out(T* p, const char* op) {
-    if (where_is(p) == Where::pageable_host)
-      throw std::invalid_argument(std::string("CUDA backend: ") + op +
-                                  " was given an output in pageable host memory; allocate it with the backend");
-    return p;
-  }
-
-  // Returns device-reachable versions of the inputs: pointers the GPU can read pass through,
-  // pageable host inputs (std::vector data of the strategy code) are copied into the scratch
-  // arena. `extra` bytes of scratch are reserved after them for the caller (scratch_tail).
-  template <size_t N>
-  std::array<const void*, N> stage(const std::array<In, N>& in, size_t extra = 0) {
-    std::array<const void*, N> outp{};
-    std::array<bool, N> copy{};
-    size_t total = round_up(extra);
-    for (size_t i = 0; i < N; ++i) {
-      outp[i] = in[i].p;
-      copy[i] = in[i].p && in[i].bytes > 0 && where_is(in[i].p) == Where::pageable_host;
-      if (copy[i]) total += round_up(in[i].bytes);
-    }
-    reserve_scratch(total);
-    size_t off = 0;
-    for (size_t i = 0; i < N; ++i) {
-      if (!copy[i]) continue;
-      char* dst = static_cast<char*>(scratch_) + off;
-      CTX_CUDA(cudaMemcpyAsync(dst, in[i].p, in[i].bytes, cudaMemcpyHostToDevice, stream_));
-      outp[i] = dst;
-      off += round_up(in[i].bytes);
-    }
-    tail_offset_ = off;
-    return outp;
-  }
-  void* scratch_tail(size_t bytes) {
-    if (tail_offset_ + bytes > scratch_bytes_) throw std::logic_error("CUDA backend: scratch tail not reserved");
-    return static_cast<char*>(scratch_) + tail_offset_;
-  }
+  // Scratch arena (device memory, accounted as workspace) for kernels' temporaries. Growing
+  // waits for queued work, which may still read the old arena; steady state never grows. One
+  // arena: each op's use ends before the next op's starts, in stream order.
   void* scratch(size_t bytes) {
-    reserve_scratch(round_up(bytes));
+    reserve_scratch(round_up(std::max<size_t>(bytes, 1)));
     return scratch_;
   }
-  // Grows the scratch arena (device memory, accounted as workspace). Growing waits for queued
-  // work, which may still read the old arena; steady state never grows.
   void reserve_scratch(size_t bytes) {
     if (bytes <= scratch_bytes_) return;
     const size_t grown = std::max(bytes, scratch_bytes_ * 2);
@@ -439,12 +519,10 @@ class CudaBackend final : public Backend {
   std::unique_ptr<LtGemm> gemm_;
   void* gemm_ws_ = nullptr;
   void* reduce_ = nullptr;
-  void* readback_ = nullptr;
   void* scratch_ = nullptr;
-  size_t scratch_bytes_ = 0, tail_offset_ = 0;
-  // host-side grouping for embedding_backward (kept to reuse capacity)
-  std::vector<int32_t> host_tok_;
-  cuda::TokenRows groups_;
+  size_t scratch_bytes_ = 0;
+  cudaEvent_t origin_ = nullptr;
+  std::vector<cudaEvent_t> marks_;
 };
 
 int env_int(const char* name, int fallback) {
@@ -486,9 +564,7 @@ CUstream_st* cuda_backend_stream(Backend& be) {
   return c ? c->stream() : nullptr;
 }
 
-void cuda_backend_synchronize(Backend& be) {
-  if (auto* c = dynamic_cast<CudaBackend*>(&be)) c->synchronize();
-}
+void cuda_backend_synchronize(Backend& be) { be.synchronize(); }
 
 CudaMemoryReport cuda_memory_report(Backend& be) {
   auto* c = dynamic_cast<CudaBackend*>(&be);

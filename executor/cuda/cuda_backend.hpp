@@ -1,8 +1,12 @@
-// The CUDA backend: every Backend kernel on one CUDA stream of one device, GEMMs through cuBLASLt,
+// The CUDA backend: every Backend op on one CUDA stream of one device, GEMMs through cuBLASLt,
 // attention as a flash-style kernel (attention.cu), a caching allocator under the unchanged
-// ledger. Storage and arithmetic are float32 for now (the Backend interface is float*);
-// docs/CUDA.md says what bf16 storage needs. Compiles everywhere CUDA is installed; nothing here
-// has yet run on a GPU (docs/CUDA.md, "What is verified").
+// ledger. Since issue 12 tensors are opaque and strategy code never touches their memory on the
+// host, so device memory is plain cudaMalloc and no call waits for the device except download,
+// synchronize and read_times. Storage is float32 only for now: every op given a bf16 view throws
+// std::invalid_argument (bf16 tensor-core kernels are issue 13).
+//
+// Status: compiles, untested on GPU. Nothing here has yet run on a GPU (docs/CUDA.md, "What is
+// verified"); the kernel source runs on a CPU emulator in the tests.
 //
 // This header is plain C++ (no CUDA headers), so ctxrun_main.cpp can include it.
 #pragma once
@@ -17,12 +21,14 @@ struct CUstream_st;  // cudaStream_t is CUstream_st*
 namespace ctx::exec {
 
 struct CudaBackendOptions {
-  // Device tensors in managed memory (host-readable). Needed today: the strategy code reads and
-  // writes tensor memory on the host (the loss loop in model.cpp, NaN injection); see docs/CUDA.md.
-  bool managed_memory = true;
-  // Synchronise the stream at the end of every Backend call. Needed today for the same reason:
-  // the interface has no "wait for the device" point before the host reads a result.
-  bool sync_each_call = true;
+  // Device tensors in managed memory (host-readable) instead of cudaMalloc. For debugging, and for
+  // a host-staged (MPI) communicator, which reads tensor memory on the host (host_address refuses
+  // cudaMalloc memory, naming this option).
+  bool managed_memory = false;
+  // Synchronise the stream at the end of every Backend call: an error is then reported by the op
+  // that caused it (debugging). Off: ops are queued, the host waits only in download,
+  // synchronize and read_times.
+  bool sync_each_call = false;
   // GEMMs on TF32 tensor cores instead of exact float32 FMA (faster, ~1e-3 relative error).
   bool tf32 = false;
   int64_t gemm_workspace_bytes = int64_t(32) << 20;  // cuBLASLt workspace, accounted as Mem::workspace
@@ -41,7 +47,8 @@ std::unique_ptr<Backend> make_cuda_backend(int device, const CudaBackendOptions&
 // The backend's compute stream (nullptr when `be` is not a CUDA backend): the NCCL communicator
 // orders its own stream against it with events.
 CUstream_st* cuda_backend_stream(Backend& be);
-// Blocks until every kernel the backend queued has finished (no-op for other backends).
+// Blocks until every kernel the backend queued has finished (Backend::synchronize; kept for callers
+// of the old name).
 void cuda_backend_synchronize(Backend& be);
 
 // Device memory as three witnesses see it: the ledger (requested bytes by category), the caching

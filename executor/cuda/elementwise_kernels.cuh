@@ -14,10 +14,13 @@ __global__ void fill_kernel(float* p, float v, int64_t n) { GRID_STRIDE(i, n) p[
 __global__ void axpy_kernel(float* y, float a, const float* x, int64_t n) { GRID_STRIDE(i, n) y[i] += a * x[i]; }
 __global__ void scale_kernel(float* x, float a, int64_t n) { GRID_STRIDE(i, n) x[i] *= a; }
 
-__global__ void add_block_kernel(float* dst, int64_t dld, const float* src, int64_t sld, int64_t rows, int64_t cols) {
+// Column ranges of two row-major matrices (the pointers already offset to the first column):
+// dst[r * dld + c] = (or +=) src[r * sld + c]. Backs copy_cols and add_cols.
+__global__ void copy_cols_kernel(float* dst, int64_t dld, const float* src, int64_t sld, int64_t rows, int64_t cols,
+                                 bool add) {
   GRID_STRIDE(i, rows * cols) {
     int64_t r = i / cols, c = i % cols;
-    dst[r * dld + c] += src[r * sld + c];
+    dst[r * dld + c] = add ? dst[r * dld + c] + src[r * sld + c] : src[r * sld + c];
   }
 }
 
@@ -70,20 +73,48 @@ __global__ void embedding_fwd_kernel(float* out, const float* table, const int32
   }
 }
 
-// One block per vocabulary row that occurs; threads over the hidden dimension.
-__global__ void embedding_bwd_kernel(float* dtable, const float* dout, const int32_t* rows, const int64_t* offsets,
-                                     const int32_t* positions, int64_t h) {
-  const int64_t u = blockIdx.x;
-  const int64_t row = rows[u], p0 = offsets[u], p1 = offsets[u + 1];
-  for (int64_t e = threadIdx.x; e < h; e += blockDim.x) {
-    float acc = dtable[row * h + e];
-    for (int64_t p = p0; p < p1; ++p) acc += dout[static_cast<int64_t>(positions[p]) * h + e];
-    dtable[row * h + e] = acc;
+// Embedding backward without atomics and without a host read, in three steps (launcher:
+// kernels_elementwise.cu): (1) key every token by its vocabulary row (tokens of other shards get
+// the key vrows, past every row), (2) a stable radix sort of (key, token position) pairs, so the
+// tokens of one row are adjacent and in token order, (3) one block per run start adds the run's
+// gradient rows, in token order, to its row: the reference's summation order, bit for bit.
+__global__ void embedding_keys_kernel(int32_t* keys, int32_t* positions, const int32_t* tok, int64_t tokens,
+                                      int64_t v0, int64_t vrows) {
+  GRID_STRIDE(t, tokens) {
+    const int64_t r = static_cast<int64_t>(tok[t]) - v0;
+    keys[t] = static_cast<int32_t>(r >= 0 && r < vrows ? r : vrows);
+    positions[t] = static_cast<int32_t>(t);
+  }
+}
+// Blocks stride over the sorted tokens; a block acts only on the first token of a run of equal
+// keys (the branch is uniform over the block: every thread reads the same two keys).
+__global__ void embedding_bwd_sorted_kernel(float* dtable, const float* dout, const int32_t* keys,
+                                            const int32_t* positions, int64_t tokens, int64_t h, int64_t vrows) {
+  for (int64_t u = blockIdx.x; u < tokens; u += gridDim.x) {
+    const int32_t row = keys[u];
+    if (row >= vrows || (u > 0 && keys[u - 1] == row)) continue;
+    for (int64_t e = threadIdx.x; e < h; e += blockDim.x) {
+      float acc = dtable[static_cast<int64_t>(row) * h + e];
+      for (int64_t p = u; p < tokens && keys[p] == row; ++p) acc += dout[static_cast<int64_t>(positions[p]) * h + e];
+      dtable[static_cast<int64_t>(row) * h + e] = acc;
+    }
   }
 }
 
-__global__ void adamw_kernel(float* master, float* m, float* v, const float* grad, float decay, int64_t n, float lr,
-                             float beta1, float beta2, float eps, float wd, float grad_scale, double bc1, double bc2) {
+// Slots of the step statistics tensor (executor/backend.hpp's StepStat; cuda_backend.cpp asserts
+// that they agree).
+constexpr int kStatLossSum = 0, kStatNonFinite = 1, kStatGradNorm2 = 2;
+
+// AdamW with the skip and clip decisions on the device, as the CPU reference takes them: every
+// thread reads the two statistics (the branch is uniform), skips when a tensor was flagged
+// non-finite or the norm is not finite, scales the gradient by clip / (norm + 1e-6) when
+// clip > 0 and the norm exceeds it.
+__global__ void adamw_kernel(float* master, float* m, float* v, const float* grad, const float* stats, float decay,
+                             int64_t n, float lr, float beta1, float beta2, float eps, float wd, float clip, double bc1,
+                             double bc2) {
+  const double norm = sqrt(static_cast<double>(stats[kStatGradNorm2]));
+  if (stats[kStatNonFinite] != 0.0f || !isfinite(norm)) return;  // the step is skipped
+  const float grad_scale = (clip > 0 && norm > clip) ? static_cast<float>(clip / (norm + 1e-6)) : 1.0f;
   GRID_STRIDE(i, n) {
     float g = grad[i] * grad_scale;
     float mi = beta1 * m[i] + (1.0f - beta1) * g;

@@ -1,7 +1,13 @@
 // Elementwise and gather/scatter kernels of the CUDA backend: one thread per element (grid-stride
 // loops), float arithmetic in the reference's order (cpu_backend.cpp). No fast-math: expf, sincos
 // are the accurate versions so the comparison tests can hold tight tolerances.
+//
+// Status: compiles, untested on GPU (docs/CUDA.md); the kernel source runs on the CPU emulator.
+#include <cub/device/device_radix_sort.cuh>
+
+#include <climits>
 #include <cmath>
+#include <stdexcept>
 
 #include "executor/cuda/cuda_check.hpp"
 #include "executor/cuda/elementwise_kernels.cuh"
@@ -34,11 +40,11 @@ void scale(float* x, float alpha, int64_t n, cudaStream_t s) {
   scale_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, alpha, n);
   CTX_CUDA_LAUNCHED("scale");
 }
-void add_block(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols,
+void copy_cols(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t ncols, bool add,
                cudaStream_t s) {
-  if (rows <= 0 || cols <= 0) return;
-  add_block_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(dst, dst_ld, src, src_ld, rows, cols);
-  CTX_CUDA_LAUNCHED("add_block");
+  if (rows <= 0 || ncols <= 0) return;
+  copy_cols_kernel<<<blocks_for(rows * ncols), kThreads, 0, s>>>(dst, dst_ld, src, src_ld, rows, ncols, add);
+  CTX_CUDA_LAUNCHED(add ? "add_cols" : "copy_cols");
 }
 void rope(float* x, int64_t rows, int64_t heads, int64_t d, const int32_t* pos, const float* inv_freq, int64_t rot,
           float attn_scale, bool inverse, cudaStream_t s) {
@@ -65,17 +71,57 @@ void embedding_forward(float* out, const float* table, const int32_t* tok, int64
   embedding_fwd_kernel<<<blocks_for(tokens * h), kThreads, 0, s>>>(out, table, tok, tokens, h, v0, vrows);
   CTX_CUDA_LAUNCHED("embedding_forward");
 }
-void embedding_backward(float* dtable, const float* dout, const int32_t* rows, const int64_t* offsets,
-                        const int32_t* positions, int64_t nrows, int64_t h, cudaStream_t s) {
-  if (nrows <= 0 || h <= 0) return;
-  embedding_bwd_kernel<<<static_cast<unsigned>(nrows), 128, 0, s>>>(dtable, dout, rows, offsets, positions, h);
+// Scratch layout: keys, positions, sorted keys, sorted positions (tokens int32 each, 256-byte
+// aligned), then CUB's temporary storage.
+namespace {
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+int key_bits(int64_t vrows) {  // keys are 0..vrows: sort only the bits they use
+  int b = 1;
+  while (b < 31 && (int64_t(1) << b) <= vrows) ++b;
+  return b;
+}
+size_t cub_sort_bytes(int64_t tokens, int64_t vrows) {
+  size_t bytes = 0;
+  CTX_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const int32_t*>(nullptr),
+                                           static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                           static_cast<int32_t*>(nullptr), static_cast<int>(tokens), 0,
+                                           key_bits(vrows)));
+  return bytes;
+}
+}  // namespace
+
+size_t embedding_backward_scratch_bytes(int64_t tokens, int64_t vrows) {
+  if (tokens <= 0) return 0;
+  return 4 * align256(sizeof(int32_t) * static_cast<size_t>(tokens)) + align256(cub_sort_bytes(tokens, vrows));
+}
+
+void embedding_backward(float* dtable, const float* dout, const int32_t* tok, int64_t tokens, int64_t h, int64_t v0,
+                        int64_t vrows, void* scratch, cudaStream_t s) {
+  if (tokens <= 0 || h <= 0 || vrows <= 0) return;
+  if (tokens > INT32_MAX) throw std::invalid_argument("CUDA embedding_backward: more than 2^31 tokens");
+  const size_t col = align256(sizeof(int32_t) * static_cast<size_t>(tokens));
+  char* base = static_cast<char*>(scratch);
+  auto* keys = reinterpret_cast<int32_t*>(base);
+  auto* pos = reinterpret_cast<int32_t*>(base + col);
+  auto* skeys = reinterpret_cast<int32_t*>(base + 2 * col);
+  auto* spos = reinterpret_cast<int32_t*>(base + 3 * col);
+  void* tmp = base + 4 * col;
+  size_t tmp_bytes = cub_sort_bytes(tokens, vrows);
+  embedding_keys_kernel<<<blocks_for(tokens), kThreads, 0, s>>>(keys, pos, tok, tokens, v0, vrows);
+  CTX_CUDA_LAUNCHED("embedding_backward keys");
+  // LSD radix sort: stable, so the positions of one row stay in token order
+  CTX_CUDA(cub::DeviceRadixSort::SortPairs(tmp, tmp_bytes, keys, skeys, pos, spos, static_cast<int>(tokens), 0,
+                                           key_bits(vrows), s));
+  const int64_t grid = tokens < 65535 * 16 ? tokens : 65535 * 16;  // blocks stride over the rest
+  embedding_bwd_sorted_kernel<<<static_cast<unsigned>(grid), 128, 0, s>>>(dtable, dout, skeys, spos, tokens, h, vrows);
   CTX_CUDA_LAUNCHED("embedding_backward");
 }
-void adamw(float* master, float* m, float* v, const float* grad, float decay, int64_t n, float lr, float beta1,
-           float beta2, float eps, float weight_decay, float grad_scale, double bc1, double bc2, cudaStream_t s) {
+void adamw(float* master, float* m, float* v, const float* grad, const float* stats, float decay, int64_t n, float lr,
+           float beta1, float beta2, float eps, float weight_decay, float clip, double bc1, double bc2,
+           cudaStream_t s) {
   if (n <= 0) return;
-  adamw_kernel<<<blocks_for(n), kThreads, 0, s>>>(master, m, v, grad, decay, n, lr, beta1, beta2, eps, weight_decay,
-                                                  grad_scale, bc1, bc2);
+  adamw_kernel<<<blocks_for(n), kThreads, 0, s>>>(master, m, v, grad, stats, decay, n, lr, beta1, beta2, eps,
+                                                  weight_decay, clip, bc1, bc2);
   CTX_CUDA_LAUNCHED("adamw");
 }
 

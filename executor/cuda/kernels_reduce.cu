@@ -1,7 +1,9 @@
-// Reduction kernels of the CUDA backend: whole-array sums (sum of squares, non-finite check),
+// Reduction kernels of the CUDA backend: whole-array sums into the step statistics (sum of
+// squares, non-finite flag; no host read),
 // per-row reductions (RMSNorm, the cross-entropy pieces, attention delta) with one block or one
 // warp per row, and the column sum of RMSNorm's weight gradient in fixed row chunks. Every sum
 // runs in a fixed order (block tree, then chunks in order): results are deterministic run to run.
+// Status: compiles, untested on GPU (docs/CUDA.md); the kernel source runs on the CPU emulator.
 #include <cfloat>
 #include <cmath>
 
@@ -20,16 +22,20 @@ unsigned grid_for(int64_t n, int64_t cap) {
 
 }  // namespace
 
-void sum_squares(double* out, double* partials, const float* x, int64_t n, cudaStream_t s) {
+void sum_squares(float* stat, double* partials, const float* x, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
   sum_squares_partial<<<kReduceBlocks, kRowThreads, 0, s>>>(partials, x, n);
   CTX_CUDA_LAUNCHED("sum_squares");
-  sum_partials<<<1, kRowThreads, 0, s>>>(out, partials, kReduceBlocks);
+  sum_partials_into<<<1, kRowThreads, 0, s>>>(stat, partials, kReduceBlocks);
   CTX_CUDA_LAUNCHED("sum_squares");
 }
-void count_nonfinite(int* flag, const float* x, int64_t n, cudaStream_t s) {
+void flag_nonfinite(float* stat, int* flag, const float* x, int64_t n, float code, cudaStream_t s) {
   if (n <= 0) return;
+  CTX_CUDA(cudaMemsetAsync(flag, 0, sizeof(int), s));
   nonfinite_kernel<<<grid_for(n, 4096), kRowThreads, 0, s>>>(flag, x, n);
-  CTX_CUDA_LAUNCHED("all_finite");
+  CTX_CUDA_LAUNCHED("flag_nonfinite");
+  flag_finish_kernel<<<1, 32, 0, s>>>(stat, flag, code);
+  CTX_CUDA_LAUNCHED("flag_nonfinite");
 }
 void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t rows, int64_t h, float eps,
                      cudaStream_t s) {
@@ -65,7 +71,13 @@ void sumexp_and_target(float* out, const float* logits, const float* mx, const i
   sumexp_target_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(out, logits, mx, target, cols, valid, v0);
   CTX_CUDA_LAUNCHED("sumexp_and_target");
 }
-void xent_grad_inplace(float* logits, const float* lse, const int32_t* target, const float* weight, int64_t rows,
+void xent_finish(float* lse, float* loss_stat, const float* mx, const float* se, const int32_t* target, int64_t rows,
+                 cudaStream_t s) {
+  if (rows <= 0) return;
+  xent_finish_kernel<<<1, kRowThreads, 0, s>>>(lse, loss_stat, mx, se, target, rows);
+  CTX_CUDA_LAUNCHED("xent_finish");
+}
+void xent_grad_inplace(float* logits, const float* lse, const int32_t* target, float weight, int64_t rows,
                        int64_t cols, int64_t valid, int64_t v0, cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return;
   xent_grad_kernel<<<grid_for(rows * cols, 65535 * 16), kRowThreads, 0, s>>>(logits, lse, target, weight, rows, cols,

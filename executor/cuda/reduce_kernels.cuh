@@ -39,12 +39,14 @@ __global__ void sum_squares_partial(double* partials, const float* x, int64_t n)
   s = block_sum(s, sh);
   if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
-__global__ void sum_partials(double* out, const double* partials, int count) {
+// One block: *stat += the sum of the partials (in double, added to the float once, as the CPU
+// reference adds its double sum to the step statistics).
+__global__ void sum_partials_into(float* stat, const double* partials, int count) {
   __shared__ double sh[32];
   double s = 0;
   for (int i = threadIdx.x; i < count; i += blockDim.x) s += partials[i];
   s = block_sum(s, sh);
-  if (threadIdx.x == 0) *out = s;
+  if (threadIdx.x == 0) *stat += static_cast<float>(s);
 }
 
 __global__ void nonfinite_kernel(int* flag, const float* x, int64_t n) {
@@ -52,6 +54,10 @@ __global__ void nonfinite_kernel(int* flag, const float* x, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     bad |= !isfinite(x[i]);
   if (__any_sync(kFull, bad) && (threadIdx.x & 31) == 0) *flag = 1;
+}
+// After nonfinite_kernel: the step statistic keeps the largest code of a flagged tensor.
+__global__ void flag_finish_kernel(float* stat, const int* flag, float code) {
+  if (threadIdx.x == 0 && blockIdx.x == 0 && *flag != 0) *stat = fmaxf(*stat, code);
 }
 
 __global__ void rmsnorm_fwd_kernel(float* y, float* rstd, const float* x, const float* w, int64_t h, float eps) {
@@ -124,12 +130,28 @@ __global__ void sumexp_target_kernel(float* out, const float* logits, const floa
   }
 }
 
-__global__ void xent_grad_kernel(float* logits, const float* lse, const int32_t* target, const float* weight,
-                                 int64_t rows, int64_t cols, int64_t valid, int64_t v0) {
+// One block: lse[r] = max[r] + log(sumexp[r]), and the loss of the rows with a target (lse minus
+// the target's logit) summed in double over a fixed tree, added to the loss statistic once.
+__global__ void xent_finish_kernel(float* lse, float* loss_stat, const float* mx, const float* se,
+                                   const int32_t* target, int64_t rows) {
+  __shared__ double sh[32];
+  double acc = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    const float l = mx[r] + logf(se[2 * r]);
+    lse[r] = l;
+    if (target[r] >= 0) acc += static_cast<double>(l) - se[2 * r + 1];
+  }
+  acc = block_sum(acc, sh);
+  if (threadIdx.x == 0) *loss_stat += static_cast<float>(acc);
+}
+
+// logits <- w (softmax - onehot(target)), w = weight for rows with a target and 0 for ignored rows.
+__global__ void xent_grad_kernel(float* logits, const float* lse, const int32_t* target, float weight, int64_t rows,
+                                 int64_t cols, int64_t valid, int64_t v0) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i % cols;
-    const float w = weight[r];
+    const float w = target[r] >= 0 ? weight : 0.0f;
     float g = c < valid ? w * expf(logits[i] - lse[r]) : 0.0f;
     const int64_t t = static_cast<int64_t>(target[r]) - v0;
     if (target[r] >= 0 && t == c && t < valid) g -= w;
