@@ -1,22 +1,32 @@
-// The NCCL communicator: the Comm/CommWorld interface (executor/comm.hpp) on NCCL, for the CUDA
-// backend's memory. Compiles everywhere NCCL is installed; untested on GPUs (docs/CUDA.md).
+// The NCCL communicator: the view-level Comm (executor/comm.hpp) on NCCL, for the CUDA backend's
+// memory. Compiles everywhere NCCL is installed; not wired into ctxrun yet; untested on GPUs
+// (docs/CUDA.md).
 //
-//   bootstrap   rank 0's ncclUniqueId is broadcast over MPI (CTXPLAN_HAVE_MPI); without MPI the
-//               world is one rank. split() is ncclCommSplit: one ncclComm per group.
-//   streams     each communicator has its own stream; a collective waits (event) for the
-//               backend's compute stream, and the compute stream waits (event) for it.
-//   blocking    collectives return when complete, as the interface promises (the strategy code
-//               reads results on the host); completion is polled with ncclCommGetAsyncError and a
-//               timeout, so a dead peer ends in ncclCommAbort and an error naming the rank and the
-//               operation instead of a hang.
+//   bootstrap   one NCCL communicator per process group, made from that group's HostComm (an MPI
+//               sub-group from CommWorld::split, or the one-rank world): the group's rank 0
+//               creates the ncclUniqueId and broadcasts it over the HostComm, then
+//               ncclCommInitRank. No ncclCommSplit, no MPI call here: the HostComm is the
+//               bootstrap, as it is the host control path below.
+//   dtypes      by the view's dtype: f32 ncclFloat32, bf16 ncclBfloat16 (reductions sum in NCCL's
+//               bf16 arithmetic), i32 ncclInt32, i64 ncclInt64.
+//   streams     each communicator has its own stream. Collectives are stream-ordered, not
+//               blocking: the communicator's stream waits (event) for everything queued on the
+//               backend's compute stream, runs the collective, and the compute stream waits
+//               (event) for it, so the host never waits and later ops see the result.
 //   p2p         isend/irecv are queued and launched as one ncclGroupStart/End batch as soon as
 //               the queue holds both a send and a receive (a ring step), or at the first wait()
-//               or collective; wait() polls the batch's event. NCCL matches point-to-point
-//               messages by order per peer, not by tag: tags are ignored (the ring code posts
-//               matching messages in the same order on both sides).
-//   host memory collectives on host pointers (the trainer's loss and divergence scalars, the
-//               checkpoint gather) are staged through a device buffer; p2p buffers must be
-//               device or managed memory.
+//               or collective; wait() makes the compute stream wait for the batch. NCCL matches
+//               point-to-point messages by order per peer, not by tag: tags are ignored (the
+//               ring code posts matching messages in the same order on both sides).
+//   host path   host_allreduce_max/sum and barrier wait for both streams, then run on the
+//               HostComm (MPI): they are the blocking control path (flags, step counters), a few
+//               scalars per step, where a device round trip would buy nothing.
+//   errors      every host-path call, wait() in blocking mode and the destructor check
+//               ncclCommGetAsyncError; CTXPLAN_NCCL_BLOCKING=1 makes every collective and wait()
+//               wait on the host, with a timeout (CTXPLAN_NCCL_TIMEOUT_S, default 600 s) that
+//               aborts the communicator and names the operation and the rank (debugging a hang).
+//   lifetimes   a buffer passed to isend/irecv must stay allocated until wait() (the caching
+//               allocator orders reuse by the compute stream only).
 #pragma once
 #include <memory>
 
@@ -25,11 +35,8 @@
 
 namespace ctx::exec {
 
-// The world over NCCL for a process whose CUDA backend is `be` (the communicators order their
-// work against its stream; their staging buffers are accounted in its ledger as comm_buffers).
-// Initialises MPI when built with it. Throws when `be` is not the CUDA backend.
-std::unique_ptr<CommWorld> make_nccl_world(int* argc, char*** argv, Backend& be);
-// A one-rank NCCL world without MPI (tests on one GPU).
-std::unique_ptr<CommWorld> make_nccl_single_rank_world(Backend& be);
+// A Comm over the process group of `host` for a process whose CUDA backend is `be`. Collective
+// over the group (every member calls it). Throws when `be` is not the CUDA backend.
+std::unique_ptr<Comm> make_nccl_comm(Backend& be, std::unique_ptr<HostComm> host);
 
 }  // namespace ctx::exec
