@@ -29,7 +29,7 @@ ctx::SearchRequest request70b() {
   ctx::SearchRequest r;
   r.model = ctx::resolve_model(profiles(), "Llama-3.1-70B");
   r.cluster = ctx::resolve_cluster(profiles(), "h100-superpod-1024");
-  r.runtime = ctx::resolve_runtime(profiles(), "ctxrun");
+  r.runtime = ctx::resolve_runtime(profiles(), "ctxrun-cuda");
   r.seq = kSeq;
   return r;
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "costmodel/cp_placement.hpp"
+
 namespace ctx {
 
 std::vector<int64_t> document_layout(const Plan& p, int64_t seq) {
@@ -56,39 +58,31 @@ double masked_pairs(int64_t q0, int64_t q1, int64_t k0, int64_t k1, const std::v
   return total;
 }
 
-std::vector<double> attention_pairs_per_rank(const Plan& p, int64_t seq) {
-  std::vector<int64_t> lengths = document_layout(p, seq);
+namespace {
+
+std::vector<int64_t> document_starts(const Plan& p, int64_t seq) {
   std::vector<int64_t> starts{0};
-  for (int64_t len : lengths) starts.push_back(starts.back() + len);
-  const int64_t cp = p.cp;
-  std::vector<double> work(static_cast<size_t>(cp), 0.0);
-  if (p.cp_kind == CpKind::ulysses) {
-    double all = masked_pairs(0, seq, 0, seq, starts);
-    for (auto& w : work) w = all / static_cast<double>(cp);
-    return work;
-  }
-  const bool zigzag = p.cp_kind == CpKind::zigzag || p.cp_kind == CpKind::usp;
-  const int64_t chunks = zigzag ? 2 * cp : cp;
-  const int64_t chunk = seq / chunks;
-  for (int64_t r = 0; r < cp; ++r) {
-    std::vector<int64_t> mine{r};
-    if (zigzag) mine.push_back(2 * cp - 1 - r);
-    for (int64_t c : mine) {
-      int64_t q0 = c * chunk, q1 = (c == chunks - 1) ? seq : q0 + chunk;
-      work[static_cast<size_t>(r)] += masked_pairs(q0, q1, 0, q1, starts);  // keys: everything up to the chunk's end
-    }
+  for (int64_t len : document_layout(p, seq)) starts.push_back(starts.back() + len);
+  return starts;
+}
+
+}  // namespace
+
+std::vector<double> attention_pairs_per_rank(const Plan& p, int64_t seq) {
+  const std::vector<int64_t> starts = document_starts(p, seq);
+  const double u = static_cast<double>(ulysses_degree(p));
+  std::vector<double> work(static_cast<size_t>(p.cp), 0.0);
+  for (int64_t c = 0; c < p.cp; ++c) {
+    // the queries attention runs on this rank (cp_placement.hpp), each against every key up to it,
+    // times the 1/u of the heads a Ulysses rank holds
+    for (const TokenSpan& q : cp_attention_spans(p, c, seq))
+      work[static_cast<size_t>(c)] += masked_pairs(q.begin, q.end, 0, q.end, starts) / u;
   }
   return work;
 }
 
-}  // namespace ctx
-
-namespace ctx {
-
 std::vector<std::vector<double>> attention_pairs_per_step(const Plan& p, int64_t seq) {
-  std::vector<int64_t> lengths = document_layout(p, seq);
-  std::vector<int64_t> starts{0};
-  for (int64_t len : lengths) starts.push_back(starts.back() + len);
+  const std::vector<int64_t> starts = document_starts(p, seq);
   const int64_t cp = p.cp, u = ulysses_degree(p), r = ring_degree(p);
   std::vector<std::vector<double>> out(static_cast<size_t>(cp));
   if (p.cp_kind == CpKind::ulysses || cp == 1) {
@@ -96,39 +90,22 @@ std::vector<std::vector<double>> attention_pairs_per_step(const Plan& p, int64_t
     for (auto& v : out) v.assign(1, all / static_cast<double>(cp));
     return out;
   }
-  const bool zigzag = p.cp_kind == CpKind::zigzag || p.cp_kind == CpKind::usp;
-  const int64_t chunks = zigzag ? 2 * r : r;
-  const int64_t chunk = seq / chunks;
-  auto chunk_range = [&](int64_t c) {
-    int64_t a = c * chunk;
-    return std::pair<int64_t, int64_t>{a, c == chunks - 1 ? seq : a + chunk};
-  };
-  auto owned = [&](int64_t pos) {
-    std::vector<int64_t> mine{pos};
-    if (zigzag) mine.push_back(2 * r - 1 - pos);
-    return mine;
-  };
+  // the tokens attention runs over at ring position pos: those of its first CP rank's Ulysses group
+  auto spans_at = [&](int64_t pos) { return cp_attention_spans(p, pos * u, seq); };
   std::vector<std::vector<double>> by_pos(static_cast<size_t>(r));
   for (int64_t pos = 0; pos < r; ++pos) {
+    const std::vector<TokenSpan> mine = spans_at(pos);
     if (p.cp_kind == CpKind::allgather) {
       double w = 0;
-      for (int64_t c : owned(pos)) {
-        auto [q0, q1] = chunk_range(c);
-        w += masked_pairs(q0, q1, 0, q1, starts);
-      }
+      for (const TokenSpan& q : mine) w += masked_pairs(q.begin, q.end, 0, q.end, starts);
       by_pos[static_cast<size_t>(pos)].assign(1, w);
       continue;
     }
     for (int64_t step = 0; step < r; ++step) {
       int64_t src = ((pos - step) % r + r) % r;  // keys that arrive at step `step` come from `step` places back
       double w = 0;
-      for (int64_t qc : owned(pos)) {
-        auto [q0, q1] = chunk_range(qc);
-        for (int64_t kc : owned(src)) {
-          auto [k0, k1] = chunk_range(kc);
-          w += masked_pairs(q0, q1, k0, k1, starts);
-        }
-      }
+      for (const TokenSpan& q : mine)
+        for (const TokenSpan& k : spans_at(src)) w += masked_pairs(q.begin, q.end, k.begin, k.end, starts);
       by_pos[static_cast<size_t>(pos)].push_back(w / static_cast<double>(u));
     }
   }

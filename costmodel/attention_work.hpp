@@ -1,7 +1,6 @@
-// How much attention work (query-key pairs the mask keeps) each context-parallel rank does, for
-// plain ring placement (rank i holds chunk i) and zig-zag placement (rank i holds chunks i and
-// 2cp-1-i), under a causal mask with or without intra-document masking. Computed exactly from
-// the placement and the document layout, never assumed.
+// How much attention work (query-key pairs the mask keeps) each context-parallel rank does, for the
+// token placement in cp_placement.hpp (the one the executor runs), under a causal mask with or
+// without intra-document masking. Computed exactly from the placement and the document layout.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -18,9 +17,10 @@ std::vector<int64_t> document_layout(const Plan& p, int64_t seq);
 // Query-key pairs (k <= q, same document) for queries in [q0, q1) and keys in [k0, k1).
 double masked_pairs(int64_t q0, int64_t q1, int64_t k0, int64_t k1, const std::vector<int64_t>& doc_starts);
 
-// Pairs per CP rank (index = position in the CP group), for the plan's placement (zigzag and usp
-// zig-zag; ring and allgather plain; ulysses: every rank sees all tokens for its heads, so the
-// work is the total divided evenly).
+// Pairs per CP rank (index = position in the CP group) times the fraction of heads the rank holds,
+// over the tokens its attention runs on (cp_attention_spans, cp_placement.hpp: ring and allgather
+// plain chunks, zigzag pairs, ulysses every token for 1/cp of the heads, usp the ring position's
+// zig-zag pair for 1/u of the heads).
 std::vector<double> attention_pairs_per_rank(const Plan& p, int64_t seq);
 
 // Attention work per CP rank and ring step, in query-key pairs times the fraction of heads the rank

@@ -1,5 +1,5 @@
 // Errors that reach a user: every one names where the bad input came from (file or flag),
-// the field, and what would be valid. The CLI maps them to exit codes (see planner/exit_codes.hpp).
+// the field, and what would be valid. The CLI maps them to exit codes (see costmodel/exit_codes.hpp).
 #pragma once
 #include <stdexcept>
 #include <string>

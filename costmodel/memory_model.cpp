@@ -69,6 +69,7 @@ double ring_kv_bytes_per_step(const ModelSpec& m, const LocalShapes& s, double e
 }
 
 LossWorkingSet loss_working_set(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, const LocalShapes& s) {
+  if (precision_changes_runtime(rt, p.precision)) return loss_working_set(m, runtime_for_precision(rt, p.precision), p, s);
   // rows = tokens after the SP gather; columns = this rank's vocabulary shard
   LossWorkingSet w;
   const double fp32 = 4.0;
@@ -87,6 +88,8 @@ LossWorkingSet loss_working_set(const ModelSpec& m, const RuntimeProfile& rt, co
 
 MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p,
                                 int64_t seq) {
+  // the plan's dtypes: precision=fp32 stores weights, activations and logits in 4 bytes (runtime_profile.hpp)
+  if (precision_changes_runtime(rt, p.precision)) return predict_memory(m, c, runtime_for_precision(rt, p.precision), p, seq);
   const LocalShapes S = local_shapes(m, p, seq);
   const double a = rt.activation_bytes;
   const double h = static_cast<double>(m.hidden), d = static_cast<double>(m.head_dim);

@@ -90,7 +90,8 @@ int64_t max_trainable_seq(const ModelSpec& m, const ClusterSpec& c, const Runtim
 // MLP chunks a plan runs (tiled_mlp=auto: ceil(tokens per rank / hidden), ALST's TiledMLP rule).
 double mlp_chunks(const ModelSpec& m, const Plan& p, const LocalShapes& s);
 
-// Hot path: allocation-free, no exceptions. The plan must have passed check_plan.
+// Hot path: allocation-free, no exceptions (an fp32 plan on a bf16 profile copies the profile once,
+// runtime_for_precision). The plan must have passed check_plan.
 MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p,
                                 int64_t seq);
 

@@ -38,6 +38,14 @@ const char* to_string(Recompute r) {
   }
   return "?";
 }
+const char* to_string(Precision x) {
+  switch (x) {
+    case Precision::fp32: return "fp32";
+    case Precision::bf16: return "bf16";
+    case Precision::fp8: return "fp8";
+  }
+  return "?";
+}
 const char* to_string(Dim d) {
   switch (d) {
     case Dim::tp: return "tp";
@@ -88,7 +96,7 @@ const std::vector<std::pair<std::string, std::string>>& plan_key_help() {
       {"tiled_mlp", "MLP chunks along the sequence, auto = ceil(tokens per rank / hidden), 0 = untiled (default 0)"},
       {"mask", "causal | explicit | doc:<len> | doc:<l1>/<l2>/... | doc:hist:<len>@<frac>/... (default causal)"},
       {"packing", "greedy|sorted: how documents are packed into sequences; sorted balances attention work over DP ranks (default greedy)"},
-      {"precision", "bf16|fp8 (default bf16)"},
+      {"precision", "fp32|bf16|fp8: dtype of weights, activations, logits and communication; master weights, grads and optimizer as the runtime profile says (default bf16)"},
       {"order", "rank order, innermost first, e.g. tp-cp-dp (default)"},
   };
   return keys;
@@ -241,7 +249,8 @@ void set_key(Plan& p, const std::string& where, const std::string& key, const st
   else if (key == "mask") parse_mask(where, v, p);
   else if (key == "packing")
     p.sorted_packing = parse_enum<bool>(where, key, v, {{"greedy", false}, {"sorted", true}});
-  else if (key == "precision") p.precision = parse_enum<Precision>(where, key, v, {{"bf16", Precision::bf16}, {"fp8", Precision::fp8}});
+  else if (key == "precision") p.precision = parse_enum<Precision>(where, key, v,
+                                        {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}, {"fp8", Precision::fp8}});
   else if (key == "order") parse_order(where, v, p);
   else {
     std::string msg = "unknown plan key";
@@ -299,7 +308,7 @@ std::string plan_to_string(const Plan& p) {
   if (p.tiled_mlp < 0) os << ",tiled_mlp=auto";
   if (p.mask != MaskKind::causal) os << ",mask=" << mask_to_string(p);
   if (p.sorted_packing) os << ",packing=sorted";
-  if (p.precision != d.precision) os << ",precision=fp8";
+  if (p.precision != d.precision) os << ",precision=" << to_string(p.precision);
   if (order_to_string(p) != order_to_string(d)) os << ",order=" << order_to_string(p);
   return os.str();
 }
@@ -324,7 +333,7 @@ json plan_to_json(const Plan& p) {
   else j["tiled_mlp"] = p.tiled_mlp;
   j["mask"] = mask_to_string(p);
   j["packing"] = p.sorted_packing ? "sorted" : "greedy";
-  j["precision"] = p.precision == Precision::bf16 ? "bf16" : "fp8";
+  j["precision"] = to_string(p.precision);
   j["order"] = order_to_string(p);
   return j;
 }

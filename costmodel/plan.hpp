@@ -12,7 +12,7 @@ namespace ctx {
 enum class CpKind { ring, zigzag, allgather, ulysses, usp };
 enum class Recompute { none, selective, full };
 enum class MaskKind { causal, document, explicit_mask };
-enum class Precision { bf16, fp8 };
+enum class Precision { fp32, bf16, fp8 };
 enum class Dim { tp, cp, dp };
 
 // Lengths of the documents packed into a sequence (intra-document masking).
@@ -54,6 +54,7 @@ int64_t zero_shard_degree(const Plan& p);  // dp * cp
 const char* to_string(CpKind k);
 const char* to_string(Recompute r);
 const char* to_string(Dim d);
+const char* to_string(Precision x);
 std::string mask_to_string(const Plan& p);
 std::string order_to_string(const Plan& p);
 

@@ -1,11 +1,13 @@
 // What a training stack adds on top of the model's own tensors: dtypes of the model states,
 // which tensors it saves for backward, how it materialises logits, and fixed overheads.
-// One profile per stack (profiles/runtimes/): ctxrun, hf-deepspeed (ALST), megatron.
+// One profile per stack (profiles/runtimes/): ctxrun-cpu, ctxrun-cuda, hf-deepspeed (ALST), megatron.
 // Every field in the JSON carries its source ({"value": ..., "source": "..."}).
 #pragma once
 #include <cstdint>
 #include <map>
 #include <string>
+
+#include "costmodel/plan.hpp"
 
 namespace ctx {
 
@@ -44,5 +46,17 @@ struct RuntimeProfile {
   double memory_traffic_factor = 1;   // bytes memory-bound ops move relative to fused kernels (eager stacks > 1)
   std::map<std::string, std::string> sources;  // field -> where the value comes from
 };
+
+// The profile as a plan of this precision runs on it. A profile states its stack's bf16 sizes; a
+// precision=fp32 plan stores weights, activations and logits (and so sends communication) in 4 bytes
+// (IEEE float32) instead. Gradients, master weights and optimizer states stay as the profile says
+// (already fp32 in every profile). bf16 and fp8 plans get the profile unchanged (fp8 GEMMs keep bf16 storage).
+RuntimeProfile runtime_for_precision(const RuntimeProfile& rt, Precision precision);
+// True when runtime_for_precision(rt, precision) differs from rt; lets the hot path skip the copy.
+bool precision_changes_runtime(const RuntimeProfile& rt, Precision precision);
+
+// The runtime profile (profiles/runtimes/) that describes a ctxrun backend: "ctxrun-cuda" for the
+// CUDA backend and its emulation (cuda, cuda-emulated), "ctxrun-cpu" for the CPU backends (cpu, cpu-*).
+std::string ctxrun_runtime_for_backend(const std::string& backend);
 
 }  // namespace ctx

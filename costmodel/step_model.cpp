@@ -88,9 +88,13 @@ AttentionWork attention_work(const Plan& p, int64_t seq, bool per_step) {
 
 StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p, int64_t seq,
                      bool per_step, const AttentionWork* pre) {
+  // the plan's dtypes: precision=fp32 moves and sends 4-byte weights and activations (runtime_profile.hpp)
+  if (precision_changes_runtime(rt, p.precision)) return step_costs(m, c, runtime_for_precision(rt, p.precision), p, seq, per_step, pre);
   StepCosts k;
   const LocalShapes s = local_shapes(m, p, seq);
   const AttentionKernel& kernel = find_kernel(c, rt);
+  // GEMMs at the plan's precision; precision=fp32 is priced at the bf16 peak too (the hardware profiles
+  // have no fp32/TF32 curve yet), so an fp32 plan's compute time is optimistic
   const double peak = p.precision == Precision::fp8 && c.gpu.peak_fp8_flops > 0 ? c.gpu.peak_fp8_flops : c.gpu.peak_bf16_flops;
   Pricer price{c, peak, &kernel, rt.memory_traffic_factor};
   k.layers = m.layers;

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "costmodel/exit_codes.hpp"
 #include "gui/app.hpp"
 #include "gui/panels.hpp"
 #include "gui/screenshot.hpp"
@@ -87,13 +88,13 @@ int main(int argc, char** argv) {
       app.state = state_from_json(read_json_file(o.state), o.state, app.state);
     } catch (const InputError& e) {
       std::cerr << "ctxplan-gui: " << e.what() << "\n";
-      return 2;
+      return kExitBadInput;
     }
   }
   int width = app.state.view.window_width, height = app.state.view.window_height;
   if (!o.size.empty() && !parse_size(o.size, &width, &height)) {
     std::cerr << "ctxplan-gui: --size: expected WxH with each >= 200, got '" << o.size << "'\n";
-    return 2;
+    return kExitBadInput;
   }
   app.inputs_changed(-1e9);  // apply now, no debounce
   app.plan_changed();
@@ -102,7 +103,7 @@ int main(int argc, char** argv) {
   glfwSetErrorCallback(glfw_error);
   if (!glfwInit()) {
     std::cerr << "ctxplan-gui: cannot initialise GLFW (no display? run under xvfb-run)\n";
-    return 1;
+    return kExitInternal;
   }
   glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
   glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 2);
@@ -112,7 +113,7 @@ int main(int argc, char** argv) {
   if (!window) {
     std::cerr << "ctxplan-gui: cannot create an OpenGL 3.2 window\n";
     glfwTerminate();
-    return 1;
+    return kExitInternal;
   }
   glfwMakeContextCurrent(window);
   glfwSwapInterval(headless ? 0 : 1);
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
   std::string last_saved = settings.empty() ? "" : state_to_json(app.state).dump();
   double last_save_check = 0;
   bool timed_out = false;
-  int exit_code = 0;
+  int exit_code = kExitOk;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   while (!glfwWindowShouldClose(window) && !g_stop) {
@@ -193,11 +194,11 @@ int main(int argc, char** argv) {
           std::cout << "ctxplan-gui: wrote " << o.screenshot << " and " << o.report << " after " << frame << " frames\n";
         } catch (const InputError& e) {
           std::cerr << "ctxplan-gui: " << e.what() << "\n";
-          exit_code = 1;
+          exit_code = kExitInternal;
         }
         if (timed_out) {
           std::cerr << "ctxplan-gui: timed out after " << o.timeout_seconds << " s waiting for the search\n";
-          exit_code = 1;
+          exit_code = kExitInternal;
         }
         break;
       }

@@ -6,7 +6,7 @@
 #include "costmodel/errors.hpp"
 #include "planner/commands.hpp"
 #include "planner/compare.hpp"
-#include "planner/exit_codes.hpp"
+#include "costmodel/exit_codes.hpp"
 
 namespace ctx {
 namespace {

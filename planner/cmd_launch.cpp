@@ -8,8 +8,8 @@
 #include <regex>
 
 #include "costmodel/errors.hpp"
+#include "costmodel/exit_codes.hpp"
 #include "planner/commands.hpp"
-#include "planner/exit_codes.hpp"
 #include "planner/format.hpp"
 #include "planner/job_args.hpp"
 #include "planner/launch.hpp"
@@ -22,7 +22,7 @@ namespace {
 struct LaunchArgs {
   JobArgs job;
   int64_t pick = 1, steps = 20, cpus = 0;
-  std::string slurm, ctxrun, mpirun = "mpirun", report, extra, mpi_extra, bind = "numa", time, job_name, partition,
+  std::string slurm, ctxrun, backend = "cuda", mpirun = "mpirun", report, extra, mpi_extra, bind = "numa", time, job_name, partition,
                              account, launcher = "srun";
   std::vector<std::string> env;
   bool local = false, json = false, no_fit_check = false;
@@ -51,6 +51,7 @@ std::string absolute_if_exists(const std::string& arg) {
 struct LaunchJob {
   Profiles profiles;
   std::string model_arg, cluster_arg, runtime_arg, seq_arg;
+  bool runtime_given = false;  // --runtime, or the plan file's "runtime"
   Plan plan;
   std::string plan_where = "--plan";
   std::string plan_file;  // absolute, for a ctxplan.plan/1 file ctxrun can read itself
@@ -62,6 +63,7 @@ LaunchJob resolve_launch_job(const LaunchArgs& a, const CommonOptions& common) {
   j.model_arg = a.job.model;
   j.cluster_arg = a.job.cluster;
   j.runtime_arg = a.job.runtime;
+  j.runtime_given = a.job.runtime_opt->count() > 0;
   j.seq_arg = a.job.seq;
   const std::string& file = a.job.plan_file;
   if (!file.empty()) {
@@ -99,7 +101,10 @@ LaunchJob resolve_launch_job(const LaunchArgs& a, const CommonOptions& common) {
     // the file's job applies unless given on the command line
     if (r.has("model") && a.job.model_opt->count() == 0) j.model_arg = r.string("model");
     if (r.has("cluster") && a.job.cluster_opt->count() == 0) j.cluster_arg = r.string("cluster");
-    if (r.has("runtime") && a.job.runtime_opt->count() == 0) j.runtime_arg = r.string("runtime");
+    if (r.has("runtime") && a.job.runtime_opt->count() == 0) {
+      j.runtime_arg = r.string("runtime");
+      j.runtime_given = true;
+    }
     if (r.has("seq") && a.job.seq_opt->count() == 0) j.seq_arg = std::to_string(r.integer_in("seq", 1, int64_t(1) << 34));
   } else if (!a.job.plan.empty()) {
     j.plan = parse_plan(a.job.plan, "--plan");
@@ -123,6 +128,10 @@ std::function<int()> add_launch_command(CLI::App& app, CommonOptions& common) {
   app.add_option("--pick", a->pick, "with a ctxplan.search/1 file: which ranked plan (default 1, the best)");
   app.add_option("--steps,-n", a->steps, "ctxrun --steps: optimizer steps to run (default 20)");
   app.add_option("--report", a->report, "ctxrun --report: where the run writes its Measurement JSON");
+  app.add_option("--backend", a->backend,
+                 "ctxrun --backend: cuda (default: every hardware profile is a GPU, so the ranks run the CUDA backend) or "
+                 "cpu (the Eigen reference, e.g. with --local); the prediction uses that backend's runtime profile "
+                 "(ctxrun-cuda or ctxrun-cpu)");
   app.add_option("--ctxrun", a->ctxrun, "the ctxrun executable (default: the one next to this ctxplan, else ctxrun on PATH)");
   app.add_option("--mpirun", a->mpirun, "the mpirun executable (default mpirun)");
   app.add_option("--extra", a->extra, "more ctxrun arguments, one string: --extra=\"--data train.bin --lr 1e-3\"");
@@ -144,12 +153,14 @@ std::function<int()> add_launch_command(CLI::App& app, CommonOptions& common) {
       "  ctxplan launch --plan-file plan.json --steps 100 --report run.json\n"
       "  ctxplan plan --model Llama-3.1-8B --cluster 4x8xh100 --seq 1m --json > plans.json\n"
       "  ctxplan launch --plan-file plans.json --pick 2 --slurm job.sbatch --partition gpu\n"
-      "  ctxplan launch --model tiny --cluster 1x2xh100 --seq 256 --plan tp=2 --local --steps 3 | bash\n"
+      "  ctxplan launch --model tiny --cluster 1x2xh100 --seq 256 --plan tp=2 --backend cpu --local --steps 3 | bash\n"
       "Exit codes: 0 printed, 3 the plan does not fit (--no-fit-check overrides), 2 bad input.");
   return [a, &common]() {
     if (a->steps < 0) throw InputError("--steps", "", "must be >= 0, got " + std::to_string(a->steps));
     if (a->bind != "numa" && a->bind != "core" && a->bind != "none")
       throw InputError("--bind", "", "expected numa, core or none, got '" + a->bind + "'");
+    if (a->backend != "cuda" && a->backend != "cpu")
+      throw InputError("--backend", "", "expected cuda or cpu, got '" + a->backend + "'");
     if (a->launcher != "srun" && a->launcher != "mpirun")
       throw InputError("--launcher", "", "expected srun or mpirun, got '" + a->launcher + "'");
     const int64_t cpus = a->cpus > 0 ? a->cpus : (a->local ? 1 : 8);
@@ -164,11 +175,12 @@ std::function<int()> add_launch_command(CLI::App& app, CommonOptions& common) {
     r.model = resolve_model(lj.profiles, lj.model_arg);
     r.cluster = resolve_cluster(lj.profiles, lj.cluster_arg);
     check_launch_world(lj.plan, r.cluster, lj.plan_where);
-    // ctxrun is what runs: predict with its profile whatever runtime the plan was searched for
-    const RuntimeProfile& rt = resolve_runtime(lj.profiles, "ctxrun");
-    if (lj.runtime_arg != "ctxrun")
-      std::cerr << "ctxplan launch: warning: the plan was made for runtime '" << lj.runtime_arg
-                << "'; ctxrun runs it, so the prediction is ctxrun's\n";
+    // ctxrun's backend is what runs: predict with its profile whatever runtime the plan was searched for
+    const std::string rt_name = ctxrun_runtime_for_backend(a->backend);
+    const RuntimeProfile& rt = resolve_runtime(lj.profiles, rt_name);
+    if (lj.runtime_given && lj.runtime_arg != rt_name)
+      std::cerr << "ctxplan launch: warning: the plan was made for runtime '" << lj.runtime_arg << "'; ctxrun --backend "
+                << a->backend << " runs it, so the prediction is " << rt_name << "'s\n";
     Prediction p = predict(r.model, r.cluster, rt, lj.plan, r.seq);
     r.plan = p.plan;  // dp resolved
     if (!p.memory.fits() && !a->no_fit_check) {
@@ -185,6 +197,7 @@ std::function<int()> add_launch_command(CLI::App& app, CommonOptions& common) {
     r.profiles_dir = fs::absolute(lj.profiles.dir).string();
     r.plan_file = lj.plan_file;
     r.ctxrun = a->ctxrun.empty() ? default_ctxrun() : absolute_if_exists(a->ctxrun);
+    r.backend = a->backend;
     r.mpirun = a->mpirun;
     r.report = a->report;
     r.steps = a->steps;

@@ -4,7 +4,7 @@
 #include "costmodel/profile_store.hpp"
 #include "costmodel/suggest.hpp"
 #include "planner/commands.hpp"
-#include "planner/exit_codes.hpp"
+#include "costmodel/exit_codes.hpp"
 #include "planner/format.hpp"
 
 namespace ctx {

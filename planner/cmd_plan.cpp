@@ -13,7 +13,7 @@
 
 #include "costmodel/prediction.hpp"
 #include "planner/commands.hpp"
-#include "planner/exit_codes.hpp"
+#include "costmodel/exit_codes.hpp"
 #include "planner/format.hpp"
 #include "planner/job_args.hpp"
 #include "planner/search.hpp"
@@ -187,7 +187,7 @@ std::function<int()> add_plan_command(CLI::App& app, CommonOptions& common) {
         std::cout << (r.cancelled ? "cancelled before any plan fitted\n" : "NO PLAN FITS: " + r.no_fit_reason + "\n" + advice + "\n");
       }
     }
-    if (r.cancelled) return 130;
+    if (r.cancelled) return kExitInterrupted;
     return r.ranked.empty() ? kExitDoesNotFit : kExitOk;
   };
 }
@@ -241,7 +241,7 @@ std::function<int()> add_maxseq_command(CLI::App& app, CommonOptions& common) {
     if (a->json) std::cout << json{{"schema", "ctxplan.maxseq/1"}, {"model", job.model.name}, {"runtime", job.runtime.name}, {"rows", rows}}.dump(2) << "\n";
     else std::cout << "ctxplan maxseq: " << job.model.name << " on " << job.cluster.gpu.name << " nodes of " << job.cluster.gpus_per_node
                    << ", runtime " << job.runtime.name << "\n" << t.render();
-    return g_cancel ? 130 : kExitOk;
+    return g_cancel ? kExitInterrupted : kExitOk;
   };
 }
 
@@ -294,7 +294,7 @@ std::function<int()> add_sweep_command(CLI::App& app, CommonOptions& common) {
     std::string text = a->json ? json{{"schema", "ctxplan.sweep/1"}, {"model", job.model.name}, {"rows", rows}}.dump(2) + "\n" : csv.str();
     if (a->out.empty()) std::cout << text;
     else write_file_atomic(a->out, text);
-    return g_cancel ? 130 : kExitOk;
+    return g_cancel ? kExitInterrupted : kExitOk;
   };
 }
 

@@ -9,7 +9,7 @@
 
 #include "costmodel/prediction.hpp"
 #include "planner/commands.hpp"
-#include "planner/exit_codes.hpp"
+#include "costmodel/exit_codes.hpp"
 #include "planner/format.hpp"
 #include "planner/job_args.hpp"
 

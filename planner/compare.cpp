@@ -8,6 +8,7 @@
 
 #include "costmodel/memory_model.hpp"
 #include "costmodel/plan.hpp"
+#include "costmodel/runtime_profile.hpp"
 #include "planner/format.hpp"
 
 namespace ctx {
@@ -282,14 +283,18 @@ Comparison compare_documents(const json& pred_doc, const std::string& pred_where
   if (!pj.cluster.empty() && !mj.cluster.empty() && pj.cluster != mj.cluster)
     c.warnings.push_back("cluster: predicted for " + pj.cluster + ", the run's memory check used " + mj.cluster +
                          " (time and capacity are priced on the prediction's cluster)");
+  // the runtime profile that describes the backend the run used (ctxrun-cpu, ctxrun-cuda)
+  const std::string run_profile = c.backend.empty() ? std::string() : ctxrun_runtime_for_backend(c.backend);
   if (pj.runtime.rfind("ctxrun", 0) != 0)
     c.warnings.push_back("the prediction is for runtime '" + pj.runtime +
-                         "' (another stack's constants); the measurement ran ctxrun: predict with --runtime ctxrun");
-  else if (pj.runtime == "ctxrun" && c.backend == "cpu")
-    c.warnings.push_back("the run used ctxrun's CPU backend (float32 weights and activations) but the prediction is for "
-                         "runtime 'ctxrun' (bf16 weights and activations): weights, activations, workspace and buffers "
-                         "differ about 2x. The report embeds the memory model's float32 prediction: `ctxplan compare " +
-                         run_where + "` compares against it");
+                         "' (another stack's constants); the measurement ran ctxrun: predict with --runtime " +
+                         (run_profile.empty() ? std::string("ctxrun-cpu or ctxrun-cuda") : run_profile));
+  else if (!run_profile.empty() && pj.runtime.rfind("ctxrun-", 0) == 0 &&
+           pj.runtime.substr(0, pj.runtime.find(' ')) != run_profile)  // "ctxrun-cpu at precision=bf16 (...)": the name
+    c.warnings.push_back("the run used ctxrun's " + c.backend + " backend (runtime profile '" + run_profile +
+                         "') but the prediction is for runtime '" + pj.runtime +
+                         "': dtypes, workspace and buffers may differ. Predict with --runtime " + run_profile +
+                         ", or compare against the prediction the report embeds: `ctxplan compare " + run_where + "`");
   if (c.backend == "cpu")
     c.warnings.push_back("time was measured on the CPU backend; the prediction prices " +
                          (pj.cluster.empty() ? std::string("the cluster's GPUs") : pj.cluster) +

@@ -10,7 +10,7 @@ void add_job_options(CLI::App& app, JobArgs& a, bool with_plan) {
   a.cluster_opt = app.add_option("--cluster,-c", a.cluster,
                                  "cluster profile, or <nodes>x<gpus per node>x<gpu> such as 8xh100, 16x8xh200 (default 8xh100)");
   a.seq_opt = app.add_option("--seq,-s", a.seq, "sequence length in tokens: 131072, 128k, 1m (default 131072)");
-  a.runtime_opt = app.add_option("--runtime,-r", a.runtime, "runtime profile: ctxrun | hf-deepspeed | megatron (default ctxrun)");
+  a.runtime_opt = app.add_option("--runtime,-r", a.runtime, "runtime profile: ctxrun-cuda | ctxrun-cpu | hf-deepspeed | megatron (default ctxrun-cuda)");
   if (with_plan) {
     app.add_option("--plan,-p", a.plan,
                    "plan as key=value,... (keys: dp tp sp cp cp_kind ulysses zero mbs ga recompute ckpt_offload "

@@ -15,7 +15,7 @@ constexpr const char* kDefaultModel = "Llama-3.1-8B";
 constexpr const char* kDefaultCluster = "8xh100";
 constexpr const char* kDefaultSeq = "131072";
 constexpr const char* kDefaultPlan = "cp=8,cp_kind=zigzag,zero=3,recompute=full,tiled_loss=2048";
-constexpr const char* kDefaultRuntime = "ctxrun";
+constexpr const char* kDefaultRuntime = "ctxrun-cuda";  // ctxrun on a GPU cluster (profiles/runtimes/ctxrun-cuda.json)
 
 struct JobArgs {
   std::string model = kDefaultModel, cluster = kDefaultCluster, seq = kDefaultSeq, plan, plan_file;

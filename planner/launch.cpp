@@ -143,7 +143,8 @@ LaunchCommand make_launch_command(const LaunchRequest& r) {
     if (std::getenv("LD_LIBRARY_PATH")) c.forwarded.push_back("LD_LIBRARY_PATH");
   }
   // ctxrun's own option names (executor/ctxrun_main.cpp)
-  c.ctxrun_argv = {r.ctxrun, "--model", r.model_arg, "--seq", std::to_string(r.seq), "--cluster", r.cluster_arg};
+  c.ctxrun_argv = {r.ctxrun, "--backend", r.backend, "--model", r.model_arg, "--seq", std::to_string(r.seq),
+                   "--cluster", r.cluster_arg};
   if (!r.profiles_dir.empty()) {
     c.ctxrun_argv.push_back("--profiles");
     c.ctxrun_argv.push_back(r.profiles_dir);
@@ -244,6 +245,7 @@ json launch_to_json(const LaunchRequest& r, const LaunchCommand& c, const Predic
           {"nodes", c.nodes},
           {"ranks_per_node", c.ranks_per_node},
           {"local", r.local},
+          {"backend", r.backend},
           {"env", env},
           {"forwarded_env", c.forwarded},
           {"ctxrun_argv", c.ctxrun_argv},

@@ -20,6 +20,7 @@ struct LaunchRequest {
   std::string profiles_dir;       // ... for --profiles (absolute)
   std::string plan_file;          // absolute ctxplan.plan/1 file for --plan-file; empty: --plan <text>
   std::string ctxrun = "ctxrun";  // the executable the ranks run
+  std::string backend = "cuda";   // ctxrun --backend: cpu | cuda
   std::string mpirun = "mpirun";
   std::string report;             // ctxrun --report (empty: none)
   int64_t steps = 20;

@@ -1,10 +1,10 @@
-// ctxplan: the headless planner. Subcommands live in cmd_*.cpp; exit codes in exit_codes.hpp.
+// ctxplan: the headless planner. Subcommands live in cmd_*.cpp; exit codes in costmodel/exit_codes.hpp.
 #include <iostream>
 #include <vector>
 
 #include "costmodel/errors.hpp"
 #include "planner/commands.hpp"
-#include "planner/exit_codes.hpp"
+#include "costmodel/exit_codes.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{

@@ -1,5 +1,5 @@
 // The ctxplan binary on bad input: every mistake a person makes on the command line or in a file
-// exits 2 (planner/exit_codes.hpp) with a message that names where the mistake is and what would
+// exits 2 (costmodel/exit_codes.hpp) with a message that names where the mistake is and what would
 // be valid; a plan that does not fit exits 3; a good job exits 0. Each test runs the real binary
 // (CTXPLAN_BIN) in a child process and captures stdout, stderr and the exit code.
 #include <fcntl.h>
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/exit_codes.hpp"
+#include "costmodel/exit_codes.hpp"
 
 namespace {
 

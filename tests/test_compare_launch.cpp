@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/exit_codes.hpp"
+#include "costmodel/exit_codes.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -84,7 +84,7 @@ struct OneRankRun {
     RunResult r = ::run(CTXRUN_BIN, {"--model", "tiny", "--seq", "256", "--steps", "2", "--report", run_path});
     EXPECT_EQ(r.exit_code, 0) << r.both();
     RunResult p = ctxplan({"predict", "--model", "tiny", "--cluster", "1x1xh100", "--seq", "256", "--plan", "tp=1",
-                           "--runtime", "ctxrun", "--json"});
+                           "--runtime", "ctxrun-cpu", "--json"});
     EXPECT_EQ(p.exit_code, 0) << p.both();
     write(pred_path, p.out);
     if (r.exit_code != 0 || p.exit_code != 0) return;
@@ -307,6 +307,56 @@ TEST(LaunchCli, CommandRunsOneRankPerGpuPackedByNode) {
   EXPECT_TRUE(std::equal(ctxrun.begin(), ctxrun.end(), argv.end() - static_cast<long>(ctxrun.size())));
 }
 
+// The ctxrun argument after `flag` in a launch --json answer ("(no flag)" when absent).
+std::string ctxrun_arg(const RunResult& r, const std::string& flag) {
+  std::vector<std::string> argv = json::parse(r.out)["ctxrun_argv"];
+  for (size_t i = 0; i + 1 < argv.size(); ++i)
+    if (argv[i] == flag) return argv[i + 1];
+  return "(no " + flag + ")";
+}
+
+TEST(LaunchCli, GpuClusterLaunchesTheCudaBackendUnlessToldCpu) {
+  const std::vector<std::string> job = {"launch", "--model", "tiny", "--cluster", "1x2xh100", "--seq", "256", "--plan", "tp=2"};
+  // an H100 cluster: the CUDA backend, in the printed line and in --json, predicted with its profile
+  RunResult text = ctxplan(job);
+  ASSERT_EQ(text.exit_code, ctx::kExitOk) << text.both();
+  EXPECT_HAS(text.out, "--backend cuda");
+  EXPECT_HAS(text.out, "(runtime ctxrun-cuda)");
+  std::vector<std::string> js = job;
+  js.push_back("--json");
+  RunResult cuda = ctxplan(js);
+  ASSERT_EQ(cuda.exit_code, ctx::kExitOk) << cuda.both();
+  EXPECT_EQ(ctxrun_arg(cuda, "--backend"), "cuda");
+  EXPECT_EQ(json::parse(cuda.out)["prediction"]["runtime"], "ctxrun-cuda");
+  // --backend cpu: the CPU backend, predicted with ctxrun-cpu
+  js.insert(js.end(), {"--backend", "cpu"});
+  RunResult cpu = ctxplan(js);
+  ASSERT_EQ(cpu.exit_code, ctx::kExitOk) << cpu.both();
+  EXPECT_EQ(ctxrun_arg(cpu, "--backend"), "cpu");
+  EXPECT_EQ(json::parse(cpu.out)["prediction"]["runtime"], "ctxrun-cpu");
+  // the Slurm script runs the same line
+  TempDir d;
+  std::vector<std::string> slurm = job;
+  slurm.insert(slurm.end(), {"--slurm", d / "job.sbatch"});
+  ASSERT_EQ(ctxplan(slurm).exit_code, ctx::kExitOk);
+  EXPECT_HAS(slurp(d / "job.sbatch"), "--backend cuda");
+  // anything else is refused naming the flag and the valid values
+  std::vector<std::string> bad = job;
+  bad.insert(bad.end(), {"--backend", "gpu"});
+  RunResult b = ctxplan(bad);
+  EXPECT_EQ(b.exit_code, ctx::kExitBadInput) << b.both();
+  EXPECT_HAS(b.err, "--backend");
+  EXPECT_HAS(b.err, "cuda or cpu");
+  EXPECT_EQ(b.out, "");
+}
+
+TEST(LaunchCli, PlanPrecisionPassesThroughUnchanged) {
+  RunResult r = ctxplan({"launch", "--model", "tiny", "--cluster", "1x2xh100", "--seq", "256", "--plan", "tp=2,precision=fp32",
+                         "--json"});
+  ASSERT_EQ(r.exit_code, ctx::kExitOk) << r.both();
+  EXPECT_EQ(ctxrun_arg(r, "--plan"), "dp=1,tp=2,cp=1,precision=fp32");
+}
+
 TEST(LaunchCli, SlurmScriptFollowsThePlanAndCarriesThePrediction) {
   TempDir d;
   const std::string script = d / "job.sbatch";
@@ -412,7 +462,7 @@ TEST(LaunchCli, AcceptsTheGuiExportAndTheSearchOutput) {
   TempDir d;
   // the GUI's export (ctxplan.plan/1): ctxrun reads the same file
   write(d / "plan.json",
-        R"({"schema": "ctxplan.plan/1", "model": "tiny", "cluster": "1x2xh100", "seq": 256, "runtime": "ctxrun", "plan": {"tp": 2}})");
+        R"({"schema": "ctxplan.plan/1", "model": "tiny", "cluster": "1x2xh100", "seq": 256, "runtime": "ctxrun-cuda", "plan": {"tp": 2}})");
   RunResult g = ctxplan({"launch", "--plan-file", d / "plan.json", "--json"});
   ASSERT_EQ(g.exit_code, ctx::kExitOk) << g.both();
   json gj = json::parse(g.out);
@@ -447,7 +497,8 @@ TEST(LaunchCli, PrintedCommandRunsCtxrunUnderMpirun) {
   TempDir d;
   const std::string report = d / "run.json";
   std::vector<std::string> args = {"launch", "--model", "tiny", "--cluster", "1x2xh100", "--seq", "256", "--plan", "tp=2",
-                                   "--steps", "2", "--report", report, "--local", "--ctxrun", CTXRUN_BIN, "--mpirun", MPIRUN};
+                                   "--steps", "2", "--report", report, "--local", "--backend", "cpu", "--ctxrun", CTXRUN_BIN,
+                                   "--mpirun", MPIRUN};
   if (geteuid() == 0) args.push_back("--mpi-extra=--allow-run-as-root");
   RunResult l = ctxplan(args);
   ASSERT_EQ(l.exit_code, ctx::kExitOk) << l.both();

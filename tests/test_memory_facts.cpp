@@ -79,22 +79,22 @@ TEST(MemoryFacts, ExplicitMaskAt125KAnd250K) {
   json f = test::find_point(facts(), "alst-4d-mask");
   for (auto& pt : f["points"]) {
     int64_t seq = pt["seq"];
-    MemoryPrediction mp = predict("Llama-3.1-8B", "1xh100", "ctxrun", "mask=explicit,recompute=full", seq);
+    MemoryPrediction mp = predict("Llama-3.1-8B", "1xh100", "ctxrun-cpu", "mask=explicit,recompute=full", seq);
     expect_within(mp.phase_peak[static_cast<int>(Phase::loss)][Mem::mask] / kGiB, pt["value_gib"],
                   "mask at " + std::to_string(seq));
   }
   // the position-ids alternative: [bs, s] int64 at 125K is 0.2 MiB... and the model never builds a mask
-  MemoryPrediction none = predict("Llama-3.1-8B", "1xh100", "ctxrun", "recompute=full", 125000);
+  MemoryPrediction none = predict("Llama-3.1-8B", "1xh100", "ctxrun-cpu", "recompute=full", 125000);
   EXPECT_EQ(none.peak[Mem::mask], 0.0);
 }
 
 TEST(MemoryFacts, CheckpointedHiddenStatesAt125K) {
   json f = test::find_point(facts(), "alst-ckpt-hidden-125k");
-  MemoryPrediction mp = predict("Llama-3.1-8B", "1xh100", "ctxrun", "recompute=full", 125000);
+  MemoryPrediction mp = predict("Llama-3.1-8B", "1xh100", "ctxrun-cpu", "recompute=full", 125000);
   expect_within(mp.phase_peak[static_cast<int>(Phase::loss)][Mem::checkpoints] / kGiB, f["value_gib"],
                 "checkpoints on device");
   // offloaded, the same bytes move to the host
-  MemoryPrediction off = predict("Llama-3.1-8B", "1xh100", "ctxrun", "recompute=full,ckpt_offload=1", 125000);
+  MemoryPrediction off = predict("Llama-3.1-8B", "1xh100", "ctxrun-cpu", "recompute=full,ckpt_offload=1", 125000);
   expect_within(off.host_bytes_per_node[static_cast<int>(HostMem::checkpoints)] / kGiB, f["value_gib"],
                 "checkpoints on host");
 }

@@ -41,6 +41,38 @@ TEST(MemoryModel, ZeroStagesShardExactlyTheirStatesOverDpTimesCp) {
   EXPECT_DOUBLE_EQ(cat(z3, Mem::weights), cat(z0, Mem::weights) / 8);
 }
 
+TEST(MemoryModel, Fp32PlanStoresWeightsInFourBytesAndKeepsFp32States) {
+  // precision=fp32 doubles the bf16 profile's 2-byte weights; grads, master and Adam states are fp32 either way
+  for (const char* plan : {"dp=8,zero=0", "dp=4,cp=2,zero=3"}) {
+    SCOPED_TRACE(plan);
+    auto cat = [](const MemoryPrediction& mp, Mem m) { return mp.phase_peak[static_cast<int>(Phase::optimizer)][m]; };
+    MemoryPrediction b = run(std::string(plan) + ",precision=bf16", 32768);
+    MemoryPrediction f = run(std::string(plan) + ",precision=fp32", 32768);
+    EXPECT_EQ(cat(f, Mem::weights), 2.0 * cat(b, Mem::weights));
+    EXPECT_EQ(cat(f, Mem::grads), cat(b, Mem::grads));
+    EXPECT_EQ(cat(f, Mem::master_weights), cat(b, Mem::master_weights));
+    EXPECT_EQ(cat(f, Mem::optimizer), cat(b, Mem::optimizer));
+    EXPECT_GT(f.peak[Mem::activations], b.peak[Mem::activations]);
+  }
+}
+
+TEST(MemoryModel, RuntimeForPrecisionChangesOnlyTheStoredDtypes) {
+  const RuntimeProfile& rt = resolve_runtime(profiles(), "megatron");
+  RuntimeProfile f = runtime_for_precision(rt, Precision::fp32);
+  EXPECT_EQ(f.weight_bytes, 4);
+  EXPECT_EQ(f.activation_bytes, 4);
+  EXPECT_EQ(f.logits_bytes, 4);
+  EXPECT_EQ(f.grad_bytes, rt.grad_bytes);
+  EXPECT_EQ(f.master_bytes, rt.master_bytes);
+  EXPECT_EQ(f.optimizer_bytes, rt.optimizer_bytes);
+  EXPECT_EQ(f.reserved_bytes, rt.reserved_bytes);
+  EXPECT_FALSE(precision_changes_runtime(f, Precision::fp32)) << "applying it twice changes nothing";
+  for (Precision q : {Precision::bf16, Precision::fp8}) {
+    EXPECT_FALSE(precision_changes_runtime(rt, q));
+    EXPECT_EQ(runtime_for_precision(rt, q).weight_bytes, rt.weight_bytes);
+  }
+}
+
 TEST(MemoryModel, RecomputeOrdersActivationMemory) {
   double none = run("cp=8,recompute=none", 32768).peak.total();
   double sel = run("cp=8,recompute=selective", 32768).peak.total();

@@ -67,6 +67,8 @@ const std::vector<std::string>& sample_plans() {
       "mask=doc:1024/2048/4096",
       "mask=doc:hist:1024@0.5/8192@0.25/65536@0.25",
       "mask=explicit,precision=fp8",
+      "cp=2,precision=fp32",
+      "precision=bf16",
       "order=dp-cp-tp,tp=2,cp=2",
       "order=cp-tp-dp",
   };
@@ -209,6 +211,31 @@ TEST(PlanParse, UnknownKeySuggestsClosest) {
   } catch (const InputError& e) {
     EXPECT_EQ(e.field, "tpp");
     EXPECT_NE(std::string(e.what()).find("did you mean 'tp'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PlanParse, PrecisionFp32RoundTripsThroughTextAndJson) {
+  Plan p = parse_plan("cp=2,precision=fp32");
+  EXPECT_EQ(p.precision, Precision::fp32);
+  EXPECT_NE(plan_to_string(p).find("precision=fp32"), std::string::npos) << plan_to_string(p);
+  EXPECT_EQ(parse_plan(plan_to_string(p)).precision, Precision::fp32);
+  json j = plan_to_json(p);
+  EXPECT_EQ(j.at("precision"), "fp32");
+  EXPECT_EQ(plan_from_json(j, "plan.json").precision, Precision::fp32);
+  EXPECT_EQ(parse_plan("").precision, Precision::bf16) << "the default stays bf16";
+  EXPECT_EQ(plan_to_string(parse_plan("")).find("precision"), std::string::npos) << "the default is not written";
+}
+
+TEST(PlanParse, BadPrecisionNamesTheKeyAndTheValidValues) {
+  for (bool from_json : {false, true}) {
+    try {
+      if (from_json) plan_from_json(json{{"precision", "fp16"}}, "plan.json");
+      else parse_plan("precision=fp16");
+      FAIL() << "expected InputError";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field, "precision");
+      EXPECT_NE(std::string(e.what()).find("fp32|bf16|fp8"), std::string::npos) << e.what();
+    }
   }
 }
 

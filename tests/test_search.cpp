@@ -21,7 +21,7 @@
 #include "costmodel/memory_model.hpp"
 #include "costmodel/plan_check.hpp"
 #include "costmodel/profile_store.hpp"
-#include "planner/exit_codes.hpp"
+#include "costmodel/exit_codes.hpp"
 #include "planner/search.hpp"
 
 namespace ctx {
@@ -32,7 +32,7 @@ const Profiles& profiles() {
   return p;
 }
 
-SearchRequest request(const std::string& model, const std::string& cluster, int64_t seq, const std::string& runtime = "ctxrun") {
+SearchRequest request(const std::string& model, const std::string& cluster, int64_t seq, const std::string& runtime = "ctxrun-cuda") {
   SearchRequest r;
   r.model = resolve_model(profiles(), model);
   r.cluster = resolve_cluster(profiles(), cluster);
@@ -171,7 +171,7 @@ TEST(Search, ProgressCallbackCancels) {
 TEST(Search, MoreGpusNeverShortenTheMaxTrainableSequence) {
   struct Family { const char* model; const char* runtime; std::vector<CpKind> kinds; bool offload; };
   const Family families[] = {
-      {"Llama-3.1-8B", "ctxrun", {}, true},
+      {"Llama-3.1-8B", "ctxrun-cuda", {}, true},
       {"Llama-3.1-8B", "hf-deepspeed", {CpKind::ulysses}, true},
       {"Llama-3.1-8B", "megatron", {CpKind::zigzag}, false},
       {"Llama-3.1-70B", "megatron", {CpKind::zigzag, CpKind::ring}, false},

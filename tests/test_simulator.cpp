@@ -37,7 +37,7 @@ struct Simulated {
   SimResult r;
 };
 
-Simulated simulate(const Case& c, const std::string& runtime = "ctxrun") {
+Simulated simulate(const Case& c, const std::string& runtime = "ctxrun-cuda") {
   ModelSpec m = resolve_model(profiles(), c.model);
   ClusterSpec cl = resolve_cluster(profiles(), c.cluster);
   const RuntimeProfile& rt = resolve_runtime(profiles(), runtime);

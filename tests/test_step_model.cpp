@@ -31,7 +31,7 @@ struct Job {
 };
 
 Job job(const std::string& plan_text, int64_t seq, const std::string& model = "Llama-3.1-8B", const std::string& cluster = "8xh100",
-        const std::string& runtime = "ctxrun") {
+        const std::string& runtime = "ctxrun-cuda") {
   Job j{resolve_model(profiles(), model), resolve_cluster(profiles(), cluster), resolve_runtime(profiles(), runtime),
         parse_plan(plan_text), seq};
   PlanCheck chk = check_plan(j.p, j.m, j.c, seq);

@@ -38,7 +38,7 @@ struct Reference {
   Profiles profiles = load_profiles(std::string(CTXPLAN_SOURCE_DIR) + "/profiles");
   ModelSpec model(const std::string& name = "Llama-3.1-8B") const { return resolve_model(profiles, name); }
   ClusterSpec cluster(const std::string& name = "8xh100") const { return resolve_cluster(profiles, name); }
-  const RuntimeProfile& runtime(const std::string& name = "ctxrun") const { return resolve_runtime(profiles, name); }
+  const RuntimeProfile& runtime(const std::string& name = "ctxrun-cuda") const { return resolve_runtime(profiles, name); }
   SearchRequest request(int64_t seq = 131072) const {
     SearchRequest r;
     r.model = model();
@@ -297,7 +297,7 @@ TEST(GuiHeadless, BrokenProfileOpensTheErrorPanelNamingFileAndField) {
   const std::string dir = fresh_dir("badprofile");
   const fs::path profiles = fs::path(dir) / "profiles";
   fs::copy(fs::path(CTXPLAN_SOURCE_DIR) / "profiles", profiles, fs::copy_options::recursive);
-  const fs::path runtime = profiles / "runtimes" / "ctxrun.json";
+  const fs::path runtime = profiles / "runtimes" / "ctxrun-cuda.json";
   json rt = json::parse(std::ifstream(runtime));
   rt["constants"]["weight_bytes"]["value"] = "two";
   std::ofstream(runtime) << rt.dump(2);
@@ -307,7 +307,7 @@ TEST(GuiHeadless, BrokenProfileOpensTheErrorPanelNamingFileAndField) {
   for (auto& e : r.report["errors"])
     if (e["source"] == "profiles") {
       named = true;
-      EXPECT_NE(e["where"].get<std::string>().find("ctxrun.json"), std::string::npos) << e.dump();
+      EXPECT_NE(e["where"].get<std::string>().find("ctxrun-cuda.json"), std::string::npos) << e.dump();
       EXPECT_NE(e["field"].get<std::string>().find("weight_bytes"), std::string::npos) << e.dump();
     }
   EXPECT_TRUE(named) << r.report["errors"].dump();

@@ -260,7 +260,7 @@ TEST(App, UsingAReportsJobMakesItsPredictionComparable) {
   // a report of another job: tiny model, 2 GPUs, 4K tokens
   const std::string path = ::testing::TempDir() + "tiny_report.json";
   const Prediction tiny = predict(resolve_model(profiles(), "tiny"), resolve_cluster(profiles(), "2xh100"),
-                                  resolve_runtime(profiles(), "ctxrun"), parse_plan("cp=2,cp_kind=ring"), 4096);
+                                  resolve_runtime(profiles(), "ctxrun-cuda"), parse_plan("cp=2,cp_kind=ring"), 4096);
   write_file_atomic(path, prediction_to_json(tiny).dump());
   App app(std::string(CTXPLAN_SOURCE_DIR) + "/profiles");
   app.state.run_search = false;
