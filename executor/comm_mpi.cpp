@@ -1,4 +1,4 @@
-// The MPI communicator. Counts above INT_MAX elements are split into chunks.
+// The MPI host communicator (byte moves, float/double/int reductions). A message over INT_MAX elements is refused with an error.
 #include <mpi.h>
 
 #include <cstdio>
@@ -22,6 +22,16 @@ int count(int64_t n) {
   return static_cast<int>(n);
 }
 
+MPI_Datatype mpi_type(HostType t) {
+  switch (t) {
+    case HostType::f32: return MPI_FLOAT;
+    case HostType::f64: return MPI_DOUBLE;
+    case HostType::i32: return MPI_INT;
+    case HostType::byte: return MPI_BYTE;
+  }
+  return MPI_BYTE;
+}
+
 class MpiRequest : public Request {
  public:
   MPI_Request req = MPI_REQUEST_NULL;
@@ -33,7 +43,7 @@ class MpiRequest : public Request {
   }
 };
 
-class MpiComm : public Comm {
+class MpiComm : public HostComm {
  public:
   MpiComm(MPI_Comm c, bool owned) : comm_(c), owned_(owned) {
     MPI_Comm_rank(comm_, &rank_);
@@ -44,42 +54,35 @@ class MpiComm : public Comm {
     MPI_Finalized(&finalized);
     if (owned_ && !finalized) MPI_Comm_free(&comm_);
   }
-  MPI_Comm handle() const { return comm_; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  void allreduce_sum(float* b, int64_t n) override {
-    if (size_ > 1) check(MPI_Allreduce(MPI_IN_PLACE, b, count(n), MPI_FLOAT, MPI_SUM, comm_), "allreduce");
+  void allreduce_sum(void* b, int64_t n, HostType t) override {
+    if (size_ > 1) check(MPI_Allreduce(MPI_IN_PLACE, b, count(n), mpi_type(t), MPI_SUM, comm_), "allreduce");
   }
-  void allreduce_sum(double* b, int64_t n) override {
-    if (size_ > 1) check(MPI_Allreduce(MPI_IN_PLACE, b, count(n), MPI_DOUBLE, MPI_SUM, comm_), "allreduce");
+  void allreduce_max(void* b, int64_t n, HostType t) override {
+    if (size_ > 1) check(MPI_Allreduce(MPI_IN_PLACE, b, count(n), mpi_type(t), MPI_MAX, comm_), "allreduce");
   }
-  void allreduce_max(float* b, int64_t n) override {
-    if (size_ > 1) check(MPI_Allreduce(MPI_IN_PLACE, b, count(n), MPI_FLOAT, MPI_MAX, comm_), "allreduce");
-  }
-  void allreduce_max(int* b, int64_t n) override {
-    if (size_ > 1) check(MPI_Allreduce(MPI_IN_PLACE, b, count(n), MPI_INT, MPI_MAX, comm_), "allreduce");
-  }
-  void allgather(const float* s, float* r, int64_t n) override {
-    check(MPI_Allgather(s, count(n), MPI_FLOAT, r, count(n), MPI_FLOAT, comm_), "allgather");
+  void allgather(const void* s, void* r, int64_t bytes) override {
+    check(MPI_Allgather(s, count(bytes), MPI_BYTE, r, count(bytes), MPI_BYTE, comm_), "allgather");
   }
   void reduce_scatter(const float* s, float* r, int64_t n) override {
     check(MPI_Reduce_scatter_block(s, r, count(n), MPI_FLOAT, MPI_SUM, comm_), "reduce_scatter");
   }
-  void alltoall(const float* s, float* r, int64_t n) override {
-    check(MPI_Alltoall(s, count(n), MPI_FLOAT, r, count(n), MPI_FLOAT, comm_), "alltoall");
+  void alltoall(const void* s, void* r, int64_t bytes) override {
+    check(MPI_Alltoall(s, count(bytes), MPI_BYTE, r, count(bytes), MPI_BYTE, comm_), "alltoall");
   }
-  std::unique_ptr<Request> isend(const float* b, int64_t n, int peer, int tag) override {
+  std::unique_ptr<Request> isend(const void* b, int64_t bytes, int peer, int tag) override {
     auto r = std::make_unique<MpiRequest>();
-    check(MPI_Isend(b, count(n), MPI_FLOAT, peer, tag, comm_, &r->req), "isend");
+    check(MPI_Isend(b, count(bytes), MPI_BYTE, peer, tag, comm_, &r->req), "isend");
     return r;
   }
-  std::unique_ptr<Request> irecv(float* b, int64_t n, int peer, int tag) override {
+  std::unique_ptr<Request> irecv(void* b, int64_t bytes, int peer, int tag) override {
     auto r = std::make_unique<MpiRequest>();
-    check(MPI_Irecv(b, count(n), MPI_FLOAT, peer, tag, comm_, &r->req), "irecv");
+    check(MPI_Irecv(b, count(bytes), MPI_BYTE, peer, tag, comm_, &r->req), "irecv");
     return r;
   }
-  void broadcast(float* b, int64_t n, int root) override {
-    if (size_ > 1) check(MPI_Bcast(b, count(n), MPI_FLOAT, root, comm_), "broadcast");
+  void broadcast(void* b, int64_t bytes, int root) override {
+    if (size_ > 1) check(MPI_Bcast(b, count(bytes), MPI_BYTE, root, comm_), "broadcast");
   }
   void barrier() override { check(MPI_Barrier(comm_), "barrier"); }
 
@@ -97,14 +100,14 @@ class MpiWorld : public CommWorld {
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Finalize();
   }
-  Comm& world() override { return world_; }
+  HostComm& world() override { return world_; }
   [[noreturn]] void abort(int exit_code) override {
     std::fflush(stdout);
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, exit_code);  // mpirun ends every rank, blocked in a collective or not
     std::_Exit(exit_code);
   }
-  std::unique_ptr<Comm> split(const std::vector<int64_t>& ranks) override {
+  std::unique_ptr<HostComm> split(const std::vector<int64_t>& ranks) override {
     // groups partition the world: the smallest member names the group, the order inside is the key
     int color = static_cast<int>(*std::min_element(ranks.begin(), ranks.end()));
     int key = static_cast<int>(std::find(ranks.begin(), ranks.end(), world_.rank()) - ranks.begin());
@@ -122,7 +125,14 @@ class MpiWorld : public CommWorld {
 std::unique_ptr<CommWorld> make_world(int* argc, char*** argv) {
   int inited = 0;
   MPI_Initialized(&inited);
-  if (!inited) check(MPI_Init(argc, argv), "MPI_Init");
+  if (!inited) {
+    // the deferred backend communicates from its worker thread while the main thread may too
+    int provided = 0;
+    check(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+    if (provided < MPI_THREAD_MULTIPLE)
+      std::fprintf(stderr, "ctxrun: MPI provides thread level %d < MPI_THREAD_MULTIPLE: use a synchronous backend\n",
+                   provided);
+  }
   return std::make_unique<MpiWorld>();
 }
 bool mpi_available() { return true; }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <stdexcept>
+#include <vector>
 
 #include "executor/comm.hpp"
 
@@ -22,40 +23,41 @@ class Done : public Request {
   void wait() override {}
 };
 
-class SelfComm : public Comm {
+size_t host_type_bytes(HostType t) { return t == HostType::f64 ? 8 : t == HostType::byte ? 1 : 4; }
+
+class SelfComm : public HostComm {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  void allreduce_sum(float*, int64_t) override {}
-  void allreduce_sum(double*, int64_t) override {}
-  void allreduce_max(float*, int64_t) override {}
-  void allreduce_max(int*, int64_t) override {}
-  void allgather(const float* s, float* r, int64_t n) override { if (s != r) std::memmove(r, s, n * sizeof(float)); }
+  void allreduce_sum(void*, int64_t, HostType) override {}
+  void allreduce_max(void*, int64_t, HostType) override {}
+  void allgather(const void* s, void* r, int64_t bytes) override { if (s != r) std::memmove(r, s, bytes); }
   void reduce_scatter(const float* s, float* r, int64_t n) override { if (s != r) std::memmove(r, s, n * sizeof(float)); }
-  void alltoall(const float* s, float* r, int64_t n) override { if (s != r) std::memmove(r, s, n * sizeof(float)); }
-  std::unique_ptr<Request> isend(const float* buf, int64_t n, int, int tag) override {
-    pending_[tag].assign(buf, buf + n);
+  void alltoall(const void* s, void* r, int64_t bytes) override { if (s != r) std::memmove(r, s, bytes); }
+  std::unique_ptr<Request> isend(const void* buf, int64_t bytes, int, int tag) override {
+    const char* b = static_cast<const char*>(buf);
+    pending_[tag].assign(b, b + bytes);
     return std::make_unique<Done>();
   }
-  std::unique_ptr<Request> irecv(float* buf, int64_t n, int, int tag) override {
+  std::unique_ptr<Request> irecv(void* buf, int64_t bytes, int, int tag) override {
     auto it = pending_.find(tag);
-    if (it == pending_.end() || static_cast<int64_t>(it->second.size()) != n)
+    if (it == pending_.end() || static_cast<int64_t>(it->second.size()) != bytes)
       throw std::logic_error("self communicator: receive without a matching send");
-    std::memcpy(buf, it->second.data(), n * sizeof(float));
+    std::memcpy(buf, it->second.data(), bytes);
     pending_.erase(it);
     return std::make_unique<Done>();
   }
-  void broadcast(float*, int64_t, int) override {}
+  void broadcast(void*, int64_t, int) override {}
   void barrier() override {}
 
  private:
-  std::map<int, std::vector<float>> pending_;
+  std::map<int, std::vector<char>> pending_;
 };
 
 class SelfWorld : public CommWorld {
  public:
-  Comm& world() override { return comm_; }
-  std::unique_ptr<Comm> split(const std::vector<int64_t>&) override { return std::make_unique<SelfComm>(); }
+  HostComm& world() override { return comm_; }
+  std::unique_ptr<HostComm> split(const std::vector<int64_t>&) override { return std::make_unique<SelfComm>(); }
 
  private:
   SelfComm comm_;

@@ -1,14 +1,14 @@
 #include "executor/context_parallel.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <stdexcept>
 
 namespace ctx::exec {
 namespace {
 constexpr int kTagKv = 11, kTagDkv = 12;
-
-TokenRefs refs(const std::vector<int64_t>& idx, const std::vector<int32_t>& doc) { return {idx.data(), doc.data()}; }
 
 // The heads a Ulysses peer j receives: a slice of the query heads; of the KV heads either a slice
 // or (degree above the KV heads) the one KV head its query heads read.
@@ -69,7 +69,76 @@ SequenceMeta make_sequence_meta(const ParallelContext& pc, const std::vector<con
     }
     m.my_block = pc.coord.ring;
   }
+  const auto& qi = m.block_index[m.my_block];
+  const auto& qd = m.block_doc[m.my_block];
+  for (size_t b = 0; b < m.block_index.size(); ++b)
+    m.kv_range.push_back(visible_hulls(qi, qd, m.block_index[b], m.block_doc[b]));
   return m;
+}
+
+std::vector<int32_t> visible_hulls(const std::vector<int64_t>& q_index, const std::vector<int32_t>& q_doc,
+                                   const std::vector<int64_t>& k_index, const std::vector<int32_t>& k_doc) {
+  // per document: its keys sorted by global index, with the running min and max of their rows
+  struct Keys {
+    std::vector<int64_t> index;
+    std::vector<int32_t> lo, hi;
+  };
+  std::map<int32_t, std::vector<std::pair<int64_t, int32_t>>> by_doc;
+  for (size_t j = 0; j < k_index.size(); ++j) by_doc[k_doc[j]].push_back({k_index[j], static_cast<int32_t>(j)});
+  std::map<int32_t, Keys> keys;
+  for (auto& [doc, list] : by_doc) {
+    std::sort(list.begin(), list.end());
+    Keys k;
+    int32_t lo = std::numeric_limits<int32_t>::max(), hi = -1;
+    for (auto& [idx, row] : list) {
+      lo = std::min(lo, row);
+      hi = std::max(hi, row);
+      k.index.push_back(idx);
+      k.lo.push_back(lo);
+      k.hi.push_back(hi + 1);
+    }
+    keys[doc] = std::move(k);
+  }
+  std::vector<int32_t> out(2 * q_index.size(), 0);
+  for (size_t i = 0; i < q_index.size(); ++i) {
+    auto it = keys.find(q_doc[i]);
+    if (it == keys.end()) continue;
+    const Keys& k = it->second;
+    const size_t n = std::upper_bound(k.index.begin(), k.index.end(), q_index[i]) - k.index.begin();
+    if (n == 0) continue;
+    out[2 * i] = k.lo[n - 1];
+    out[2 * i + 1] = k.hi[n - 1];
+  }
+  return out;
+}
+
+DeviceBatch upload_batch(Backend& be, const SequenceMeta& s) {
+  DeviceBatch b;
+  auto ints = [&](const std::vector<int32_t>& v) {
+    Tensor t = be.alloc(static_cast<int64_t>(v.size()), 1, DType::i32, Mem::mask);
+    be.upload(t, v.data());
+    return t;
+  };
+  auto longs = [&](const std::vector<int64_t>& v) {
+    Tensor t = be.alloc(static_cast<int64_t>(v.size()), 1, DType::i64, Mem::mask);
+    be.upload(t, v.data());
+    return t;
+  };
+  b.tokens = ints(s.tokens);
+  b.labels = ints(s.labels);
+  b.pos = ints(s.pos);
+  b.q_index = longs(s.block_index[s.my_block]);
+  b.q_doc = ints(s.block_doc[s.my_block]);
+  for (size_t k = 0; k < s.block_index.size(); ++k) {
+    b.k_index.push_back(longs(s.block_index[k]));
+    b.k_doc.push_back(ints(s.block_doc[k]));
+    Tensor r = be.alloc(static_cast<int64_t>(s.kv_range[k].size() / 2), 2, DType::i32, Mem::mask);
+    be.upload(r, s.kv_range[k].data());
+    b.kv_range.push_back(std::move(r));
+  }
+  b.my_block = s.my_block;
+  for (int32_t l : s.labels) b.valid_labels += (l >= 0);
+  return b;
 }
 
 AttnShape ContextAttention::shape() const {
@@ -81,164 +150,191 @@ AttnShape ContextAttention::shape() const {
   return s;
 }
 
-Tensor ContextAttention::to_heads(const Tensor& x, int64_t heads, bool kv, Mem cat) {
+int64_t ContextAttention::key_blocks() const {
+  return pc_.plan.cp_kind == CpKind::allgather ? pc_.plan.cp : l_.ring;
+}
+
+View ContextAttention::accumulator(View out, Tensor& hold) {
+  if (out.dtype() == DType::f32) {
+    be_.zero(out);
+    return out;
+  }
+  hold = be_.alloc(out.rows(), out.cols(), DType::f32, Mem::workspace);
+  be_.zero(hold);
+  return hold;
+}
+
+void ContextAttention::finish(View out, Tensor& hold) {
+  if (!hold) return;
+  be_.copy(out, hold);
+  hold.reset();
+}
+
+Tensor ContextAttention::to_heads(View x, int64_t heads, bool kv, Mem cat) {
   const int64_t u = l_.ulysses, T = l_.tokens, d = l_.head_dim;
   const int64_t per = kv ? l_.attn_kv_heads : l_.attn_q_heads;
-  Tensor send = be_.alloc(u * T, per * d, Mem::comm_buffers);
+  Tensor send = be_.alloc(u * T, per * d, x.dtype(), Mem::comm_buffers);
   for (int64_t j = 0; j < u; ++j) {
     auto [h0, n] = head_range(j, u, heads, kv, l_.q_heads);
-    be_.copy_block(send.data() + j * T * per * d, per * d, x.data() + h0 * d, heads * d, T, n * d);
+    be_.copy_cols(send.row_range(j * T, T), 0, x, h0 * d, n * d);
   }
-  Tensor out = be_.alloc(u * T, per * d, cat);
-  pc_.ulysses->alltoall(send.data(), out.data(), T * per * d);
+  Tensor out = be_.alloc(u * T, per * d, x.dtype(), cat);
+  pc_.ulysses->alltoall(send, out);
   return out;
 }
 
-void ContextAttention::to_sequence(const Tensor& xa, int64_t heads, bool kv, Tensor& out) {
+void ContextAttention::to_sequence(View xa, int64_t heads, bool kv, View out) {
   const int64_t u = l_.ulysses, T = l_.tokens, d = l_.head_dim;
   const int64_t per = kv ? l_.attn_kv_heads : l_.attn_q_heads;
-  Tensor recv = be_.alloc(u * T, per * d, Mem::comm_buffers);
-  pc_.ulysses->alltoall(xa.data(), recv.data(), T * per * d);
-  be_.fill(out.data(), 0.0f, out.numel());
-  for (int64_t j = 0; j < u; ++j) {  // replicated KV heads come back from several peers: their gradients add
+  Tensor recv = be_.alloc(u * T, per * d, xa.dtype(), Mem::comm_buffers);
+  pc_.ulysses->alltoall(xa, recv);
+  if (kv && heads < u) be_.zero(out);  // replicated KV heads come back from several peers: their gradients add
+  for (int64_t j = 0; j < u; ++j) {
     auto [h0, n] = head_range(j, u, heads, kv, l_.q_heads);
-    be_.add_block(out.data() + h0 * d, heads * d, recv.data() + j * T * per * d, per * d, T, n * d);
+    if (kv && heads < u) be_.add_cols(out, h0 * d, recv.row_range(j * T, T), 0, n * d);
+    else be_.copy_cols(out, h0 * d, recv.row_range(j * T, T), 0, n * d);
   }
 }
 
-std::pair<Tensor, Tensor> ContextAttention::gather_kv(const float* k, const float* v) {
-  const AttnShape sh = shape();
-  const int64_t Ta = l_.attn_tokens, kvn = Ta * sh.kv_heads * sh.head_dim;
-  Tensor kf = be_.alloc(pc_.plan.cp * Ta, sh.kv_heads * sh.head_dim, Mem::comm_buffers);
-  Tensor vf = be_.alloc(pc_.plan.cp * Ta, sh.kv_heads * sh.head_dim, Mem::comm_buffers);
-  pc_.cp->allgather(k, kf.data(), kvn);
-  pc_.cp->allgather(v, vf.data(), kvn);
+std::pair<Tensor, Tensor> ContextAttention::gather_kv(View k, View v) {
+  const int64_t Ta = l_.attn_tokens, kvd = k.cols();
+  Tensor kf = be_.alloc(pc_.plan.cp * Ta, kvd, k.dtype(), Mem::comm_buffers);
+  Tensor vf = be_.alloc(pc_.plan.cp * Ta, kvd, v.dtype(), Mem::comm_buffers);
+  pc_.cp->allgather(k, kf);
+  pc_.cp->allgather(v, vf);
   return {std::move(kf), std::move(vf)};
 }
 
-void ContextAttention::core_forward(const SequenceMeta& s, const float* q, const float* k, const float* v, float* o,
-                                    float* lse) {
+void ContextAttention::core_forward(const DeviceBatch& b, View q, View k, View v, View o, View lse) {
   const AttnShape sh = shape();
-  const int64_t Ta = l_.attn_tokens, kvn = Ta * sh.kv_heads * sh.head_dim;
-  const auto& qi = s.block_index[s.my_block];
-  const auto& qd = s.block_doc[s.my_block];
+  const int64_t Ta = l_.attn_tokens;
+  const TokenRefs qt = b.queries();
   const Plan& p = pc_.plan;
   if (p.cp_kind == CpKind::allgather && p.cp > 1) {
     auto [kf, vf] = gather_kv(k, v);
     for (int64_t c = 0; c < p.cp; ++c)
-      be_.attention_forward_block(o, lse, q, refs(qi, qd), Ta, kf.data() + c * kvn, vf.data() + c * kvn,
-                                  refs(s.block_index[c], s.block_doc[c]), Ta, sh);
+      be_.attention_forward_block(o, lse, q, qt, kf.row_range(c * Ta, Ta), vf.row_range(c * Ta, Ta), b.block(c), sh);
     return;
   }
   const int64_t R = l_.ring, r = pc_.coord.ring;
   if (R == 1) {
-    be_.attention_forward_block(o, lse, q, refs(qi, qd), Ta, k, v, refs(qi, qd), Ta, sh);
+    be_.attention_forward_block(o, lse, q, qt, k, v, b.block(b.my_block), sh);
     return;
   }
-  // ring: [K;V] packed so one message carries a block; double-buffered receive
-  Tensor cur = be_.alloc(2, kvn, Mem::comm_buffers), next = be_.alloc(2, kvn, Mem::comm_buffers);
-  be_.copy(cur.data(), k, kvn);
-  be_.copy(cur.data() + kvn, v, kvn);
+  // ring: [K; V] packed so one message carries a block; double-buffered receive
+  Tensor cur = be_.alloc(2 * Ta, k.cols(), k.dtype(), Mem::comm_buffers);
+  Tensor next = be_.alloc(2 * Ta, k.cols(), k.dtype(), Mem::comm_buffers);
+  be_.copy(cur.row_range(0, Ta), k);
+  be_.copy(cur.row_range(Ta, Ta), v);
   const int next_rank = static_cast<int>((r + 1) % R), prev_rank = static_cast<int>((r + R - 1) % R);
   for (int64_t t = 0; t < R; ++t) {
     const int64_t src = (r - t + R) % R;
     std::unique_ptr<Request> rs, rr;
     if (t + 1 < R) {  // post the next block's transfer before computing on this one
-      rr = pc_.ring->irecv(next.data(), 2 * kvn, prev_rank, kTagKv);
-      rs = pc_.ring->isend(cur.data(), 2 * kvn, next_rank, kTagKv);
+      rr = pc_.ring->irecv(next, prev_rank, kTagKv);
+      rs = pc_.ring->isend(cur, next_rank, kTagKv);
     }
-    be_.attention_forward_block(o, lse, q, refs(qi, qd), Ta, cur.data(), cur.data() + kvn,
-                                refs(s.block_index[src], s.block_doc[src]), Ta, sh);
+    be_.attention_forward_block(o, lse, q, qt, cur.row_range(0, Ta), cur.row_range(Ta, Ta), b.block(src), sh);
     if (rr) { rr->wait(); rs->wait(); std::swap(cur, next); }
   }
 }
 
-void ContextAttention::core_backward(const SequenceMeta& s, const float* q, const float* k, const float* v,
-                                     const float* dout, const float* lse, const float* delta, float* dq, float* dk,
-                                     float* dv) {
+void ContextAttention::core_backward(const DeviceBatch& b, View q, View k, View v, View dout, View lse, View delta,
+                                     View dq, View dk, View dv) {
   const AttnShape sh = shape();
-  const int64_t Ta = l_.attn_tokens, kvn = Ta * sh.kv_heads * sh.head_dim;
-  const auto& qi = s.block_index[s.my_block];
-  const auto& qd = s.block_doc[s.my_block];
+  const int64_t Ta = l_.attn_tokens, kvd = k.cols();
+  const TokenRefs qt = b.queries();
   const Plan& p = pc_.plan;
   if (p.cp_kind == CpKind::allgather && p.cp > 1) {
     auto [kf, vf] = gather_kv(k, v);
-    Tensor dkf = be_.alloc(p.cp * Ta, sh.kv_heads * sh.head_dim, Mem::comm_buffers);
-    Tensor dvf = be_.alloc(p.cp * Ta, sh.kv_heads * sh.head_dim, Mem::comm_buffers);
+    Tensor dkf = be_.alloc(p.cp * Ta, kvd, DType::f32, Mem::comm_buffers);
+    Tensor dvf = be_.alloc(p.cp * Ta, kvd, DType::f32, Mem::comm_buffers);
+    be_.zero(dkf);
+    be_.zero(dvf);
     for (int64_t c = 0; c < p.cp; ++c)
-      be_.attention_backward_block(dq, dkf.data() + c * kvn, dvf.data() + c * kvn, q, refs(qi, qd), Ta,
-                                   kf.data() + c * kvn, vf.data() + c * kvn, refs(s.block_index[c], s.block_doc[c]),
-                                   Ta, dout, lse, delta, sh);
-    pc_.cp->reduce_scatter(dkf.data(), dk, kvn);
-    pc_.cp->reduce_scatter(dvf.data(), dv, kvn);
+      be_.attention_backward_block(dq, dkf.row_range(c * Ta, Ta), dvf.row_range(c * Ta, Ta), q, qt,
+                                   kf.row_range(c * Ta, Ta), vf.row_range(c * Ta, Ta), b.block(c), dout, lse, delta, sh);
+    pc_.cp->reduce_scatter(dkf, dk);
+    pc_.cp->reduce_scatter(dvf, dv);
     return;
   }
   const int64_t R = l_.ring, r = pc_.coord.ring;
   if (R == 1) {
-    be_.attention_backward_block(dq, dk, dv, q, refs(qi, qd), Ta, k, v, refs(qi, qd), Ta, dout, lse, delta, sh);
+    be_.attention_backward_block(dq, dk, dv, q, qt, k, v, b.block(b.my_block), dout, lse, delta, sh);
     return;
   }
-  Tensor cur = be_.alloc(2, kvn, Mem::comm_buffers), next = be_.alloc(2, kvn, Mem::comm_buffers);
-  Tensor dcur = be_.alloc(2, kvn, Mem::comm_buffers), dnext = be_.alloc(2, kvn, Mem::comm_buffers);
-  be_.copy(cur.data(), k, kvn);
-  be_.copy(cur.data() + kvn, v, kvn);
+  Tensor cur = be_.alloc(2 * Ta, kvd, k.dtype(), Mem::comm_buffers);
+  Tensor next = be_.alloc(2 * Ta, kvd, k.dtype(), Mem::comm_buffers);
+  Tensor dcur = be_.alloc(2 * Ta, kvd, DType::f32, Mem::comm_buffers);
+  Tensor dnext = be_.alloc(2 * Ta, kvd, DType::f32, Mem::comm_buffers);
+  be_.copy(cur.row_range(0, Ta), k);
+  be_.copy(cur.row_range(Ta, Ta), v);
+  be_.zero(dcur);
   const int next_rank = static_cast<int>((r + 1) % R), prev_rank = static_cast<int>((r + R - 1) % R);
   for (int64_t t = 0; t < R; ++t) {
     const int64_t src = (r - t + R) % R;
     std::unique_ptr<Request> rs, rr;
     if (t + 1 < R) {
-      rr = pc_.ring->irecv(next.data(), 2 * kvn, prev_rank, kTagKv);
-      rs = pc_.ring->isend(cur.data(), 2 * kvn, next_rank, kTagKv);
+      rr = pc_.ring->irecv(next, prev_rank, kTagKv);
+      rs = pc_.ring->isend(cur, next_rank, kTagKv);
     }
-    be_.attention_backward_block(dq, dcur.data(), dcur.data() + kvn, q, refs(qi, qd), Ta, cur.data(),
-                                 cur.data() + kvn, refs(s.block_index[src], s.block_doc[src]), Ta, dout, lse, delta, sh);
+    be_.attention_backward_block(dq, dcur.row_range(0, Ta), dcur.row_range(Ta, Ta), q, qt, cur.row_range(0, Ta),
+                                 cur.row_range(Ta, Ta), b.block(src), dout, lse, delta, sh);
     // this block's dK,dV travel on with it; after the last step they go home to their owner
-    auto dr = pc_.ring->irecv(dnext.data(), 2 * kvn, prev_rank, kTagDkv);
-    auto ds = pc_.ring->isend(dcur.data(), 2 * kvn, next_rank, kTagDkv);
+    auto dr = pc_.ring->irecv(dnext, prev_rank, kTagDkv);
+    auto ds = pc_.ring->isend(dcur, next_rank, kTagDkv);
     dr->wait();
     ds->wait();
     std::swap(dcur, dnext);
     if (rr) { rr->wait(); rs->wait(); std::swap(cur, next); }
   }
-  be_.copy(dk, dcur.data(), kvn);
-  be_.copy(dv, dcur.data() + kvn, kvn);
+  be_.copy(dk, dcur.row_range(0, Ta));
+  be_.copy(dv, dcur.row_range(Ta, Ta));
 }
 
-void ContextAttention::forward(const SequenceMeta& s, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o,
-                               Tensor& lse) {
+void ContextAttention::forward(const DeviceBatch& b, View q, View k, View v, Tensor& o, Tensor& lse) {
   const int64_t Ta = l_.attn_tokens, hqa = l_.attn_q_heads, d = l_.head_dim;
-  lse = be_.alloc(Ta, hqa, Mem::activations);
-  be_.fill(lse.data(), -std::numeric_limits<float>::infinity(), lse.numel());
+  lse = be_.alloc(Ta, hqa, DType::f32, Mem::activations);
+  be_.fill(lse, -std::numeric_limits<float>::infinity());
+  const bool merged = key_blocks() > 1;  // several blocks merge into the output: fp32 accumulator under bf16
   if (l_.ulysses == 1) {
-    o = be_.alloc(Ta, hqa * d, Mem::activations);
-    core_forward(s, q.data(), k.data(), v.data(), o.data(), lse.data());
+    o = be_.alloc(Ta, hqa * d, q.dtype(), Mem::activations);
+    Tensor acc;
+    View out = merged ? accumulator(o, acc) : View(o);
+    if (!merged) be_.zero(o);
+    core_forward(b, q, k, v, out, lse);
+    finish(o, acc);
     return;
   }
   Tensor qa = to_heads(q, l_.q_heads, false, Mem::comm_buffers);
   Tensor ka = to_heads(k, l_.kv_heads, true, Mem::comm_buffers);
   Tensor va = to_heads(v, l_.kv_heads, true, Mem::comm_buffers);
-  Tensor oa = be_.alloc(Ta, hqa * d, Mem::comm_buffers);
-  o = be_.alloc(l_.tokens, l_.q_heads * d, Mem::activations);
-  core_forward(s, qa.data(), ka.data(), va.data(), oa.data(), lse.data());
+  Tensor oa = be_.alloc(Ta, hqa * d, q.dtype(), Mem::comm_buffers);
+  o = be_.alloc(l_.tokens, l_.q_heads * d, q.dtype(), Mem::activations);
+  Tensor acc;
+  View out = merged ? accumulator(oa, acc) : View(oa);
+  if (!merged) be_.zero(oa);
+  core_forward(b, qa, ka, va, out, lse);
+  finish(oa, acc);
   qa.reset();  // the head-layout inputs are done with before the output travels back
   ka.reset();
   va.reset();
   to_sequence(oa, l_.q_heads, false, o);
 }
 
-void ContextAttention::backward(const SequenceMeta& s, const Tensor& q, const Tensor& k, const Tensor& v,
-                                const Tensor& o, const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
-                                Tensor& dv) {
+void ContextAttention::backward(const DeviceBatch& b, View q, View k, View v, View o, View lse, View dout, View dq,
+                                View dk, View dv) {
   const int64_t Ta = l_.attn_tokens, hqa = l_.attn_q_heads, hkva = l_.attn_kv_heads, d = l_.head_dim;
   const AttnShape sh = shape();
-  Tensor delta = be_.alloc(Ta, hqa, Mem::workspace);
+  Tensor delta = be_.alloc(Ta, hqa, DType::f32, Mem::workspace);
   if (l_.ulysses == 1) {
-    be_.attention_delta(delta.data(), dout.data(), o.data(), Ta, sh);
-    be_.fill(dq.data(), 0.0f, dq.numel());
-    be_.fill(dk.data(), 0.0f, dk.numel());
-    be_.fill(dv.data(), 0.0f, dv.numel());
-    core_backward(s, q.data(), k.data(), v.data(), dout.data(), lse.data(), delta.data(), dq.data(), dk.data(),
-                  dv.data());
+    be_.attention_delta(delta, dout, o, sh);
+    Tensor hq, hk, hv;
+    View aq = accumulator(dq, hq), ak = accumulator(dk, hk), av = accumulator(dv, hv);
+    core_backward(b, q, k, v, dout, lse, delta, aq, ak, av);
+    finish(dq, hq);
+    finish(dk, hk);
+    finish(dv, hv);
     return;
   }
   Tensor qa = to_heads(q, l_.q_heads, false, Mem::comm_buffers);
@@ -246,13 +342,19 @@ void ContextAttention::backward(const SequenceMeta& s, const Tensor& q, const Te
   Tensor va = to_heads(v, l_.kv_heads, true, Mem::comm_buffers);
   Tensor oa = to_heads(o, l_.q_heads, false, Mem::comm_buffers);
   Tensor da = to_heads(dout, l_.q_heads, false, Mem::comm_buffers);
-  be_.attention_delta(delta.data(), da.data(), oa.data(), Ta, sh);
+  be_.attention_delta(delta, da, oa, sh);
   oa.reset();
-  Tensor dqa = be_.alloc(Ta, hqa * d, Mem::workspace);
-  Tensor dka = be_.alloc(Ta, hkva * d, Mem::workspace);
-  Tensor dva = be_.alloc(Ta, hkva * d, Mem::workspace);
-  core_backward(s, qa.data(), ka.data(), va.data(), da.data(), lse.data(), delta.data(), dqa.data(), dka.data(),
-                dva.data());
+  Tensor dqa = be_.alloc(Ta, hqa * d, q.dtype(), Mem::workspace);
+  Tensor dka = be_.alloc(Ta, hkva * d, q.dtype(), Mem::workspace);
+  Tensor dva = be_.alloc(Ta, hkva * d, q.dtype(), Mem::workspace);
+  {
+    Tensor hq, hk, hv;
+    View aq = accumulator(dqa, hq), ak = accumulator(dka, hk), av = accumulator(dva, hv);
+    core_backward(b, qa, ka, va, da, lse, delta, aq, ak, av);
+    finish(dqa, hq);
+    finish(dka, hk);
+    finish(dva, hv);
+  }
   qa.reset();  // staging buffers released before the gradients' all-to-all allocates its own
   ka.reset();
   va.reset();

@@ -20,14 +20,12 @@
 #include "executor/checkpoint.hpp"
 #include "executor/report.hpp"
 #include "executor/trainer.hpp"
-#include "planner/exit_codes.hpp"
+#include "costmodel/exit_codes.hpp"
 
 using namespace ctx;
 using namespace ctx::exec;
 
 namespace {
-constexpr int kExitDiverged = 4;
-constexpr int kExitInterrupted = 130;
 std::atomic<int> g_stop{0};
 extern "C" void on_signal(int) { g_stop.store(1); }
 
@@ -80,8 +78,11 @@ int run(int argc, char** argv, CommWorld& world) {
   app.add_option("--log-every", o.log_every, "print every N steps (default 1)");
   app.add_flag("--no-fit-check", o.no_fit_check, "run even when the memory model predicts the plan does not fit");
   app.add_option("--debug-nan", o.debug_nan, "fault injection for tests: STEP:LAYER poisons that layer's output");
-  app.add_option("--backend", o.backend, "cpu (Eigen, float32) | cuda (float32 on the GPU; compiles, untested on GPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--backend", o.backend,
+                 "cpu (Eigen reference; bf16 stored, fp32 arithmetic) | cpu-guarded (tensor memory unreadable by the "
+                 "host outside the backend) | cpu-deferred (every op and message on a worker thread) | cuda (float32 "
+                 "only; compiles, untested on GPU)")
+      ->check(CLI::IsMember({"cpu", "cpu-guarded", "cpu-deferred", "cuda"}));
   app.add_option("--debug-fail", o.debug_fail, "fault injection for tests: RANK:STEP fails that rank at that step");
   try {
     app.parse(argc, argv);
@@ -127,7 +128,13 @@ int run(int argc, char** argv, CommWorld& world) {
   if (!why.empty()) throw InputError(o.plan_file.empty() ? "--plan" : o.plan_file, "", why);
   if (o.steps < 0) throw InputError("--steps", "", "must be >= 0");
   if (o.opt.lr <= 0 || !(o.opt.lr < 10)) throw InputError("--lr", "", "must be in (0, 10)");
-  Prediction pred = predict(model, cluster, resolve_runtime(prof, "ctxrun"), plan, seq);
+  // the fit check prices the runtime this backend really is (its profile, at the plan's precision)
+  const std::string runtime_name = ctxrun_runtime_for_backend(o.backend);
+  const RuntimeProfile runtime = resolve_runtime(prof, runtime_name);
+  if (o.backend == "cuda" && plan.precision != Precision::fp32)
+    throw InputError("--backend", "", "cuda: the CUDA backend runs float32 only today (bf16 kernels are issue 13); "
+                                      "add precision=fp32 to the plan or use a cpu backend");
+  Prediction pred = predict(model, cluster, runtime, plan, seq);
   if (!pred.memory.fits() && !o.no_fit_check) {
     if (rank == 0)
       std::cerr << "ctxrun: the memory model predicts " << pred.memory.peak.total() / (1 << 30) << " GiB per rank at the "
@@ -163,7 +170,9 @@ int run(int argc, char** argv, CommWorld& world) {
     throw InputError("--backend", "", "cuda: this ctxrun was built without CUDA (configure with -DCTXPLAN_WITH_CUDA=ON)");
 #endif
   } else {
-    backend = make_cpu_backend();
+    CpuMode mode = CpuMode::plain;
+    parse_cpu_mode(o.backend, &mode);
+    backend = make_cpu_backend(mode);
   }
   TrainOptions to;
   to.model = model;
@@ -222,7 +231,7 @@ int run(int argc, char** argv, CommWorld& world) {
                   st.grad_norm, st.lr, st.seconds);
     if (o.save_every > 0 && st.step % o.save_every == 0 && st.step != o.steps) save();
     int stop = g_stop.load();
-    world.world().allreduce_max(&stop, 1);
+    trainer.context().world_comm->host_allreduce_max(&stop, 1);
     if (stop) {
       if (rank == 0) std::printf("interrupted after step %lld\n", static_cast<long long>(st.step));
       exit_code = kExitInterrupted;
@@ -233,14 +242,13 @@ int run(int argc, char** argv, CommWorld& world) {
   save();
   if (!o.report.empty()) {
     json j = measurement_json(trainer, *backend, rec);
-    // the memory model with the CPU backend's dtypes: every tensor is float32 (the ctxrun profile
-    // describes the bf16 CUDA backend); the same formulas otherwise
-    RuntimeProfile cpu_rt = resolve_runtime(prof, "ctxrun");
-    cpu_rt.weight_bytes = 4;
-    cpu_rt.activation_bytes = 4;
-    cpu_rt.host_bytes_per_rank = 0;
-    j["prediction"] = prediction_to_json(predict(model, cluster, cpu_rt, plan, seq));
-    j["prediction"]["runtime"] = "ctxrun with float32 weights and activations (" + backend->name() + " backend)";
+    // the memory model of this backend's runtime at the plan's precision; the host side counts the
+    // tensors the ledger sees (the process image is not on the ledger)
+    RuntimeProfile report_rt = runtime;
+    report_rt.host_bytes_per_rank = 0;
+    j["prediction"] = prediction_to_json(predict(model, cluster, report_rt, plan, seq));
+    j["prediction"]["runtime"] = runtime_name + " at precision=" + to_string(plan.precision) + " (" + backend->name() +
+                                 " backend)";
     if (rank == 0) {
       std::ofstream f(o.report + ".tmp");
       f << j.dump(2) << "\n";

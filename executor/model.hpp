@@ -21,38 +21,39 @@ struct LayerActs {
   Tensor x2, rstd2, gate, up, act;  // MLP side (x2 = input of the MLP block)
 };
 
-struct MicroResult {
-  double loss_sum = 0;     // sum of token losses on this rank's tokens (counted once per TP group)
-  int first_bad_layer = -1;  // first layer whose output was not finite (-1 none; L = the loss)
-  std::array<double, kPhases> phase_seconds{};  // forward, loss, backward (optimizer: the trainer)
-};
+// Codes for the non-finite flag (StepStat kStatNonFinite): the larger, the earlier the layer, so a
+// max over ranks and micro-batches names the first layer that produced a NaN or an infinity.
+inline float nonfinite_code(int64_t layer, int64_t layers) { return static_cast<float>(layers + 1 - layer); }
+inline int64_t nonfinite_layer(float code, int64_t layers) { return layers + 1 - static_cast<int64_t>(code); }
 
 class Model {
  public:
   Model(Backend& be, ParallelContext& pc, const ModelSpec& m, const Layout& l, ParamStore& ps);
-  // Forward and backward of one sequence; gradients accumulate into the parameter store, scaled
-  // by token_weight (1 / valid labels in the step's global batch).
-  MicroResult forward_backward(const SequenceMeta& s, float token_weight);
+  // Forward and backward of one micro-batch; gradients accumulate into the parameter store, scaled
+  // by token_weight (1 / valid labels in the step's global batch). The loss sum and the non-finite
+  // flag accumulate into stats (f32 [1, kStepStats]) on the device; mark_time slots time_slot0 ..
+  // time_slot0 + 3 record the start and the ends of forward, loss and backward.
+  void forward_backward(const DeviceBatch& b, float token_weight, View stats, int time_slot0);
   // Fault injection for the NaN tests: poison this layer's output on the next forward.
   void inject_nan_at_layer(int layer) { inject_nan_layer_ = layer; }
 
  private:
   enum class Keep { all, selective, checkpoint };
-  Tensor layer_forward(int64_t i, const SequenceMeta& s, Tensor x, LayerActs& a, Keep keep);
-  Tensor layer_backward(int64_t i, const SequenceMeta& s, LayerActs& a, Tensor dy);
-  Tensor attention_block_forward(int64_t i, const SequenceMeta& s, const Tensor& x, LayerActs& a, Keep keep);
+  Tensor layer_forward(int64_t i, const DeviceBatch& b, Tensor x, LayerActs& a, Keep keep);
+  Tensor layer_backward(int64_t i, const DeviceBatch& b, LayerActs& a, Tensor dy);
+  Tensor attention_block_forward(int64_t i, const DeviceBatch& b, const Tensor& x, LayerActs& a, Keep keep);
   Tensor mlp_block_forward(int64_t i, const Tensor& x2, LayerActs& a, Keep keep);
   void norm_backward_into(Tensor& dy, Tensor dnorm_partial, int64_t unit, int norm_param, Tensor& x, Tensor& rstd);
   void mlp_block_backward(int64_t i, LayerActs& a, Tensor& dy);                           // dy += block's dx
-  void attention_block_backward(int64_t i, const SequenceMeta& s, LayerActs& a, Tensor& dy);
+  void attention_block_backward(int64_t i, const DeviceBatch& b, LayerActs& a, Tensor& dy);
   int64_t mlp_chunks() const;
-  void qkv_rope(int64_t i, const SequenceMeta& s, Tensor& q, Tensor& k, bool inverse);
-  double loss_forward_backward(const SequenceMeta& s, const Tensor& xl, Tensor& dxl, float token_weight);
+  void qkv_rope(int64_t i, const DeviceBatch& b, View q, View k, bool inverse);
+  void loss_forward_backward(const DeviceBatch& b, const Tensor& xl, Tensor& dxl, float token_weight, View stats);
 
   // Sequence-parallel helpers (identity when SP is off or tp == 1)
-  Tensor gather_seq(const Tensor& x, Mem cat);   // [Tsp, h] -> [T, h] (SP only)
-  Tensor reduce_partial(Tensor y, Mem cat);       // partial sums over TP: reduce-scatter (SP) or all-reduce
-  Tensor linear(const float* x, int64_t rows, const float* w, int64_t out, int64_t in, Mem cat);
+  Tensor gather_seq(View x, Mem cat);        // [Tsp, h] -> [T, h] (SP only)
+  Tensor reduce_partial(Tensor y, Mem cat);  // partial sums over TP: reduce-scatter (SP) or all-reduce
+  Tensor linear(View x, View w, Mem cat);    // x [rows, in] W^T, W [out, in]
 
   Backend& be_;
   ParallelContext& pc_;
@@ -61,6 +62,7 @@ class Model {
   ParamStore& ps_;
   ContextAttention attn_;
   RopeTable rope_;
+  Tensor inv_freq_;  // f32 [rot_dim/2], uploaded once
   int inject_nan_layer_ = -1;
 };
 

@@ -4,19 +4,23 @@
 
 namespace ctx::exec {
 
-ParallelContext make_parallel_context(CommWorld& w, const Plan& plan) {
+ParallelContext make_parallel_context(CommWorld& w, Backend& be, const Plan& plan) {
   ParallelContext c;
   c.plan = plan;
-  c.world_comm = &w.world();
   c.rank = w.world().rank();
   c.world = w.world().size();
   c.coord = coord_of_rank(plan, c.rank);
-  c.tp = w.split(group_ranks(plan, Group::tp, c.rank));
-  c.cp = w.split(group_ranks(plan, Group::cp, c.rank));
-  c.dp = w.split(group_ranks(plan, Group::dp, c.rank));
-  c.ulysses = w.split(group_ranks(plan, Group::ulysses, c.rank));
-  c.ring = w.split(group_ranks(plan, Group::ring, c.rank));
-  c.zero = w.split(group_ranks(plan, Group::zero, c.rank));
+  auto group = [&](Group g) { return make_host_staged_comm(be, w.split(group_ranks(plan, g, c.rank))); };
+  c.tp = group(Group::tp);
+  c.cp = group(Group::cp);
+  c.dp = group(Group::dp);
+  c.ulysses = group(Group::ulysses);
+  c.ring = group(Group::ring);
+  c.zero = group(Group::zero);
+  std::vector<int64_t> everyone(static_cast<size_t>(c.world));
+  for (int64_t r = 0; r < c.world; ++r) everyone[r] = r;
+  c.all = make_host_staged_comm(be, w.split(everyone));
+  c.world_comm = c.all.get();
   return c;
 }
 
@@ -49,42 +53,8 @@ Layout make_layout(const ModelSpec& m, const Plan& p, int64_t tp_rank, int64_t s
   l.attn_q_heads = l.q_heads / l.ulysses;
   l.attn_kv_heads = l.kv_heads >= l.ulysses ? l.kv_heads / l.ulysses : 1;
   l.attn_tokens = l.tokens * l.ulysses;
+  l.act = p.precision == Precision::fp32 ? DType::f32 : DType::bf16;
   return l;
-}
-
-std::vector<int64_t> cp_token_indices(const Plan& p, int64_t c, int64_t seq) {
-  std::vector<int64_t> out;
-  auto chunk = [&](int64_t begin, int64_t len) {
-    for (int64_t i = 0; i < len; ++i) out.push_back(begin + i);
-  };
-  const int64_t cp = p.cp;
-  if (cp == 1) { chunk(0, seq); return out; }
-  switch (p.cp_kind) {
-    case CpKind::zigzag: {
-      int64_t len = seq / (2 * cp);
-      chunk(c * len, len);
-      chunk((2 * cp - 1 - c) * len, len);
-      break;
-    }
-    case CpKind::usp: {
-      int64_t u = ulysses_degree(p), r = ring_degree(p);
-      int64_t ring_index = c / u, ui = c % u;
-      std::vector<int64_t> set;
-      if (r == 1) {
-        for (int64_t i = 0; i < seq; ++i) set.push_back(i);
-      } else {
-        int64_t len = seq / (2 * r);
-        for (int64_t i = 0; i < len; ++i) set.push_back(ring_index * len + i);
-        for (int64_t i = 0; i < len; ++i) set.push_back((2 * r - 1 - ring_index) * len + i);
-      }
-      int64_t slice = static_cast<int64_t>(set.size()) / u;
-      out.assign(set.begin() + ui * slice, set.begin() + (ui + 1) * slice);
-      break;
-    }
-    default:
-      chunk(c * (seq / cp), seq / cp);
-  }
-  return out;
 }
 
 std::string executor_plan_problem(const ModelSpec& m, const Plan& p, int64_t seq) {
@@ -100,7 +70,7 @@ std::string executor_plan_problem(const ModelSpec& m, const Plan& p, int64_t seq
   for (auto k : m.layer_position)
     if (k == PositionKind::alibi) return "ctxrun does not implement ALiBi (model " + m.name + ")";
   if (m.head_dim > 1024) return "head_dim above 1024 is not supported by the CPU attention kernel";
-  if (p.precision != Precision::bf16) return "the CPU backend computes in float32; precision=fp8 needs the CUDA backend";
+  if (p.precision == Precision::fp8) return "ctxrun runs precision=bf16 or fp32; fp8 is not implemented";
   if (p.mask == MaskKind::explicit_mask) return "ctxrun never materialises an s x s mask; use mask=causal or mask=doc:...";
   return "";
 }

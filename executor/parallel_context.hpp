@@ -5,9 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/cp_placement.hpp"  // cp_token_indices: where a CP rank's tokens sit
 #include "costmodel/model_spec.hpp"
 #include "costmodel/plan.hpp"
 #include "costmodel/process_groups.hpp"
+#include "executor/backend.hpp"
 #include "executor/comm.hpp"
 
 namespace ctx::exec {
@@ -29,25 +31,22 @@ struct Layout {
   int64_t attn_q_heads = 0, attn_kv_heads = 0;  // heads inside attention (after the Ulysses all-to-all)
   int64_t attn_tokens = 0;   // tokens inside attention (tokens * ulysses)
   bool sp = false;
+  DType act = DType::bf16;   // weights, activations and their communication (plan precision)
 };
 
 struct ParallelContext {
   Plan plan;
   int64_t rank = 0, world = 1;
   RankCoord coord;
-  std::unique_ptr<Comm> tp, cp, dp, ulysses, ring, zero;
-  Comm* world_comm = nullptr;
+  std::unique_ptr<Comm> tp, cp, dp, ulysses, ring, zero, all;
+  Comm* world_comm = nullptr;  // == all: every rank
   int64_t zero_rank() const { return zero->rank(); }
 };
 
 // Collective: every rank of `w` calls it. The plan's dp must be resolved and dp*tp*cp == world.
-ParallelContext make_parallel_context(CommWorld& w, const Plan& plan);
+// The communicators run in `be`'s stream (comm.hpp).
+ParallelContext make_parallel_context(CommWorld& w, Backend& be, const Plan& plan);
 Layout make_layout(const ModelSpec& m, const Plan& p, int64_t tp_rank, int64_t seq);
-
-// Global token indices a CP rank holds, in its local order: contiguous chunks (ring, all-gather,
-// Ulysses), chunks c and 2cp-1-c of 2cp (zig-zag), and for Ulysses x ring the ring rank's zig-zag
-// pair cut into `ulysses` slices.
-std::vector<int64_t> cp_token_indices(const Plan& p, int64_t cp_index, int64_t seq);
 
 // Executor-specific requirements beyond check_plan (e.g. SP needs tokens per rank divisible by tp);
 // returns an empty string when runnable, else the reason.

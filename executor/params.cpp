@@ -124,6 +124,7 @@ ParamStore::ParamStore(Backend& be, ParallelContext& pc, const ModelSpec& m, con
   units.push_back(std::move(fin));
 
   const bool host_opt = plan.opt_offload, host_params = plan.param_offload;
+  const DType act = l.act;
   for (auto& u : units) {
     u.padded = (u.numel + shard_degree_ - 1) / shard_degree_ * shard_degree_;
     u.shard = u.padded / shard_degree_;
@@ -133,27 +134,51 @@ ParamStore::ParamStore(Backend& be, ParallelContext& pc, const ModelSpec& m, con
       auto full = init_full(p, m.layers, seed);
       slice_local(p, full.data(), local.data() + p.offset, t, kv_head0_of(l, t), d);
     }
-    u.master = host_opt ? be_.alloc_host(1, u.shard, HostMem::master_weights) : be_.alloc(1, u.shard, Mem::master_weights);
-    u.m = host_opt ? be_.alloc_host(1, u.shard, HostMem::optimizer) : be_.alloc(1, u.shard, Mem::optimizer);
-    u.v = host_opt ? be_.alloc_host(1, u.shard, HostMem::optimizer) : be_.alloc(1, u.shard, Mem::optimizer);
-    be_.copy(u.master.data(), local.data() + u.shard_offset, u.shard);
+    auto opt_tensor = [&](HostMem hc, Mem dc) {
+      return host_opt ? be_.alloc_host(1, u.shard, DType::f32, hc) : be_.alloc(1, u.shard, DType::f32, dc);
+    };
+    u.master = opt_tensor(HostMem::master_weights, Mem::master_weights);
+    u.m = opt_tensor(HostMem::optimizer, Mem::optimizer);
+    u.v = opt_tensor(HostMem::optimizer, Mem::optimizer);
+    be_.upload(u.master, local.data() + u.shard_offset);
+    be_.zero(u.m);
+    be_.zero(u.v);
     if (zero_ == 3) {
-      u.w_shard = host_params ? be_.alloc_host(1, u.shard, HostMem::weights) : be_.alloc(1, u.shard, Mem::weights);
-      be_.copy(u.w_shard.data(), local.data() + u.shard_offset, u.shard);
+      u.w_shard = host_params ? be_.alloc_host(1, u.shard, act, HostMem::weights) : be_.alloc(1, u.shard, act, Mem::weights);
+      be_.upload(u.w_shard, local.data() + u.shard_offset);
     } else {
-      u.w = be_.alloc(1, u.padded, Mem::weights);
-      be_.copy(u.w.data(), local.data(), u.padded);
+      u.w = be_.alloc(1, u.padded, act, Mem::weights);
+      be_.upload(u.w, local.data());
     }
-    if (zero_ >= 2) u.g_shard = be_.alloc(1, u.shard, Mem::grads);
-    else u.g = be_.alloc(1, u.padded, Mem::grads);
+    if (zero_ >= 2) {
+      u.g_shard = be_.alloc(1, u.shard, DType::f32, Mem::grads);
+      be_.zero(u.g_shard);
+    } else {
+      u.g = be_.alloc(1, u.padded, DType::f32, Mem::grads);
+      be_.zero(u.g);
+    }
   }
+}
+
+View ParamStore::weight(int64_t ui, int p) const {
+  const ParamUnit& u = units[ui];
+  if (!u.w) throw std::logic_error("weights of " + u.name + " used before acquire_weights");
+  const ParamInfo& pi = u.params[p];
+  return u.w.flat(pi.offset, pi.numel()).as(pi.rows, pi.cols);
+}
+
+View ParamStore::grad(int64_t ui, int p) const {
+  const ParamUnit& u = units[ui];
+  if (!u.g) throw std::logic_error("gradient buffer of " + u.name + " used before acquire_grads");
+  const ParamInfo& pi = u.params[p];
+  return u.g.flat(pi.offset, pi.numel()).as(pi.rows, pi.cols);
 }
 
 void ParamStore::acquire_weights(int64_t ui) {
   ParamUnit& u = units[ui];
   if (zero_ != 3 || u.w) return;
-  u.w = be_.alloc(1, u.padded, Mem::comm_buffers);
-  pc_.zero->allgather(u.w_shard.data(), u.w.data(), u.shard);
+  u.w = be_.alloc(1, u.padded, l_.act, Mem::comm_buffers);
+  pc_.zero->allgather(u.w_shard, u.w);
 }
 
 void ParamStore::release_weights(int64_t ui) {
@@ -162,26 +187,25 @@ void ParamStore::release_weights(int64_t ui) {
 
 void ParamStore::acquire_grads(int64_t ui) {
   ParamUnit& u = units[ui];
-  if (zero_ >= 2 && !u.g) u.g = be_.alloc(1, u.padded, Mem::comm_buffers);
+  if (zero_ >= 2 && !u.g) {
+    u.g = be_.alloc(1, u.padded, DType::f32, Mem::comm_buffers);
+    be_.zero(u.g);
+  }
 }
 
-float* ParamStore::grad(int64_t ui, int p) {
-  ParamUnit& u = units[ui];
-  if (!u.g) throw std::logic_error("gradient buffer of " + u.name + " used before acquire_grads");
-  return u.g.data() + u.params[p].offset;
-}
-
-void ParamStore::tp_fixups(ParamUnit& u, float* g) {
+void ParamStore::tp_fixups(ParamUnit& u, const Tensor& g) {
   if (pc_.plan.tp == 1) return;
   for (auto& p : u.params) {
-    if (p.grad_partial_over_tp) pc_.tp->allreduce_sum(g + p.offset, p.numel());
+    const View gp = g.flat(p.offset, p.numel());
+    if (p.grad_partial_over_tp) pc_.tp->allreduce_sum(gp);
     if (p.split == TpSplit::kv_rows && l_.kv_replicas > 1) {
       // the TP ranks sharing a KV head each hold part of its gradient: sum them per head
-      Tensor tmp = be_.alloc(p.full_rows, p.cols, Mem::comm_buffers);
-      float* mine = tmp.data() + l_.kv_head0 * l_.head_dim * p.cols;
-      be_.copy(mine, g + p.offset, p.numel());
-      pc_.tp->allreduce_sum(tmp.data(), tmp.numel());
-      be_.copy(g + p.offset, mine, p.numel());
+      Tensor tmp = be_.alloc(p.full_rows, p.cols, DType::f32, Mem::comm_buffers);
+      be_.zero(tmp);
+      const View mine = tmp.flat(l_.kv_head0 * l_.head_dim * p.cols, p.numel());
+      be_.copy(mine, gp);
+      pc_.tp->allreduce_sum(tmp);
+      be_.copy(gp, mine);
     }
   }
 }
@@ -189,68 +213,85 @@ void ParamStore::tp_fixups(ParamUnit& u, float* g) {
 void ParamStore::finish_grads(int64_t ui) {
   if (zero_ < 2) return;
   ParamUnit& u = units[ui];
-  tp_fixups(u, u.g.data());
-  Tensor part = be_.alloc(1, u.shard, Mem::comm_buffers);
-  pc_.zero->reduce_scatter(u.g.data(), part.data(), u.shard);
-  be_.axpy(u.g_shard.data(), 1.0f, part.data(), u.shard);
+  tp_fixups(u, u.g);
+  Tensor part = be_.alloc(1, u.shard, DType::f32, Mem::comm_buffers);
+  pc_.zero->reduce_scatter(u.g, part);
+  be_.axpy(u.g_shard, 1.0f, part);
   u.g.reset();
 }
 
 void ParamStore::reduce_grads() {
   if (zero_ >= 2) return;
   for (auto& u : units) {
-    tp_fixups(u, u.g.data());
-    pc_.zero->allreduce_sum(u.g.data(), u.padded);
+    tp_fixups(u, u.g);
+    pc_.zero->allreduce_sum(u.g);
   }
 }
 
 void ParamStore::zero_grads() {
   for (auto& u : units) {
-    if (u.g) be_.fill(u.g.data(), 0.0f, u.g.numel());
-    if (u.g_shard) be_.fill(u.g_shard.data(), 0.0f, u.g_shard.numel());
+    if (u.g) be_.zero(u.g);
+    if (u.g_shard) be_.zero(u.g_shard);
   }
 }
 
-float* ParamStore::shard_grad(ParamUnit& u) { return zero_ >= 2 ? u.g_shard.data() : u.g.data() + u.shard_offset; }
+View ParamStore::shard_grad(ParamUnit& u) { return zero_ >= 2 ? u.g_shard.view() : u.g.flat(u.shard_offset, u.shard); }
 
-double ParamStore::grad_norm() {
-  double ss = 0;
+void ParamStore::grad_norm2(View stats) {
   const bool dedupe_zero = shard_degree_ == 1 && pc_.zero->rank() != 0;  // unsharded: every zero rank holds the same
   if (!dedupe_zero) {
     for (auto& u : units) {
-      const float* g = shard_grad(u);
+      const View g = shard_grad(u);
       for (auto& p : u.params) {
         if (!p.counted_here) continue;
         int64_t a = std::max(p.offset, u.shard_offset), b = std::min(p.offset + p.numel(), u.shard_offset + u.shard);
-        if (b > a) ss += be_.sum_squares(g + (a - u.shard_offset), b - a);
+        if (b > a) be_.sum_squares(stats, g.flat(a - u.shard_offset, b - a));
       }
     }
   }
-  pc_.world_comm->allreduce_sum(&ss, 1);
-  return std::sqrt(ss);
+  pc_.world_comm->allreduce_sum(stats.flat(kStatGradNorm2, 1));
 }
 
-void ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, float grad_scale) {
-  const float lr = learning_rate(c, step);
+void ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, View stats) {
+  AdamWArgs a;
+  a.lr = learning_rate(c, step);
+  a.beta1 = c.beta1;
+  a.beta2 = c.beta2;
+  a.eps = c.eps;
+  a.weight_decay = c.weight_decay;
+  a.clip = c.clip;
+  a.step = step;
   for (auto& u : units) {
-    const float* g = shard_grad(u);
+    const View g = shard_grad(u);
     for (auto& p : u.params) {
-      int64_t a = std::max(p.offset, u.shard_offset), b = std::min(p.offset + p.numel(), u.shard_offset + u.shard);
-      if (b <= a) continue;
-      int64_t o = a - u.shard_offset;
-      be_.adamw(u.master.data() + o, u.m.data() + o, u.v.data() + o, g + o, p.decay ? 1.0f : 0.0f, b - a, lr, c.beta1,
-                c.beta2, c.eps, c.weight_decay, grad_scale, step);
+      int64_t lo = std::max(p.offset, u.shard_offset), hi = std::min(p.offset + p.numel(), u.shard_offset + u.shard);
+      if (hi <= lo) continue;
+      const int64_t o = lo - u.shard_offset, n = hi - lo;
+      a.decay = p.decay ? 1.0f : 0.0f;
+      be_.adamw(u.master.flat(o, n), u.m.flat(o, n), u.v.flat(o, n), g.flat(o, n), stats, a);
     }
     if (zero_ == 3) {
-      be_.copy(u.w_shard.data(), u.master.data(), u.shard);
+      be_.copy(u.w_shard, u.master);
     } else if (shard_degree_ == 1) {
-      be_.copy(u.w.data(), u.master.data(), u.shard);
+      be_.copy(u.w.flat(0, u.shard), u.master);
     } else {
-      Tensor send = be_.alloc(1, u.shard, Mem::comm_buffers);
-      be_.copy(send.data(), u.master.data(), u.shard);
-      pc_.zero->allgather(send.data(), u.w.data(), u.shard);
+      Tensor send = be_.alloc(1, u.shard, l_.act, Mem::comm_buffers);
+      be_.copy(send, u.master);
+      pc_.zero->allgather(send, u.w);
     }
   }
+}
+
+Tensor ParamStore::upload_flat(const float* src, int64_t n, DType dt, Mem cat) {
+  Tensor t = be_.alloc(1, n, dt, cat);
+  be_.upload(t, src);
+  return t;
+}
+
+std::vector<float> ParamStore::download(View v) {
+  std::vector<float> out(static_cast<size_t>(v.numel()));
+  be_.download(out.data(), v);
+  return out;
 }
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> ParamStore::full_shapes() const {
@@ -267,24 +308,25 @@ std::map<std::string, std::vector<float>> ParamStore::gather_full(const std::str
   std::map<std::string, std::vector<float>> out;
   const int64_t tp = pc_.plan.tp;
   for (auto& u : units) {
-    std::vector<float> flat(static_cast<size_t>(u.padded));
+    // this TP rank's flat unit: whole, or all-gathered from the ZeRO shards
     auto from_shards = [&](const Tensor& shard) {
-      if (shard_degree_ == 1) be_.copy(flat.data(), shard.data(), u.padded);
-      else pc_.zero->allgather(shard.data(), flat.data(), u.shard);
+      if (shard_degree_ == 1) return download(shard.flat(0, u.padded));
+      Tensor all = be_.alloc(1, u.padded, shard.dtype(), Mem::comm_buffers);
+      pc_.zero->allgather(shard, all);
+      return download(all);
     };
-    if (kind == "weights") {
-      if (zero_ == 3) from_shards(u.w_shard);
-      else be_.copy(flat.data(), u.w.data(), u.padded);
-    } else if (kind == "grads") {
-      if (zero_ >= 2) pc_.zero->allgather(u.g_shard.data(), flat.data(), u.shard);
-      else be_.copy(flat.data(), u.g.data(), u.padded);
-    } else if (kind == "master") from_shards(u.master);
-    else if (kind == "m") from_shards(u.m);
-    else if (kind == "v") from_shards(u.v);
+    std::vector<float> flat;
+    if (kind == "weights") flat = zero_ == 3 ? from_shards(u.w_shard) : download(u.w);
+    else if (kind == "grads") flat = zero_ >= 2 ? from_shards(u.g_shard) : download(u.g);
+    else if (kind == "master") flat = from_shards(u.master);
+    else if (kind == "m") flat = from_shards(u.m);
+    else if (kind == "v") flat = from_shards(u.v);
     else throw std::logic_error("gather_full: unknown kind " + kind);
     for (auto& p : u.params) {
-      std::vector<float> all(static_cast<size_t>(p.numel() * tp));
-      pc_.tp->allgather(flat.data() + p.offset, all.data(), p.numel());
+      Tensor mine = upload_flat(flat.data() + p.offset, p.numel(), DType::f32, Mem::comm_buffers);
+      Tensor gathered = be_.alloc(1, p.numel() * tp, DType::f32, Mem::comm_buffers);
+      pc_.tp->allgather(mine, gathered);
+      std::vector<float> all = download(gathered);
       std::vector<float> full(static_cast<size_t>(p.full_rows * p.full_cols));
       for (int64_t t = 0; t < tp; ++t) {
         const float* loc = all.data() + t * p.numel();
@@ -320,10 +362,10 @@ void ParamStore::load_full(const std::string& kind, const std::map<std::string, 
       slice_local(p, it->second.data(), flat.data() + p.offset, t, kv0, l_.head_dim);
     }
     Tensor* dst = kind == "master" ? &u.master : kind == "m" ? &u.m : &u.v;
-    be_.copy(dst->data(), flat.data() + u.shard_offset, u.shard);
+    be_.upload(*dst, flat.data() + u.shard_offset);
     if (kind == "master") {
-      if (zero_ == 3) be_.copy(u.w_shard.data(), flat.data() + u.shard_offset, u.shard);
-      else be_.copy(u.w.data(), flat.data(), u.padded);
+      if (zero_ == 3) be_.upload(u.w_shard, flat.data() + u.shard_offset);
+      else be_.upload(u.w, flat.data());
     }
   }
 }

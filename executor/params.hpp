@@ -31,10 +31,10 @@ struct ParamUnit {
   std::string name;
   std::vector<ParamInfo> params;
   int64_t numel = 0, padded = 0, shard = 0, shard_offset = 0;
-  Tensor w;        // full compute weights (ZeRO-3: only while gathered)
-  Tensor w_shard;  // ZeRO-3: this rank's shard of the weights
-  Tensor g;        // full gradients (ZeRO-2/3: only during the unit's backward)
-  Tensor g_shard;  // ZeRO-2/3: this rank's accumulated gradient shard
+  Tensor w;        // full compute weights, plan precision (ZeRO-3: only while gathered)
+  Tensor w_shard;  // ZeRO-3: this rank's shard of the weights, plan precision
+  Tensor g;        // full fp32 gradients (ZeRO-2/3: only during the unit's backward)
+  Tensor g_shard;  // ZeRO-2/3: this rank's accumulated fp32 gradient shard
   Tensor master, m, v;  // fp32 master weights and Adam moments for this rank's shard
   int find(const std::string& param_name) const;
 };
@@ -56,20 +56,23 @@ class ParamStore {
   // Weights of a unit: ZeRO-3 gathers them into a transient buffer (comm_buffers) until release.
   void acquire_weights(int64_t u);
   void release_weights(int64_t u);
-  float* weight(int64_t u, int p) { return units[u].w.data() + units[u].params[p].offset; }
-  // Gradient buffer of a unit (ZeRO-2/3: transient, zeroed); finish_grads reduces it into the shard.
-  float* grad(int64_t u, int p);
+  View weight(int64_t u, int p) const;  // [rows, cols] of this rank's shape
+  // Gradient buffer of a unit (f32; ZeRO-2/3: transient, zeroed); finish_grads reduces it into the shard.
+  View grad(int64_t u, int p) const;
   void acquire_grads(int64_t u);
   void finish_grads(int64_t u);
   // After the last micro-batch: TP fix-ups and the dp x cp reduction for ZeRO-0/1.
   void reduce_grads();
   void zero_grads();
-  // Global gradient norm (collective over the world), before clipping.
-  double grad_norm();
-  // AdamW on this rank's shards, then the compute weights are refreshed (all-gather for ZeRO-1/2).
-  void optimizer_step(const OptimizerConfig& c, int64_t step, float grad_scale);
+  // stats[kStatGradNorm2] = the global gradient norm squared, before clipping (on the device;
+  // collective over the world).
+  void grad_norm2(View stats);
+  // AdamW on this rank's shards (clipped, or skipped on a non-finite step, on the device from
+  // stats), then the compute weights are refreshed (all-gather for ZeRO-1/2).
+  void optimizer_step(const OptimizerConfig& c, int64_t step, View stats);
 
-  // Full Hugging Face tensors (collective; every rank gets them). kind: weights | grads | master | m | v
+  // Full Hugging Face tensors (collective, blocking downloads; every rank gets them).
+  // kind: weights | grads | master | m | v
   std::map<std::string, std::vector<float>> gather_full(const std::string& kind);
   // Sets master weights (and compute weights) or Adam moments from full tensors; kind: master | m | v.
   void load_full(const std::string& kind, const std::map<std::string, std::vector<float>>& full,
@@ -77,8 +80,11 @@ class ParamStore {
   std::vector<std::pair<std::string, std::vector<int64_t>>> full_shapes() const;
 
  private:
-  void tp_fixups(ParamUnit& u, float* g);
-  float* shard_grad(ParamUnit& u);
+  void tp_fixups(ParamUnit& u, const Tensor& g);
+  View shard_grad(ParamUnit& u);
+  // A host float range of a unit's flat layout onto a device tensor of the given dtype, and back.
+  Tensor upload_flat(const float* src, int64_t n, DType dt, Mem cat);
+  std::vector<float> download(View v);
   Backend& be_;
   ParallelContext& pc_;
   Layout l_;

@@ -58,7 +58,7 @@ json measurement_json(Trainer& t, Backend& be, const RunRecord& r) {
   for (int i = 0; i < kHostCategories; ++i)
     f[kSnap + 1 + kPhases * kSnap + i] = static_cast<double>(led.host_peak(static_cast<HostMem>(i)));
   for (int p = 0; p < kPhases; ++p) f[kSnap + 1 + kPhases * kSnap + kHostCategories + p] = r.phase_seconds[p];
-  pc.world_comm->allreduce_sum(all.data(), static_cast<int64_t>(all.size()));
+  pc.world_comm->host_allreduce_sum(all.data(), static_cast<int64_t>(all.size()));
 
   const double div = static_cast<double>(std::max<int64_t>(1, r.measured_steps));
   json ranks = json::array();

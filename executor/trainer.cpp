@@ -7,10 +7,11 @@
 namespace ctx::exec {
 
 Trainer::Trainer(Backend& be, CommWorld& w, const TrainOptions& o, const Dataset& data)
-    : be_(be), o_(o), data_(data), pc_(make_parallel_context(w, o.plan)) {
+    : be_(be), o_(o), data_(data), pc_(make_parallel_context(w, be, o.plan)) {
   layout_ = make_layout(o_.model, o_.plan, pc_.coord.tp, o_.seq);
   params_ = std::make_unique<ParamStore>(be_, pc_, o_.model, layout_, o_.seed);
   model_ = std::make_unique<Model>(be_, pc_, o_.model, layout_, *params_);
+  stats_ = be_.alloc(1, kStepStats, DType::f32, Mem::runtime);
 }
 
 StepStats Trainer::step() {
@@ -30,46 +31,63 @@ StepStats Trainer::step() {
     }
   const float weight = 1.0f / static_cast<float>(std::max<int64_t>(1, n_tokens));
   params_->zero_grads();
-  StepStats st;
-  double loss_sum = 0;
-  int bad_layer = -1;
+  be_.zero(stats_);
+  int slot = 0;
   for (size_t b0 = 0; b0 < mine.size(); b0 += static_cast<size_t>(p.mbs)) {
     std::vector<const Sequence*> batch;
     for (size_t b = b0; b < std::min(mine.size(), b0 + static_cast<size_t>(p.mbs)); ++b) batch.push_back(&mine[b]);
-    SequenceMeta meta = make_sequence_meta(pc_, batch);
-    MicroResult r = model_->forward_backward(meta, weight);
-    loss_sum += r.loss_sum;
-    if (bad_layer < 0) bad_layer = r.first_bad_layer;
-    for (int i = 0; i < kPhases; ++i) st.phase_seconds[i] += r.phase_seconds[i];
+    DeviceBatch dev = upload_batch(be_, make_sequence_meta(pc_, batch));  // the micro-batch's one upload
+    model_->forward_backward(dev, weight, stats_, slot);
+    slot += 4;
   }
-  const auto t_opt = Clock::now();
+  be_.mark_time(slot);
   be_.ledger().set_phase(Phase::optimizer);
-  // divergence: the smallest bad layer over all ranks (encoded so that max picks it)
-  int code = bad_layer < 0 ? 0 : static_cast<int>(o_.model.layers) + 1 - bad_layer;
-  pc_.world_comm->allreduce_max(&code, 1);
-  if (code > 0) {
-    int layer = static_cast<int>(o_.model.layers) + 1 - code;
-    std::string where = layer == static_cast<int>(o_.model.layers) ? "the loss" : "layer " + std::to_string(layer);
-    throw DivergedError(steps_done_ + 1, layer,
-                        "non-finite values at step " + std::to_string(steps_done_ + 1) + ", first produced by " + where +
-                            " (" + (layer == static_cast<int>(o_.model.layers) ? "cross-entropy" : "its output") + ")");
-  }
+  // on the device: the non-finite flag over all ranks (AdamW skips on it), reduction, the norm,
+  // clipping and AdamW, the loss summed over dp x cp (TP ranks hold the same loss)
+  pc_.world_comm->allreduce_max(stats_.flat(kStatNonFinite, 1));
   params_->reduce_grads();
-  double total = loss_sum;
-  pc_.zero->allreduce_sum(&total, 1);  // TP ranks hold the same loss: sum over dp x cp only
-  st.loss = total / static_cast<double>(std::max<int64_t>(1, n_tokens));
+  params_->grad_norm2(stats_);
+  params_->optimizer_step(o_.opt, steps_done_ + 1, stats_);
+  pc_.zero->allreduce_sum(stats_.flat(kStatLossSum, 1));
+  be_.mark_time(slot + 1);
+  float host_stats[kStepStats];
+  be_.download(host_stats, stats_);  // the one scalar read of the step
+  const auto t_end = Clock::now();
+  const std::vector<double> times = be_.read_times();
+  be_.ledger().set_phase(Phase::forward);
+
+  const int64_t L = o_.model.layers;
+  if (host_stats[kStatNonFinite] != 0.0f) {
+    const int64_t layer = nonfinite_layer(host_stats[kStatNonFinite], L);
+    std::string where = layer == L ? "the loss" : "layer " + std::to_string(layer);
+    throw DivergedError(steps_done_ + 1, static_cast<int>(layer),
+                        "non-finite values at step " + std::to_string(steps_done_ + 1) + ", first produced by " + where +
+                            " (" + (layer == L ? "cross-entropy" : "its output") + "); the update was skipped");
+  }
+  const double norm2 = host_stats[kStatGradNorm2];
+  if (!std::isfinite(norm2))
+    throw DivergedError(steps_done_ + 1, -1,
+                        "non-finite gradient norm at step " + std::to_string(steps_done_ + 1) +
+                            " with finite activations and loss; the update was skipped");
+  StepStats st;
+  st.loss = host_stats[kStatLossSum] / static_cast<double>(std::max<int64_t>(1, n_tokens));
   st.tokens = n_tokens;
-  st.grad_norm = params_->grad_norm();
-  float scale = 1.0f;
-  if (o_.opt.clip > 0 && st.grad_norm > o_.opt.clip) scale = static_cast<float>(o_.opt.clip / (st.grad_norm + 1e-6));
+  st.grad_norm = std::sqrt(norm2);
   ++steps_done_;
   st.step = steps_done_;
   st.lr = learning_rate(o_.opt, steps_done_);
-  params_->optimizer_step(o_.opt, steps_done_, scale);
-  const auto t_end = Clock::now();
-  st.phase_seconds[static_cast<int>(Phase::optimizer)] = std::chrono::duration<double>(t_end - t_opt).count();
+  auto span = [&](int a, int b) {
+    return (a < static_cast<int>(times.size()) && b < static_cast<int>(times.size()) && times[a] >= 0 && times[b] >= 0)
+               ? times[b] - times[a]
+               : 0.0;
+  };
+  for (int s0 = 0; s0 < slot; s0 += 4) {
+    st.phase_seconds[static_cast<int>(Phase::forward)] += span(s0, s0 + 1);
+    st.phase_seconds[static_cast<int>(Phase::loss)] += span(s0 + 1, s0 + 2);
+    st.phase_seconds[static_cast<int>(Phase::backward)] += span(s0 + 2, s0 + 3);
+  }
+  st.phase_seconds[static_cast<int>(Phase::optimizer)] = span(slot, slot + 1);
   st.seconds = std::chrono::duration<double>(t_end - t_start).count();
-  be_.ledger().set_phase(Phase::forward);
   return st;
 }
 

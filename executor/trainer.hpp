@@ -60,6 +60,7 @@ class Trainer {
   Layout layout_;
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<Model> model_;
+  Tensor stats_;  // f32 [1, kStepStats]: loss sum, non-finite flag, gradient norm squared
   int64_t steps_done_ = 0;
 };
 
