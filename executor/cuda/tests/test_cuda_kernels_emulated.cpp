@@ -6,16 +6,20 @@
 // Launch geometry is the launchers' (row_blocks, key_blocks, *_smem, block sizes).
 //
 // Tolerances as in test_cuda_kernels.cpp (float32 on both sides; summation order differs).
+// The CPU backend is driven through its interface (upload, ops, download); the kernels run on
+// host vectors.
 #include "executor/cuda/tests/cuda_emulator.hpp"  // first: maps the CUDA spellings
 //
 #include "executor/cuda/attention_kernels.cuh"
 #include "executor/cuda/elementwise_kernels.cuh"
-#include "executor/cuda/embedding_rows.hpp"
 #include "executor/cuda/reduce_kernels.cuh"
 //
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
 #include <random>
+#include <tuple>
 
 #include "executor/backend.hpp"
 #include "executor/tests/kernel_test_util.hpp"
@@ -27,9 +31,12 @@ using ctx_emu::Idx;
 
 namespace {
 
+using ctx::exec::testing::download;
 using ctx::exec::testing::expect_close;
+using ctx::exec::testing::kv_hulls;
 using ctx::exec::testing::randn;
-
+using ctx::exec::testing::upload;
+using ctx::exec::testing::zeros;
 
 unsigned blocks(int64_t n, int64_t threads) { return static_cast<unsigned>(std::max<int64_t>(1, (n + threads - 1) / threads)); }
 
@@ -37,6 +44,7 @@ struct AttnInputs {
   int64_t hq = 8, hkv = 2, d = 20, tq = 40, tk = 45;
   std::vector<int64_t> qi, k0, k1;
   std::vector<int32_t> qd, d0, d1;
+  std::vector<int32_t> r0, r1;  // kv_range hulls of the two key blocks
   std::vector<float> q, ka, va, kb, vb, dout;
   AttnShape shape() const { return {hq, hkv, d, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))}; }
   dev::Geo geo() const { return {hq, hkv, d, hq / hkv, shape().scale}; }
@@ -63,6 +71,8 @@ struct AttnInputs {
       d0.push_back(small ? 0 : static_cast<int32_t>(j / 30));
       d1.push_back(small ? 0 : static_cast<int32_t>((second + j) / 30));
     }
+    r0 = kv_hulls(qi, qd, k0, d0);
+    r1 = kv_hulls(qi, qd, k1, d1);
     q = randn(tq * hq * d, 1 + d);
     ka = randn(tk * hkv * d, 2);
     va = randn(tk * hkv * d, 3);
@@ -70,18 +80,44 @@ struct AttnInputs {
     vb = randn(tk * hkv * d, 5);
     dout = randn(tq * hq * d, 6);
   }
+  const std::vector<float>& k(int b) const { return b ? kb : ka; }
+  const std::vector<float>& v(int b) const { return b ? vb : va; }
+  const std::vector<int64_t>& ki(int b) const { return b ? k1 : k0; }
+  const std::vector<int32_t>& kd(int b) const { return b ? d1 : d0; }
+  const std::vector<int32_t>& range(int b) const { return b ? r1 : r0; }
+};
+
+// The same inputs in the CPU backend's tensors.
+struct CpuAttn {
+  Tensor q, qi, qd, dout, k[2], v[2], ki[2], kd[2], range[2];
+  CpuAttn(Backend& be, const AttnInputs& a) {
+    q = upload(be, a.q, a.tq, a.hq * a.d);
+    dout = upload(be, a.dout, a.tq, a.hq * a.d);
+    qi = upload(be, a.qi);
+    qd = upload(be, a.qd);
+    for (int b = 0; b < 2; ++b) {
+      k[b] = upload(be, a.k(b), a.tk, a.hkv * a.d);
+      v[b] = upload(be, a.v(b), a.tk, a.hkv * a.d);
+      ki[b] = upload(be, a.ki(b));
+      kd[b] = upload(be, a.kd(b));
+      range[b] = upload(be, a.range(b), a.tq, 2);
+    }
+  }
+  TokenRefs qt() const { return {qi, qd}; }
+  KeyBlock kb(int b) const { return {{ki[b], kd[b]}, range[b]}; }
 };
 
 // (head_dim, small case): head dims that fill 1, 2 and all 8 of a lane's slots, not multiples of 32
 const std::pair<int64_t, bool> kAttnCases[] = {{20, false}, {64, false}, {16, true}, {256, true}};
 
-void emu_forward(const AttnInputs& a, std::vector<float>& o, std::vector<float>& lse, const std::vector<float>& k,
-                 const std::vector<float>& v, const std::vector<int64_t>& ki, const std::vector<int32_t>& kd) {
+void emu_forward(const AttnInputs& a, std::vector<float>& o, std::vector<float>& lse, int b,
+                 const std::vector<int32_t>& range) {
   const dev::Geo G = a.geo();
   ctx_emu::launch({dev::row_blocks(a.tq, G.group), static_cast<unsigned>(a.hkv), 1}, {dev::kBlockThreads, 1, 1},
                   dev::fwd_smem(a.d), [&] {
-                    dev::attn_fwd_kernel(o.data(), lse.data(), a.q.data(), a.qi.data(), a.qd.data(), a.tq, k.data(),
-                                         v.data(), ki.data(), kd.data(), a.tk, G);
+                    dev::attn_fwd_kernel(o.data(), lse.data(), a.q.data(), a.qi.data(), a.qd.data(), a.tq,
+                                         a.k(b).data(), a.v(b).data(), a.ki(b).data(), a.kd(b).data(), a.tk,
+                                         range.data(), G);
                   });
 }
 
@@ -89,108 +125,164 @@ TEST(EmulatedCudaKernels, AttentionForwardMergesBlocksLikeCpuWithDocumentMaskAnd
   auto cpu = make_cpu_backend();
   for (auto [d, small] : kAttnCases) {
     AttnInputs a(d, small);
+    CpuAttn c(*cpu, a);
     const AttnShape s = a.shape();
-    std::vector<float> o(a.tq * a.hq * d, 0.0f), lse(a.tq * a.hq, -INFINITY), eo = o, el = lse;
-    cpu->attention_forward_block(o.data(), lse.data(), a.q.data(), {a.qi.data(), a.qd.data()}, a.tq, a.ka.data(),
-                                 a.va.data(), {a.k0.data(), a.d0.data()}, a.tk, s);
-    emu_forward(a, eo, el, a.ka, a.va, a.k0, a.d0);
+    Tensor o = zeros(*cpu, a.tq, a.hq * d), lse = cpu->alloc(a.tq, a.hq, DType::f32, Mem::workspace);
+    cpu->fill(lse, -INFINITY);
+    std::vector<float> eo(a.tq * a.hq * d, 0.0f), el(a.tq * a.hq, -INFINITY);
     const std::string tag = " (head_dim " + std::to_string(d) + ")";
-    expect_close(lse, el, 1e-4, 2e-5, "lse after block 0" + tag);
-    expect_close(o, eo, 1e-4, 2e-5, "o after block 0" + tag);
-    cpu->attention_forward_block(o.data(), lse.data(), a.q.data(), {a.qi.data(), a.qd.data()}, a.tq, a.kb.data(),
-                                 a.vb.data(), {a.k1.data(), a.d1.data()}, a.tk, s);
-    emu_forward(a, eo, el, a.kb, a.vb, a.k1, a.d1);
-    expect_close(lse, el, 1e-4, 2e-5, "lse after merging block 1" + tag);
-    expect_close(o, eo, 1e-4, 2e-5, "o after merging block 1" + tag);
+    for (int b = 0; b < 2; ++b) {
+      cpu->attention_forward_block(o, lse, c.q, c.qt(), c.k[b], c.v[b], c.kb(b), s);
+      emu_forward(a, eo, el, b, a.range(b));
+      expect_close(download(*cpu, lse), el, 1e-4, 2e-5, "lse after block " + std::to_string(b) + tag);
+      expect_close(download(*cpu, o), eo, 1e-4, 2e-5, "o after block " + std::to_string(b) + tag);
+    }
   }
+}
+
+// kv_range bounds what a query row sees, as on the CPU: with every hull cut to its first half the
+// kernels agree with the CPU backend given the same hulls (keys outside a hull are never
+// counted, even when the mask would show them), forward and backward.
+TEST(EmulatedCudaKernels, AttentionHonoursNarrowedKeyHullsLikeCpu) {
+  auto cpu = make_cpu_backend();
+  AttnInputs a(20);
+  std::vector<int32_t> half = a.r1;
+  for (int64_t i = 0; i < a.tq; ++i) half[2 * i + 1] = half[2 * i] + (half[2 * i + 1] - half[2 * i]) / 2;
+  ASSERT_NE(half, a.r1) << "the case must narrow some hull";
+  CpuAttn c(*cpu, a);
+  c.range[1] = upload(*cpu, half, a.tq, 2);
+  const AttnShape s = a.shape();
+  const dev::Geo G = a.geo();
+  Tensor o = zeros(*cpu, a.tq, a.hq * a.d), lse = cpu->alloc(a.tq, a.hq, DType::f32, Mem::workspace);
+  cpu->fill(lse, -INFINITY);
+  cpu->attention_forward_block(o, lse, c.q, c.qt(), c.k[1], c.v[1], c.kb(1), s);
+  std::vector<float> eo(a.tq * a.hq * a.d, 0.0f), el(a.tq * a.hq, -INFINITY);
+  emu_forward(a, eo, el, 1, half);
+  expect_close(download(*cpu, lse), el, 1e-4, 2e-5, "lse over half hulls");
+  expect_close(download(*cpu, o), eo, 1e-4, 2e-5, "o over half hulls");
+  // backward over the same half hulls
+  Tensor delta = zeros(*cpu, a.tq, a.hq), dq = zeros(*cpu, a.tq, a.hq * a.d), dk = zeros(*cpu, a.tk, a.hkv * a.d),
+         dv = zeros(*cpu, a.tk, a.hkv * a.d);
+  cpu->attention_delta(delta, c.dout, o, s);
+  cpu->attention_backward_block(dq, dk, dv, c.q, c.qt(), c.k[1], c.v[1], c.kb(1), c.dout, lse, delta, s);
+  auto hd = download(*cpu, delta), hl = download(*cpu, lse);
+  std::vector<float> edq(a.tq * a.hq * a.d, 0.0f), edk(a.tk * a.hkv * a.d, 0.0f), edv(edk);
+  ctx_emu::launch({dev::row_blocks(a.tq, G.group), static_cast<unsigned>(a.hkv), 1}, {dev::kBlockThreads, 1, 1},
+                  dev::dq_smem(a.d), [&] {
+                    dev::attn_dq_kernel(edq.data(), a.q.data(), a.qi.data(), a.qd.data(), a.tq, a.kb.data(),
+                                        a.vb.data(), a.k1.data(), a.d1.data(), a.tk, half.data(), a.dout.data(),
+                                        hl.data(), hd.data(), G);
+                  });
+  ctx_emu::launch({dev::key_blocks(a.tk), static_cast<unsigned>(a.hkv), 1}, {dev::kBlockThreads, 1, 1},
+                  dev::dkdv_smem(a.d), [&] {
+                    dev::attn_dkdv_kernel(edk.data(), edv.data(), a.q.data(), a.qi.data(), a.qd.data(), a.tq,
+                                          a.kb.data(), a.vb.data(), a.k1.data(), a.d1.data(), a.tk, half.data(),
+                                          a.dout.data(), hl.data(), hd.data(), G);
+                  });
+  expect_close(download(*cpu, dq), edq, 1e-4, 2e-5, "dq over half hulls");
+  expect_close(download(*cpu, dk), edk, 1e-4, 2e-5, "dk over half hulls");
+  expect_close(download(*cpu, dv), edv, 1e-4, 2e-5, "dv over half hulls");
 }
 
 TEST(EmulatedCudaKernels, AttentionBackwardMatchesCpu) {
   auto cpu = make_cpu_backend();
   for (auto [d, small] : kAttnCases) {
     AttnInputs a(d, small);
+    CpuAttn c(*cpu, a);
     const AttnShape s = a.shape();
     const dev::Geo G = a.geo();
-    std::vector<float> o(a.tq * a.hq * d, 0.0f), lse(a.tq * a.hq, -INFINITY), delta(a.tq * a.hq), edelta(delta);
-    for (int b = 0; b < 2; ++b)
-      cpu->attention_forward_block(o.data(), lse.data(), a.q.data(), {a.qi.data(), a.qd.data()}, a.tq,
-                                   (b ? a.kb : a.ka).data(), (b ? a.vb : a.va).data(),
-                                   {(b ? a.k1 : a.k0).data(), (b ? a.d1 : a.d0).data()}, a.tk, s);
-    cpu->attention_delta(delta.data(), a.dout.data(), o.data(), a.tq, s);
+    Tensor o = zeros(*cpu, a.tq, a.hq * d), lse = cpu->alloc(a.tq, a.hq, DType::f32, Mem::workspace),
+           delta = zeros(*cpu, a.tq, a.hq);
+    cpu->fill(lse, -INFINITY);
+    for (int b = 0; b < 2; ++b) cpu->attention_forward_block(o, lse, c.q, c.qt(), c.k[b], c.v[b], c.kb(b), s);
+    cpu->attention_delta(delta, c.dout, o, s);
+    const auto ho = download(*cpu, o), hl = download(*cpu, lse), hd = download(*cpu, delta);
     const int64_t rows = a.tq * a.hq;
+    std::vector<float> edelta(rows);
     ctx_emu::launch({blocks(rows * 32, 256), 1, 1}, {256, 1, 1}, 0,
-                    [&] { dev::attention_delta_kernel(edelta.data(), a.dout.data(), o.data(), rows, d); });
-    expect_close(delta, edelta, 1e-5, 1e-6, "attention delta");
-    auto dq = randn(a.tq * a.hq * d, 10, 0.1f), dk = randn(a.tk * a.hkv * d, 11, 0.1f),
-         dv = randn(a.tk * a.hkv * d, 12, 0.1f);
-    auto edq = dq, edk = dk, edv = dv;
+                    [&] { dev::attention_delta_kernel(edelta.data(), a.dout.data(), ho.data(), rows, d); });
+    expect_close(hd, edelta, 1e-5, 1e-6, "attention delta");
+    auto dq0 = randn(a.tq * a.hq * d, 10, 0.1f), dk0 = randn(a.tk * a.hkv * d, 11, 0.1f),
+         dv0 = randn(a.tk * a.hkv * d, 12, 0.1f);
+    Tensor dq = upload(*cpu, dq0, a.tq, a.hq * d), dk = upload(*cpu, dk0, a.tk, a.hkv * d),
+           dv = upload(*cpu, dv0, a.tk, a.hkv * d);
+    auto edq = dq0, edk = dk0, edv = dv0;
     for (int b = 0; b < 2; ++b) {
-      const auto& k = b ? a.kb : a.ka;
-      const auto& v = b ? a.vb : a.va;
-      const auto& ki = b ? a.k1 : a.k0;
-      const auto& kd = b ? a.d1 : a.d0;
-      cpu->attention_backward_block(dq.data(), dk.data(), dv.data(), a.q.data(), {a.qi.data(), a.qd.data()}, a.tq,
-                                    k.data(), v.data(), {ki.data(), kd.data()}, a.tk, a.dout.data(), lse.data(),
-                                    delta.data(), s);
+      cpu->attention_backward_block(dq, dk, dv, c.q, c.qt(), c.k[b], c.v[b], c.kb(b), c.dout, lse, delta, s);
       ctx_emu::launch({dev::row_blocks(a.tq, G.group), static_cast<unsigned>(a.hkv), 1}, {dev::kBlockThreads, 1, 1},
                       dev::dq_smem(d), [&] {
-                        dev::attn_dq_kernel(edq.data(), a.q.data(), a.qi.data(), a.qd.data(), a.tq, k.data(), v.data(),
-                                            ki.data(), kd.data(), a.tk, a.dout.data(), lse.data(), delta.data(), G);
+                        dev::attn_dq_kernel(edq.data(), a.q.data(), a.qi.data(), a.qd.data(), a.tq, a.k(b).data(),
+                                            a.v(b).data(), a.ki(b).data(), a.kd(b).data(), a.tk, a.range(b).data(),
+                                            a.dout.data(), hl.data(), hd.data(), G);
                       });
       ctx_emu::launch({dev::key_blocks(a.tk), static_cast<unsigned>(a.hkv), 1}, {dev::kBlockThreads, 1, 1},
                       dev::dkdv_smem(d), [&] {
                         dev::attn_dkdv_kernel(edk.data(), edv.data(), a.q.data(), a.qi.data(), a.qd.data(), a.tq,
-                                              k.data(), v.data(), ki.data(), kd.data(), a.tk, a.dout.data(), lse.data(),
-                                              delta.data(), G);
+                                              a.k(b).data(), a.v(b).data(), a.ki(b).data(), a.kd(b).data(), a.tk,
+                                              a.range(b).data(), a.dout.data(), hl.data(), hd.data(), G);
                       });
       // dk/dv of block 0 are compared before block 1 accumulates into the same buffers
       if (b == 0) {
-        expect_close(dk, edk, 1e-4, 2e-5, "dk block 0 (head_dim " + std::to_string(d) + ")");
-        expect_close(dv, edv, 1e-4, 2e-5, "dv block 0 (head_dim " + std::to_string(d) + ")");
+        expect_close(download(*cpu, dk), edk, 1e-4, 2e-5, "dk block 0 (head_dim " + std::to_string(d) + ")");
+        expect_close(download(*cpu, dv), edv, 1e-4, 2e-5, "dv block 0 (head_dim " + std::to_string(d) + ")");
       }
     }
     const std::string tag = " (head_dim " + std::to_string(d) + ")";
-    expect_close(dq, edq, 1e-4, 2e-5, "dq" + tag);
-    expect_close(dk, edk, 1e-4, 2e-5, "dk after both blocks" + tag);
-    expect_close(dv, edv, 1e-4, 2e-5, "dv after both blocks" + tag);
+    expect_close(download(*cpu, dq), edq, 1e-4, 2e-5, "dq" + tag);
+    expect_close(download(*cpu, dk), edk, 1e-4, 2e-5, "dk after both blocks" + tag);
+    expect_close(download(*cpu, dv), edv, 1e-4, 2e-5, "dv after both blocks" + tag);
   }
 }
 
-TEST(EmulatedCudaKernels, RmsNormAndScalarReductionsMatchCpu) {
+TEST(EmulatedCudaKernels, RmsNormAndStepStatisticsMatchCpu) {
   auto cpu = make_cpu_backend();
   const int64_t rows = 9, h = 300;
-  auto x = randn(rows * h, 20), w = randn(h, 21), dy = randn(rows * h, 22), dw = randn(h, 23, 0.1f);
-  std::vector<float> y(rows * h), rstd(rows), dx(rows * h);
-  auto ey = y, er = rstd, edx = dx, edw = dw;
-  cpu->rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), rows, h, 1e-5f);
+  auto x = randn(rows * h, 20), w = randn(h, 21), dy = randn(rows * h, 22), dw0 = randn(h, 23, 0.1f);
+  Tensor tx = upload(*cpu, x, rows, h), tw = upload(*cpu, w), tdy = upload(*cpu, dy, rows, h),
+         tdw = upload(*cpu, dw0), ty = zeros(*cpu, rows, h), tr = zeros(*cpu, rows, 1), tdx = zeros(*cpu, rows, h);
+  std::vector<float> ey(rows * h), er(rows), edx(rows * h), edw = dw0;
+  cpu->rmsnorm_forward(ty, tr, tx, tw, 1e-5f);
   ctx_emu::launch({static_cast<unsigned>(rows), 1, 1}, {dev::kRowThreads, 1, 1}, 0,
                   [&] { dev::rmsnorm_fwd_kernel(ey.data(), er.data(), x.data(), w.data(), h, 1e-5f); });
-  expect_close(y, ey, 1e-5, 1e-6, "rmsnorm y");
-  expect_close(rstd, er, 1e-6, 0, "rmsnorm rstd");
-  cpu->rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), rstd.data(), w.data(), rows, h);
+  expect_close(download(*cpu, ty), ey, 1e-5, 1e-6, "rmsnorm y");
+  expect_close(download(*cpu, tr), er, 1e-6, 0, "rmsnorm rstd");
+  cpu->rmsnorm_backward(tdx, tdw, tdy, tx, tr, tw);
   ctx_emu::launch({static_cast<unsigned>(rows), 1, 1}, {dev::kRowThreads, 1, 1}, 0,
                   [&] { dev::rmsnorm_bwd_dx_kernel(edx.data(), dy.data(), x.data(), er.data(), w.data(), h); });
-  expect_close(dx, edx, 1e-5, 1e-6, "rmsnorm dx");
+  expect_close(download(*cpu, tdx), edx, 1e-5, 1e-6, "rmsnorm dx");
   const int64_t chunks = std::min<int64_t>(rows, dev::kDwChunks), per = (rows + chunks - 1) / chunks;
   std::vector<float> scratch(chunks * h);
   ctx_emu::launch({blocks(h, dev::kRowThreads), static_cast<unsigned>(chunks), 1}, {dev::kRowThreads, 1, 1}, 0,
                   [&] { dev::rmsnorm_dw_partial(scratch.data(), dy.data(), x.data(), er.data(), rows, h, per); });
   ctx_emu::launch({blocks(h, dev::kRowThreads), 1, 1}, {dev::kRowThreads, 1, 1}, 0,
                   [&] { dev::rmsnorm_dw_finish(edw.data(), scratch.data(), chunks, h); });
-  expect_close(dw, edw, 1e-5, 1e-5, "rmsnorm dw");
+  expect_close(download(*cpu, tdw), edw, 1e-5, 1e-5, "rmsnorm dw");
 
-  // sum of squares: partial sums per block, then one block; non-finite flag
-  std::vector<double> partials(8), total(1);
+  // sum of squares into the statistic (on top of what it holds): partial sums per block, then one
+  // block adds; double sums rounded once to float on both sides
+  const std::vector<float> st0 = {1.0f, 0.0f, 2.5f};
+  Tensor stats = upload(*cpu, st0);
+  cpu->sum_squares(stats, tx);
+  std::vector<float> est = st0;
+  std::vector<double> partials(8);
   ctx_emu::launch({8, 1, 1}, {dev::kRowThreads, 1, 1}, 0,
                   [&] { dev::sum_squares_partial(partials.data(), x.data(), rows * h); });
-  ctx_emu::launch({1, 1, 1}, {dev::kRowThreads, 1, 1}, 0, [&] { dev::sum_partials(total.data(), partials.data(), 8); });
-  EXPECT_NEAR(total[0], cpu->sum_squares(x.data(), rows * h), 1e-9 * total[0]);
-  int flag = 0;
-  ctx_emu::launch({2, 1, 1}, {dev::kRowThreads, 1, 1}, 0, [&] { dev::nonfinite_kernel(&flag, x.data(), rows * h); });
-  EXPECT_EQ(flag, 0);
-  x[777] = std::numeric_limits<float>::quiet_NaN();
-  ctx_emu::launch({2, 1, 1}, {dev::kRowThreads, 1, 1}, 0, [&] { dev::nonfinite_kernel(&flag, x.data(), rows * h); });
-  EXPECT_EQ(flag, 1);
+  ctx_emu::launch({1, 1, 1}, {dev::kRowThreads, 1, 1}, 0,
+                  [&] { dev::sum_partials_into(&est[dev::kStatGradNorm2], partials.data(), 8); });
+  expect_close(download(*cpu, stats), est, 2e-7, 0, "sum_squares into the statistics");
+  // the non-finite flag: a finite tensor leaves it, a NaN raises it to the code
+  for (bool nan : {false, true}) {
+    auto z = x;
+    if (nan) z[777] = std::numeric_limits<float>::quiet_NaN();
+    Tensor tz = upload(*cpu, z);
+    cpu->flag_nonfinite(stats, tz, 4.0f);
+    int flag = 0;
+    ctx_emu::launch({2, 1, 1}, {dev::kRowThreads, 1, 1}, 0, [&] { dev::nonfinite_kernel(&flag, z.data(), rows * h); });
+    ctx_emu::launch({1, 1, 1}, {32, 1, 1}, 0,
+                    [&] { dev::flag_finish_kernel(&est[dev::kStatNonFinite], &flag, 4.0f); });
+    expect_close(download(*cpu, stats), est, 0, 0, nan ? "non-finite flag raised" : "non-finite flag left");
+    EXPECT_EQ(est[dev::kStatNonFinite], nan ? 4.0f : 0.0f);
+  }
 }
 
 TEST(EmulatedCudaKernels, CrossEntropyPiecesMatchCpu) {
@@ -199,24 +291,30 @@ TEST(EmulatedCudaKernels, CrossEntropyPiecesMatchCpu) {
   auto logits = randn(rows * cols, 30, 3.0f);
   auto el = logits;
   std::vector<int32_t> target = {2000, 2689, 2690, 1999, -1, 2300};
-  std::vector<float> weight = {0.5f, 0.25f, 1.0f, 1.0f, 0.0f, 0.125f};
-  std::vector<float> mx(rows), se(2 * rows), emx(rows), ese(2 * rows);
-  cpu->row_max(mx.data(), logits.data(), rows, cols, valid);
+  Tensor tl = upload(*cpu, logits, rows, cols), tt = upload(*cpu, target), mx = zeros(*cpu, rows, 1),
+         se = zeros(*cpu, rows, 2), lse = zeros(*cpu, rows, 1), stats = upload(*cpu, std::vector<float>{0.5f, 0, 0});
+  std::vector<float> emx(rows), ese(2 * rows), else_(rows), est = {0.5f, 0, 0};
+  cpu->row_max(mx, tl, valid);
   ctx_emu::launch({static_cast<unsigned>(rows), 1, 1}, {dev::kRowThreads, 1, 1}, 0,
                   [&] { dev::row_max_kernel(emx.data(), el.data(), cols, valid); });
-  expect_close(mx, emx, 0, 0, "row_max");
-  cpu->sumexp_and_target(se.data(), logits.data(), mx.data(), target.data(), rows, cols, valid, v0);
+  expect_close(download(*cpu, mx), emx, 0, 0, "row_max");
+  cpu->sumexp_and_target(se, tl, mx, tt, valid, v0);
   ctx_emu::launch({static_cast<unsigned>(rows), 1, 1}, {dev::kRowThreads, 1, 1}, 0, [&] {
     dev::sumexp_target_kernel(ese.data(), el.data(), emx.data(), target.data(), cols, valid, v0);
   });
-  expect_close(se, ese, 1e-6, 0, "sumexp_and_target");
-  std::vector<float> lse(rows);
-  for (int64_t r = 0; r < rows; ++r) lse[r] = mx[r] + std::log(se[2 * r]);
-  cpu->xent_grad_inplace(logits.data(), lse.data(), target.data(), weight.data(), rows, cols, valid, v0);
-  ctx_emu::launch({blocks(rows * cols, 256), 1, 1}, {256, 1, 1}, 0, [&] {
-    dev::xent_grad_kernel(el.data(), lse.data(), target.data(), weight.data(), rows, cols, valid, v0);
+  expect_close(download(*cpu, se), ese, 1e-6, 0, "sumexp_and_target");
+  cpu->xent_finish(lse, stats, mx, se, tt);
+  ctx_emu::launch({1, 1, 1}, {dev::kRowThreads, 1, 1}, 0, [&] {
+    dev::xent_finish_kernel(else_.data(), &est[dev::kStatLossSum], emx.data(), ese.data(), target.data(), rows);
   });
-  expect_close(logits, el, 1e-5, 1e-7, "xent_grad_inplace");
+  expect_close(download(*cpu, lse), else_, 1e-6, 1e-6, "xent_finish lse");
+  expect_close(download(*cpu, stats), est, 1e-6, 1e-6, "xent_finish loss statistic");
+  const auto hl = download(*cpu, lse);
+  cpu->xent_grad_inplace(tl, lse, tt, 0.25f, valid, v0);
+  ctx_emu::launch({blocks(rows * cols, 256), 1, 1}, {256, 1, 1}, 0, [&] {
+    dev::xent_grad_kernel(el.data(), hl.data(), target.data(), 0.25f, rows, cols, valid, v0);
+  });
+  expect_close(download(*cpu, tl), el, 1e-5, 1e-7, "xent_grad_inplace");
 }
 
 TEST(EmulatedCudaKernels, ElementwiseAndEmbeddingKernelsMatchCpu) {
@@ -228,67 +326,93 @@ TEST(EmulatedCudaKernels, ElementwiseAndEmbeddingKernelsMatchCpu) {
   std::vector<int32_t> pos = {0, 1, 7, 1000, 65535, 131071, 524287, 1000000, 3};
   std::vector<float> inv_freq(rot / 2);
   for (int64_t i = 0; i < rot / 2; ++i) inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / rot));
+  Tensor tx = upload(*cpu, x, rows, heads * d), tp = upload(*cpu, pos), tf = upload(*cpu, inv_freq);
   for (bool inverse : {false, true}) {
-    cpu->rope(x.data(), rows, heads, d, pos.data(), inv_freq.data(), rot, 1.1f, inverse);
+    cpu->rope(tx, heads, d, tp, tf, rot, 1.1f, inverse);
     ctx_emu::launch({1, 1, 1}, {32, 1, 1}, 0, [&] {
       dev::rope_kernel(ex.data(), rows, heads, d, pos.data(), inv_freq.data(), rot / 2, 1.1f, inverse ? -1.0f : 1.0f);
     });
-    expect_close(x, ex, 1e-5, 1e-6, inverse ? "rope inverse" : "rope");
+    expect_close(download(*cpu, tx), ex, 1e-5, 1e-6, inverse ? "rope inverse" : "rope");
   }
-  // SwiGLU, with the output aliasing the gate as the tiled MLP calls it
+  // SwiGLU
   const int64_t n = 300;
   auto gate = randn(n, 41, 4.0f), up = randn(n, 42), da = randn(n, 43);
-  std::vector<float> a(n), dg(n), du(n), ea(n), edg(n), edu(n);
-  cpu->swiglu_forward(a.data(), gate.data(), up.data(), n);
+  Tensor tg = upload(*cpu, gate), tu = upload(*cpu, up), tda = upload(*cpu, da), ta = zeros(*cpu, 1, n),
+         tdg = zeros(*cpu, 1, n), tdu = zeros(*cpu, 1, n);
+  std::vector<float> ea(n), edg(n), edu(n);
+  cpu->swiglu_forward(ta, tg, tu);
   ctx_emu::launch({2, 1, 1}, {64, 1, 1}, 0, [&] { dev::swiglu_fwd_kernel(ea.data(), gate.data(), up.data(), n); });
-  expect_close(a, ea, 1e-5, 1e-6, "swiglu forward");
-  cpu->swiglu_backward(dg.data(), du.data(), da.data(), gate.data(), up.data(), n);
+  expect_close(download(*cpu, ta), ea, 1e-5, 1e-6, "swiglu forward");
+  cpu->swiglu_backward(tdg, tdu, tda, tg, tu);
   ctx_emu::launch({2, 1, 1}, {64, 1, 1}, 0,
                   [&] { dev::swiglu_bwd_kernel(edg.data(), edu.data(), da.data(), gate.data(), up.data(), n); });
-  expect_close(dg, edg, 1e-5, 1e-6, "swiglu dgate");
-  expect_close(du, edu, 1e-5, 1e-6, "swiglu dup");
-  // AdamW, three steps
+  expect_close(download(*cpu, tdg), edg, 1e-5, 1e-6, "swiglu dgate");
+  expect_close(download(*cpu, tdu), edu, 1e-5, 1e-6, "swiglu dup");
+  // AdamW, three steps, the statistics deciding: clipped (norm 4 > clip 1), unclipped, skipped
   auto master = randn(n, 44), m = randn(n, 45, 0.01f), v = randn(n, 46, 0.01f), grad = randn(n, 47);
   for (auto& e : v) e = std::fabs(e);
+  Tensor tmaster = upload(*cpu, master), tm = upload(*cpu, m), tv = upload(*cpu, v), tgrad = upload(*cpu, grad);
   auto em = master, emm = m, ev = v;
+  const std::vector<std::vector<float>> stats_per_step = {{0, 0, 16.0f}, {0, 0, 0.25f}, {0, 2.0f, 0.25f}};
   for (int64_t step = 1; step <= 3; ++step) {
-    cpu->adamw(master.data(), m.data(), v.data(), grad.data(), 1.0f, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step);
+    const auto& st = stats_per_step[step - 1];
+    Tensor tst = upload(*cpu, st);
+    AdamWArgs a;
+    a.lr = 1e-3f;
+    a.weight_decay = 0.1f;
+    a.clip = 1.0f;
+    a.step = step;
+    cpu->adamw(tmaster, tm, tv, tgrad, tst, a);
     // bias corrections as the launcher computes them: from the float betas, in double
     ctx_emu::launch({2, 1, 1}, {64, 1, 1}, 0, [&] {
-      dev::adamw_kernel(em.data(), emm.data(), ev.data(), grad.data(), 1.0f, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f,
-                        1.0 - std::pow(static_cast<double>(0.9f), static_cast<double>(step)),
+      dev::adamw_kernel(em.data(), emm.data(), ev.data(), grad.data(), st.data(), 1.0f, n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                        0.1f, 1.0f, 1.0 - std::pow(static_cast<double>(0.9f), static_cast<double>(step)),
                         1.0 - std::pow(static_cast<double>(0.95f), static_cast<double>(step)));
     });
   }
-  expect_close(master, em, 1e-6, 1e-7, "adamw master");
-  expect_close(m, emm, 1e-6, 1e-9, "adamw m");
-  expect_close(v, ev, 1e-6, 1e-10, "adamw v");
-  // embedding: forward gather, backward grouped by row in token order (bit-identical sums)
+  expect_close(download(*cpu, tmaster), em, 1e-6, 1e-7, "adamw master");
+  expect_close(download(*cpu, tm), emm, 1e-6, 1e-9, "adamw m");
+  expect_close(download(*cpu, tv), ev, 1e-6, 1e-10, "adamw v");
+  // embedding: forward gather; backward keyed by row, stably sorted (the launcher uses CUB's
+  // radix sort; std::stable_sort is the same permutation), summed per run in token order
   const int64_t hh = 33, v0 = 10, vrows = 50, tokens = 200;
   std::mt19937 r(48);
   std::vector<int32_t> tok(tokens);
   for (auto& t : tok) t = static_cast<int32_t>(r() % 80);
   auto table = randn(vrows * hh, 49), dout = randn(tokens * hh, 50), dtable = randn(vrows * hh, 51);
-  std::vector<float> out(tokens * hh), eout(tokens * hh);
+  Tensor ttok = upload(*cpu, tok), ttable = upload(*cpu, table, vrows, hh), tdout = upload(*cpu, dout, tokens, hh),
+         tdtable = upload(*cpu, dtable, vrows, hh), tout = zeros(*cpu, tokens, hh);
+  std::vector<float> eout(tokens * hh);
   auto edtable = dtable;
-  cpu->embedding_forward(out.data(), table.data(), tok.data(), tokens, hh, v0, vrows);
+  cpu->embedding_forward(tout, ttable, ttok, v0);
   ctx_emu::launch({4, 1, 1}, {64, 1, 1}, 0,
                   [&] { dev::embedding_fwd_kernel(eout.data(), table.data(), tok.data(), tokens, hh, v0, vrows); });
-  expect_close(out, eout, 0, 0, "embedding forward");
-  cpu->embedding_backward(dtable.data(), dout.data(), tok.data(), tokens, hh, v0, vrows);
-  cuda::TokenRows g;
-  cuda::group_tokens_by_row(tok.data(), tokens, v0, vrows, g);
-  ctx_emu::launch({static_cast<unsigned>(g.rows.size()), 1, 1}, {32, 1, 1}, 0, [&] {
-    dev::embedding_bwd_kernel(edtable.data(), dout.data(), g.rows.data(), g.offsets.data(), g.positions.data(), hh);
+  expect_close(download(*cpu, tout), eout, 0, 0, "embedding forward");
+  cpu->embedding_backward(tdtable, tdout, ttok, v0);
+  std::vector<int32_t> keys(tokens), positions(tokens);
+  ctx_emu::launch({2, 1, 1}, {64, 1, 1}, 0, [&] {
+    dev::embedding_keys_kernel(keys.data(), positions.data(), tok.data(), tokens, v0, vrows);
   });
-  expect_close(dtable, edtable, 0, 0, "embedding backward");
-  // data movement: add_block on a strided block
+  std::vector<std::pair<int32_t, int32_t>> kp(tokens);
+  for (int64_t t = 0; t < tokens; ++t) kp[t] = {keys[t], positions[t]};
+  std::stable_sort(kp.begin(), kp.end(), [](auto& p, auto& q) { return p.first < q.first; });
+  for (int64_t t = 0; t < tokens; ++t) std::tie(keys[t], positions[t]) = kp[t];
+  ctx_emu::launch({16, 1, 1}, {32, 1, 1}, 0, [&] {  // fewer blocks than runs: blocks stride
+    dev::embedding_bwd_sorted_kernel(edtable.data(), dout.data(), keys.data(), positions.data(), tokens, hh, vrows);
+  });
+  expect_close(download(*cpu, tdtable), edtable, 0, 0, "embedding backward (bit-identical)");
+  // copy_cols / add_cols on column ranges of matrices of different widths
   auto wide = randn(7 * 40, 52), narrow = randn(7 * 13, 53);
-  auto ewide = wide;
-  cpu->add_block(wide.data() + 30, 40, narrow.data(), 13, 7, 10);
+  Tensor twide = upload(*cpu, wide, 7, 40), tnarrow = upload(*cpu, narrow, 7, 13);
+  auto ewide = wide, enarrow = narrow;
+  cpu->add_cols(twide, 30, tnarrow, 2, 10);
   ctx_emu::launch({1, 1, 1}, {64, 1, 1}, 0,
-                  [&] { dev::add_block_kernel(ewide.data() + 30, 40, narrow.data(), 13, 7, 10); });
-  expect_close(wide, ewide, 0, 0, "add_block");
+                  [&] { dev::copy_cols_kernel(ewide.data() + 30, 40, narrow.data() + 2, 13, 7, 10, true); });
+  expect_close(download(*cpu, twide), ewide, 0, 0, "add_cols");
+  cpu->copy_cols(tnarrow, 0, twide, 5, 4);
+  ctx_emu::launch({1, 1, 1}, {64, 1, 1}, 0,
+                  [&] { dev::copy_cols_kernel(enarrow.data(), 13, ewide.data() + 5, 40, 7, 4, false); });
+  expect_close(download(*cpu, tnarrow), enarrow, 0, 0, "copy_cols");
 }
 
 TEST(EmulatedCudaKernels, EmulatorReportsDivergentBarriers) {
