@@ -118,11 +118,14 @@ TEST_F(CudaVsCpu, DataMovementAndStepStatisticsMatchCpu) {
   // overlapping copy keeps memmove semantics
   both([&](Backend& b, int i) { b.copy(tw[i].flat(1, 200), tw[i].flat(0, 200)); });
   same(tw, 0, 0, "overlapping copy");
-  // token data round trip: int32 uploads into a device tensor, copied by columns
-  std::vector<int32_t> ids = {5, -1, 7, 9, 11, 13};
-  Two ti = two(ids, 3, 2), tj = two(std::vector<int32_t>(6, 0), 3, 2);
-  both([&](Backend& b, int i) { b.copy_cols(tj[i], 1, ti[i], 0, 1); });
-  // (i32 tensors are not downloadable as floats; the embedding test below reads them through use)
+  // token data: an int32 column copied out of a [3, 2] tensor (a strided byte copy for i32),
+  // then used as embedding ids, so the copy is read back through its use
+  Two ti = two(std::vector<int32_t>{2, -1, 0, 9, 3, 13}, 3, 2), tj = two(std::vector<int32_t>(3, 0), 3, 1);
+  both([&](Backend& b, int i) { b.copy_cols(tj[i], 0, ti[i], 1, 1); });  // ids -1, 9, 13
+  Two table = two(randn(12 * 4, 5), 12, 4), emb = two_zeros(3, 4);
+  both([&](Backend& b, int i) { b.embedding_forward(emb[i], table[i], tj[i], 1); });
+  same(emb, 0, 0, "embedding rows picked by int32 ids moved with copy_cols");
+  EXPECT_EQ(download(*g_, emb[1])[4], download(*g_, table[1])[8 * 4]) << "id 9 is row 8 of a table starting at 1";
   // bf16 is issue 13: refused with the reason
   Tensor h = g_->alloc(1, 10, DType::bf16, Mem::workspace);
   try {
