@@ -158,11 +158,14 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
   double fwd_comm = 0, bwd_attn_comm = 0, bwd_mlp_comm = 0, fwd_ws = 0;
   if (p.cp_kind == CpKind::allgather && p.cp > 1) {
     fwd_comm = kv_full;                                   // all-gathered K,V of the whole sequence
+    fwd_ws += q_fp32;                                     // fp32 output accumulator: cp blocks merge into it
     bwd_attn_comm = kv_full + kv_full / a * fp32;         // again, plus fp32 dK,dV before reduce-scatter
   } else if (r > 1) {
     fwd_comm = 2.0 * kv;                                  // double-buffered K,V receive for the ring
     bwd_attn_comm = 2.0 * kv + 2.0 * kv / a * fp32;       // K,V receive + travelling fp32 dK,dV (double-buffered)
-    fwd_ws += q_fp32 + (fp32_acts ? 0.0 : lse);           // fp32 output accumulator and running LSE for the merge
+    // fp32 output accumulator and (unless the kernel merges each block into it and the saved LSE in
+    // place) a running LSE for the merge
+    fwd_ws += q_fp32 + (fp32_acts || rt.attention_merges_in_place ? 0.0 : lse);
   }
   if (u > 1) {
     fwd_comm += q + kv + o;                               // all-to-all staging of q,k,v in and of the output back
@@ -200,10 +203,18 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
   // ---- parameter transients
   const double zero3_gather = p.zero == 3 ? rt.zero3_prefetch_layers * S.layer_params * rt.weight_bytes : 0.0;
   const double head_gather = p.zero == 3 ? S.vocab * h * rt.weight_bytes : 0.0;  // embedding/head gathered at the ends
-  const double grad_reduce = rt.reduce_bucket_bytes + (p.zero >= 2 ? S.layer_params * rt.weight_bytes : 0.0);
+  // ZeRO-2/3: a unit's full gradient lives until its reduce-scatter, in the weights' dtype or, where
+  // the runtime accumulates weight gradients in fp32 buffers, in fp32
+  const double unit_grad_bytes = rt.unit_grads_fp32 ? fp32 : rt.weight_bytes;
+  const double grad_reduce = rt.reduce_bucket_bytes + (p.zero >= 2 ? S.layer_params * unit_grad_bytes : 0.0);
 
-  // ---- an explicit mask: [attention query rows, seq] for the whole step
-  const double mask = p.mask == MaskKind::explicit_mask ? S.attn_tokens * static_cast<double>(seq) * a : 0.0;
+  // ---- an explicit mask: [attention query rows, seq] for the whole step; otherwise the micro-batch's
+  // token data: ids/labels/positions per local token, the queries' identities, and per key block
+  // (each ring step's block, or each CP rank's under all-gather) its keys' identities and bounds
+  const double key_blocks = p.cp_kind == CpKind::allgather ? static_cast<double>(p.cp) : static_cast<double>(ring_degree(p));
+  const double token_data = S.tokens * rt.token_data_bytes +
+                            S.attn_tokens * (rt.query_identity_bytes + key_blocks * rt.key_block_bytes);
+  const double mask = p.mask == MaskKind::explicit_mask ? S.attn_tokens * static_cast<double>(seq) * a : token_data;
 
   const double frag = 1.0 + rt.fragmentation;  // allocator slack on dynamically allocated tensors
   auto base = [&](double grads_bytes) {
@@ -265,7 +276,7 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
     const double final_norm = sp_gather > 0 ? 0.0 : x_in;  // the head's input (gathered under SP)
     s[Mem::workspace] += (final_norm + rstd + rows * kLossRowStats * fp32) * frag;
     // the head gathered under ZeRO-3, its unreduced gradient before the reduce-scatter under ZeRO-2/3
-    const double head_grad = p.zero >= 2 ? S.vocab * h * rt.weight_bytes : 0.0;
+    const double head_grad = p.zero >= 2 ? S.vocab * h * unit_grad_bytes : 0.0;
     s[Mem::comm_buffers] = (head_gather + head_grad + sp_gather) * frag;
     out.phase_peak[static_cast<int>(Phase::loss)] = s;
   }
@@ -304,9 +315,10 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
     out.phase_peak[static_cast<int>(Phase::backward)] = best;
     out.peak_layer = best_layer;
   }
-  // optimizer: model states with every gradient
+  // optimizer: model states with every gradient; the micro-batch's token data is released
   {
     MemorySnapshot s = base(g_full);
+    s[Mem::mask] = 0;
     // ZeRO-1/2: each parameter unit's updated shard is staged for the all-gather that rebuilds the
     // full weights; the largest unit is a layer or the vocabulary matrix (with the final norm)
     if (p.zero >= 1 && p.zero < 3 && Z > 1) {

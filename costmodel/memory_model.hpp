@@ -79,8 +79,9 @@ struct LossWorkingSet {
   double hidden_grad_bytes = 0;  // gradient of the final hidden states [T, h] (accumulated tile by tile when tiled)
   double total() const { return logits_bytes + fp32_bytes + hidden_grad_bytes; }
 };
-// fp32 numbers per logits row besides the logits: row max, sum of exp and target logit, log-sum-exp, weight
-constexpr double kLossRowStats = 5;
+// fp32 numbers per logits row besides the logits: row max, sum of exp and target logit, log-sum-exp
+// (the token weight is one scalar for the whole step)
+constexpr double kLossRowStats = 4;
 LossWorkingSet loss_working_set(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, const LocalShapes& s);
 
 // Largest sequence (a multiple of the plan's granule, at most `hi`) at which the plan fits device

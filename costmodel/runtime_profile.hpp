@@ -36,10 +36,16 @@ struct RuntimeProfile {
   bool recompute_keeps_checkpoint = true;  // full recompute: layer i's checkpoint stays while it is rematerialised
   double backward_grad_tensors = 3;   // [tokens, hidden] activation-gradient tensors in flight
   double attention_backward_extra_q_tensors = 0;  // [tokens, q heads x d] copies the attention backward adds
+  bool unit_grads_fp32 = false;  // ZeRO-2/3's transient full gradient of a unit is fp32 (else the weights' dtype)
+  bool attention_merges_in_place = false;  // ring steps merge into the output accumulator and saved LSE (no per-step copies)
   double reduce_bucket_bytes = 0;     // gradient reduce/reduce-scatter bucket
   double reserved_bytes = 0;          // NCCL buffers, cuBLAS workspace, allocator slack (fixed)
   double fragmentation = 0;           // fraction added to activations and transients
   double host_bytes_per_rank = 0;     // host memory a rank's process takes besides offload
+  // ---- a micro-batch's token data on the device (never an s x s mask)
+  double token_data_bytes = 0;        // per local token: ids, labels, positions
+  double query_identity_bytes = 0;    // per attention query: what the mask needs of it (index, document)
+  double key_block_bytes = 0;         // per key of each key block attention visits (identity, loop bounds)
   // ---- time
   std::string attention_kernel = "flash2";  // which of the hardware profile's attention curves it runs
   double cpu_adam_params_per_second = 1e9;  // host AdamW rate per node (optimizer offload)

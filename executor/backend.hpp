@@ -115,7 +115,8 @@ class Backend {
   // "no visible key yet".
   virtual void attention_forward_block(View o, View lse, View q, TokenRefs qt, View k, View v, const KeyBlock& kb,
                                        const AttnShape& s) = 0;
-  // Accumulates dq, dk, dv (f32) for one key block given the final lse and delta = rowsum(dO * O).
+  // Accumulates dq, dk, dv for one key block given the final lse and delta = rowsum(dO * O); the sums
+  // run in fp32 within the call (bf16 outputs are rounded once, as FlashAttention writes dK, dV).
   virtual void attention_backward_block(View dq, View dk, View dv, View q, TokenRefs qt, View k, View v,
                                         const KeyBlock& kb, View dout, View lse, View delta, const AttnShape& s) = 0;
   virtual void attention_delta(View delta, View dout, View o, const AttnShape& s) = 0;  // delta f32 [tq, q_heads]

@@ -8,7 +8,8 @@
 //
 // Collectives on views: recv of allgather holds size() blocks of send.numel() in group order;
 // reduce_scatter's send holds size() blocks, recv gets the sum of everyone's block rank(); alltoall
-// sends block j to rank j. Reductions sum f32 or bf16 (bf16 summed in fp32, rounded once).
+// sends block j to rank j. Reductions sum f32 or bf16 (bf16 summed in fp32, rounded once);
+// reduce_scatter may also sum an f32 send into a bf16 recv (fp32 dK, dV into bf16 gradients).
 #pragma once
 #include <cstdint>
 #include <memory>

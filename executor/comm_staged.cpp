@@ -30,10 +30,20 @@ class HostStagedComm final : public Comm {
     be_.submit([=] { h->allgather(s, r, bytes); });
   }
   void reduce_scatter(View send, View recv) override {
-    need(send.dtype() == recv.dtype() && send.numel() == recv.numel() * size(), "reduce_scatter",
-         "send must hold size() blocks of recv");
+    need(send.numel() == recv.numel() * size(), "reduce_scatter", "send must hold size() blocks of recv");
     const int64_t n = recv.numel();
     HostComm* h = host_.get();
+    if (send.dtype() == DType::f32 && recv.dtype() == DType::bf16) {  // fp32 sums rounded once into bf16
+      auto* s = static_cast<float*>(be_.host_address(send));
+      auto* r = static_cast<uint16_t*>(be_.host_address(recv));
+      be_.submit([=] {
+        std::vector<float> fr(n);
+        h->reduce_scatter(s, fr.data(), n);
+        for (int64_t i = 0; i < n; ++i) r[i] = f32_to_bf16(fr[i]);
+      });
+      return;
+    }
+    need(send.dtype() == recv.dtype(), "reduce_scatter", "dtypes differ (only f32 into bf16 is allowed)");
     if (send.dtype() == DType::f32) {
       auto* s = static_cast<float*>(be_.host_address(send));
       auto* r = static_cast<float*>(be_.host_address(recv));

@@ -329,12 +329,12 @@ void ContextAttention::backward(const DeviceBatch& b, View q, View k, View v, Vi
   Tensor delta = be_.alloc(Ta, hqa, DType::f32, Mem::workspace);
   if (l_.ulysses == 1) {
     be_.attention_delta(delta, dout, o, sh);
-    Tensor hq, hk, hv;
-    View aq = accumulator(dq, hq), ak = accumulator(dk, hk), av = accumulator(dv, hv);
-    core_backward(b, q, k, v, dout, lse, delta, aq, ak, av);
+    Tensor hq;
+    View aq = accumulator(dq, hq);
+    be_.zero(dk);
+    be_.zero(dv);
+    core_backward(b, q, k, v, dout, lse, delta, aq, dk, dv);
     finish(dq, hq);
-    finish(dk, hk);
-    finish(dv, hv);
     return;
   }
   Tensor qa = to_heads(q, l_.q_heads, false, Mem::comm_buffers);
@@ -348,12 +348,12 @@ void ContextAttention::backward(const DeviceBatch& b, View q, View k, View v, Vi
   Tensor dka = be_.alloc(Ta, hkva * d, q.dtype(), Mem::workspace);
   Tensor dva = be_.alloc(Ta, hkva * d, q.dtype(), Mem::workspace);
   {
-    Tensor hq, hk, hv;
-    View aq = accumulator(dqa, hq), ak = accumulator(dka, hk), av = accumulator(dva, hv);
-    core_backward(b, qa, ka, va, da, lse, delta, aq, ak, av);
+    Tensor hq;
+    View aq = accumulator(dqa, hq);
+    be_.zero(dka);
+    be_.zero(dva);
+    core_backward(b, qa, ka, va, da, lse, delta, aq, dka, dva);
     finish(dqa, hq);
-    finish(dka, hk);
-    finish(dva, hv);
   }
   qa.reset();  // staging buffers released before the gradients' all-to-all allocates its own
   ka.reset();

@@ -10,8 +10,10 @@
 // Masking is by token identity (global index, document id), never an s x s mask, so any placement
 // and documents crossing rank boundaries are masked exactly; each key block also carries, per
 // query row, the hull of the key rows it can see, so kernels bound their loops.
-// Under bf16 the output of several merged blocks and dQ, dK, dV accumulate in fp32 buffers and are
-// rounded to bf16 once at the end (as ring-flash-attention and FlashAttention do).
+// Under bf16 the output of several merged blocks and dQ accumulate in fp32 buffers and are rounded
+// to bf16 once at the end (as ring-flash-attention and FlashAttention's dq_accum do); dK, dV are
+// written once: by the kernel (one block), from the ring's travelling fp32 buffers, or by the
+// reduce-scatter of the all-gathered fp32 dK, dV.
 #pragma once
 #include <utility>
 #include <vector>
@@ -71,7 +73,8 @@ class ContextAttention {
   std::pair<Tensor, Tensor> gather_kv(View k, View v);
   void to_sequence(View xa, int64_t heads, bool kv, View out);
   void core_forward(const DeviceBatch& b, View q, View k, View v, View o, View lse);
-  // dq, dk, dv: f32, zeroed by the caller
+  // dq: an fp32 accumulator (zeroed by the caller); dk, dv: the outputs, zeroed, written once (one
+  // kernel call, the ring's travelling fp32 dK,dV copied home, or the reduce-scatter)
   void core_backward(const DeviceBatch& b, View q, View k, View v, View dout, View lse, View delta, View dq, View dk,
                      View dv);
   // An fp32 accumulator of `out`'s shape: `out` itself when it is f32 (zeroed), else a new zeroed

@@ -341,13 +341,13 @@ class CpuBackend : public Backend {
   void attention_backward_block(View dq, View dk, View dv, View q, TokenRefs qt, View k, View v, const KeyBlock& kb,
                                 View dout, View lse, View delta, const AttnShape& s) override {
     const int64_t d = s.head_dim, hq = s.q_heads, hkv = s.kv_heads, group = hq / hkv, tq = q.rows();
-    need(dq.dtype() == DType::f32 && dk.dtype() == DType::f32 && dv.dtype() == DType::f32,
-         "attention_backward_block", "dq, dk, dv accumulate in f32");
+    need(lse.dtype() == DType::f32 && delta.dtype() == DType::f32, "attention_backward_block", "lse, delta must be f32");
     const float* Q = in(q, 0);
     const float* K = in(k, 1);
     const float* V = in(v, 2);
     const float* DO = in(dout, 3);
-    float *DQ = at<float>(dq), *DK = at<float>(dk), *DV = at<float>(dv);
+    // dq, dk, dv accumulate in fp32 within the call; bf16 ones are rounded once at its end
+    float *DQ = out(dq, 4, true), *DK = out(dk, 5, true), *DV = out(dv, 6, true);
     const float *L = at<float>(lse), *DL = at<float>(delta);
     const int64_t* qi_idx = i64(qt.index, "attention");
     const int32_t* qi_doc = i32(qt.doc, "attention");
@@ -383,6 +383,9 @@ class CpuBackend : public Backend {
         }
       }
     }
+    commit(dq, DQ);
+    commit(dk, DK);
+    commit(dv, DV);
   }
 
   // ---- cross-entropy

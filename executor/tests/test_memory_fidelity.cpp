@@ -1,8 +1,8 @@
 // Memory fidelity: for a matrix of plans, ctxrun's accounting allocator (every allocation tagged
 // with the cost model's category) against the memory model's prediction for the same run, phase by
-// phase and category by category. The prediction is the ctxrun runtime profile with the CPU
-// backend's dtypes (every tensor float32), which ctxrun writes into its report beside the
-// measurement. Tolerance: each category within 2% of its measured bytes (or 0.1% of the phase's
+// phase and category by category, at precision=fp32 and precision=bf16. The prediction is the
+// ctxrun-cpu runtime profile at the plan's precision, which ctxrun writes into its report beside
+// the measurement. Tolerance: each category within 2% of its measured bytes (or 0.1% of the phase's
 // total for categories that small). Set CTXPLAN_FIDELITY_MD=file to append the table rows that
 // docs/VALIDATION.md shows (scripts/memory_fidelity.sh).
 #include <gtest/gtest.h>
@@ -15,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "executor/tests/ctxrun_cli.hpp"
 
@@ -63,10 +64,12 @@ double sum(const json& cats) {
   return t;
 }
 
-class MemoryFidelity : public ::testing::TestWithParam<Case> {};
+class MemoryFidelity : public ::testing::TestWithParam<std::tuple<Case, const char*>> {};
 
 TEST_P(MemoryFidelity, MeasuredPeaksEqualTheMemoryModel) {
-  const Case& c = GetParam();
+  Case c = std::get<0>(GetParam());
+  const std::string plan = std::string(c.plan) + ",precision=" + std::get<1>(GetParam());
+  c.plan = plan.c_str();
   fs::path report = fs::temp_directory_path() / ("ctxrun_fidelity_" + std::to_string(::getpid()) + ".json");
   const std::string cmd = ctx::exec::testing::ctxrun(c.ranks, std::string("--model ") + c.model + " --seq " +
                                                                    std::to_string(c.seq) + " --steps 2 --plan " + c.plan +
@@ -107,7 +110,9 @@ TEST_P(MemoryFidelity, MeasuredPeaksEqualTheMemoryModel) {
   if (const char* md = std::getenv("CTXPLAN_FIDELITY_MD")) std::ofstream(md, std::ios::app) << row.str() << "\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Matrix, MemoryFidelity, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<Case>& i) { return "Case" + std::to_string(i.index); });
+INSTANTIATE_TEST_SUITE_P(Matrix, MemoryFidelity, ::testing::Combine(::testing::ValuesIn(kCases), ::testing::Values("fp32", "bf16")),
+                         [](const ::testing::TestParamInfo<std::tuple<Case, const char*>>& i) {
+                           return "Case" + std::to_string(i.index / 2) + "_" + std::get<1>(i.param);
+                         });
 
 }  // namespace
