@@ -51,25 +51,34 @@ struct AttnInputs {
   // Default: queries at positions 40..79 in a zig-zag-like order, documents of 30 tokens, key
   // blocks at 0..44 and 50..94 (some rows see nothing in block 0). Small: 3 queries at 5..7 and
   // key blocks 0..4 and 5..9 in one document, GQA 4:1, tiles mostly empty.
-  explicit AttnInputs(int64_t dim, bool small = false) : d(dim) {
+  // Late: 10 queries at 150..159 (reversed) in a document that starts at 120, key block 0 at
+  // 0..199 (every hull starts at key 120: the kernels start at tile 96, and stop at 160) and key
+  // block 1 at 200..399 (after every query: empty hulls, nothing visited).
+  explicit AttnInputs(int64_t dim, bool small = false, bool late = false) : d(dim) {
     if (small) {
       hq = 4;
       hkv = 1;
       tq = 3;
       tk = 5;
     }
+    if (late) {
+      hq = 4;
+      tq = 10;
+      tk = 200;
+    }
     qi.resize(tq);
     qd.resize(tq);
     for (int64_t i = 0; i < tq; ++i) {
-      qi[i] = small ? 5 + i : i < 20 ? 40 + i : 60 + (tq - 1 - i);
-      qd[i] = small ? 0 : static_cast<int32_t>(qi[i] / 30);
+      qi[i] = late ? 159 - i : small ? 5 + i : i < 20 ? 40 + i : 60 + (tq - 1 - i);
+      qd[i] = late ? 1 : small ? 0 : static_cast<int32_t>(qi[i] / 30);
     }
-    const int64_t second = small ? 5 : 50;
+    const int64_t second = late ? 200 : small ? 5 : 50;
+    auto doc_of = [&](int64_t pos) { return static_cast<int32_t>(late ? (pos < 120 ? 0 : pos < 170 ? 1 : 2) : small ? 0 : pos / 30); };
     for (int64_t j = 0; j < tk; ++j) {
       k0.push_back(j);
       k1.push_back(second + j);
-      d0.push_back(small ? 0 : static_cast<int32_t>(j / 30));
-      d1.push_back(small ? 0 : static_cast<int32_t>((second + j) / 30));
+      d0.push_back(doc_of(j));
+      d1.push_back(doc_of(second + j));
     }
     r0 = kv_hulls(qi, qd, k0, d0);
     r1 = kv_hulls(qi, qd, k1, d1);
@@ -107,8 +116,14 @@ struct CpuAttn {
   KeyBlock kb(int b) const { return {{ki[b], kd[b]}, range[b]}; }
 };
 
-// (head_dim, small case): head dims that fill 1, 2 and all 8 of a lane's slots, not multiples of 32
-const std::pair<int64_t, bool> kAttnCases[] = {{20, false}, {64, false}, {16, true}, {256, true}};
+// (head_dim, small case, late case): head dims that fill 1, 2 and all 8 of a lane's slots, not
+// multiples of 32; the late case's hulls start past the first tiles and the second block's are empty
+struct AttnCase {
+  int64_t d;
+  bool small, late;
+};
+const AttnCase kAttnCases[] = {{20, false, false}, {64, false, false}, {16, true, false}, {256, true, false},
+                               {20, false, true}};
 
 void emu_forward(const AttnInputs& a, std::vector<float>& o, std::vector<float>& lse, int b,
                  const std::vector<int32_t>& range) {
@@ -123,8 +138,8 @@ void emu_forward(const AttnInputs& a, std::vector<float>& o, std::vector<float>&
 
 TEST(EmulatedCudaKernels, AttentionForwardMergesBlocksLikeCpuWithDocumentMaskAndGqa) {
   auto cpu = make_cpu_backend();
-  for (auto [d, small] : kAttnCases) {
-    AttnInputs a(d, small);
+  for (auto [d, small, late] : kAttnCases) {
+    AttnInputs a(d, small, late);
     CpuAttn c(*cpu, a);
     const AttnShape s = a.shape();
     Tensor o = zeros(*cpu, a.tq, a.hq * d), lse = cpu->alloc(a.tq, a.hq, DType::f32, Mem::workspace);
@@ -186,8 +201,8 @@ TEST(EmulatedCudaKernels, AttentionHonoursNarrowedKeyHullsLikeCpu) {
 
 TEST(EmulatedCudaKernels, AttentionBackwardMatchesCpu) {
   auto cpu = make_cpu_backend();
-  for (auto [d, small] : kAttnCases) {
-    AttnInputs a(d, small);
+  for (auto [d, small, late] : kAttnCases) {
+    AttnInputs a(d, small, late);
     CpuAttn c(*cpu, a);
     const AttnShape s = a.shape();
     const dev::Geo G = a.geo();
