@@ -165,7 +165,11 @@ int run(int argc, char** argv, CommWorld& world) {
   if (o.backend == "cuda") {
 #ifdef CTXPLAN_HAVE_CUDA
     if (cuda_device_count() == 0) throw InputError("--backend", "", "cuda: no CUDA device is visible to this process");
-    backend = make_cuda_backend(cuda_device_for_local_rank());
+    // managed memory while ctxrun's communicators are host-staged (MPI reads tensors through the
+    // host); the NCCL communicator (executor/cuda/comm_nccl.hpp) is wired in by issue 13
+    CudaBackendOptions cuda_options;
+    cuda_options.managed_memory = true;
+    backend = make_cuda_backend(cuda_device_for_local_rank(), cuda_options);
 #else
     throw InputError("--backend", "", "cuda: this ctxrun was built without CUDA (configure with -DCTXPLAN_WITH_CUDA=ON)");
 #endif
