@@ -292,6 +292,16 @@ void ContextAttention::core_backward(const DeviceBatch& b, View q, View k, View 
   be_.copy(dv, dcur.row_range(Ta, Ta));
 }
 
+void ContextAttention::gradients(const DeviceBatch& b, View q, View k, View v, View dout, View lse, View delta, View dq,
+                                 View dk, View dv) {
+  Tensor hq;
+  View aq = accumulator(dq, hq);
+  be_.zero(dk);
+  be_.zero(dv);
+  core_backward(b, q, k, v, dout, lse, delta, aq, dk, dv);
+  finish(dq, hq);
+}
+
 void ContextAttention::forward(const DeviceBatch& b, View q, View k, View v, Tensor& o, Tensor& lse) {
   const int64_t Ta = l_.attn_tokens, hqa = l_.attn_q_heads, d = l_.head_dim;
   lse = be_.alloc(Ta, hqa, DType::f32, Mem::activations);
@@ -329,12 +339,7 @@ void ContextAttention::backward(const DeviceBatch& b, View q, View k, View v, Vi
   Tensor delta = be_.alloc(Ta, hqa, DType::f32, Mem::workspace);
   if (l_.ulysses == 1) {
     be_.attention_delta(delta, dout, o, sh);
-    Tensor hq;
-    View aq = accumulator(dq, hq);
-    be_.zero(dk);
-    be_.zero(dv);
-    core_backward(b, q, k, v, dout, lse, delta, aq, dk, dv);
-    finish(dq, hq);
+    gradients(b, q, k, v, dout, lse, delta, dq, dk, dv);
     return;
   }
   Tensor qa = to_heads(q, l_.q_heads, false, Mem::comm_buffers);
@@ -347,14 +352,7 @@ void ContextAttention::backward(const DeviceBatch& b, View q, View k, View v, Vi
   Tensor dqa = be_.alloc(Ta, hqa * d, q.dtype(), Mem::workspace);
   Tensor dka = be_.alloc(Ta, hkva * d, q.dtype(), Mem::workspace);
   Tensor dva = be_.alloc(Ta, hkva * d, q.dtype(), Mem::workspace);
-  {
-    Tensor hq;
-    View aq = accumulator(dqa, hq);
-    be_.zero(dka);
-    be_.zero(dva);
-    core_backward(b, qa, ka, va, da, lse, delta, aq, dka, dva);
-    finish(dqa, hq);
-  }
+  gradients(b, qa, ka, va, da, lse, delta, dqa, dka, dva);
   qa.reset();  // staging buffers released before the gradients' all-to-all allocates its own
   ka.reset();
   va.reset();

@@ -77,6 +77,9 @@ class ContextAttention {
   // kernel call, the ring's travelling fp32 dK,dV copied home, or the reduce-scatter)
   void core_backward(const DeviceBatch& b, View q, View k, View v, View dout, View lse, View delta, View dq, View dk,
                      View dv);
+  // dq, dk, dv (overwritten) of the core in its own layout: dq through an fp32 accumulator
+  void gradients(const DeviceBatch& b, View q, View k, View v, View dout, View lse, View delta, View dq, View dk,
+                 View dv);
   // An fp32 accumulator of `out`'s shape: `out` itself when it is f32 (zeroed), else a new zeroed
   // f32 tensor held in `hold`; finish() rounds it into `out`.
   View accumulator(View out, Tensor& hold);
