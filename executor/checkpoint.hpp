@@ -1,7 +1,12 @@
-// Checkpoints: weights in safetensors with Hugging Face Llama names (model.safetensors), the fp32
-// master weights' Adam moments beside them (optimizer.safetensors), and trainer.json (step, model,
-// plan). A checkpoint is written into <dir>/step-N.tmp, fsynced, renamed to <dir>/step-N, and then
-// <dir>/latest is replaced atomically: a crash leaves the previous checkpoint intact.
+// Checkpoints are sharded: every rank writes what it holds, its fp32 master-weight shard and Adam
+// moments of each parameter unit (<dir>/step-N/rank-RRRRR.safetensors, with the plan, the rank's
+// coordinates and the units' geometry in the file's metadata), and rank 0 writes the index
+// (trainer.json: step, model, plan, run info, the files). Nothing is gathered. A checkpoint is
+// written into <dir>/step-N.tmp (each file fsynced), renamed to <dir>/step-N once every rank has
+// finished, and then <dir>/latest is replaced atomically: a crash leaves the previous one intact.
+// A checkpoint resumes only under the plan that wrote it (same world, tp, cp, dp, zero, Ulysses
+// degree); resharding is not supported: export_hf writes a consolidated Hugging Face folder
+// (config.json + model.safetensors), which any plan can start from (--init-from).
 #pragma once
 #include <map>
 #include <string>
@@ -17,13 +22,19 @@ using ShapeList = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 
 void write_safetensors(const std::string& path, const ShapeList& order, const TensorMap& tensors);
 // Reads F32, BF16 and F16 tensors as float; throws InputError naming the file on bad input.
-TensorMap read_safetensors(const std::string& path, std::map<std::string, std::vector<int64_t>>* shapes = nullptr);
+// `metadata`: the file's __metadata__ (string values), when given.
+TensorMap read_safetensors(const std::string& path, std::map<std::string, std::vector<int64_t>>* shapes = nullptr,
+                           std::map<std::string, std::string>* metadata = nullptr);
 
-// Collective: gathers the full tensors; rank 0 writes. Returns the checkpoint's directory.
+// Collective: every rank writes its own shard file; rank 0 the index. Returns the checkpoint's directory.
 std::string save_checkpoint(Trainer& t, const std::string& dir, const json& run_info);
 // Collective: every rank reads <dir>/latest (or `dir` itself when it holds trainer.json) and takes
-// its shards. Throws InputError when the checkpoint belongs to another model.
+// its own shard file back bit for bit. Throws InputError naming the file when the checkpoint
+// belongs to another model or another plan, or a shard file is missing or damaged.
 int64_t load_checkpoint(Trainer& t, const std::string& dir);
+// Collective: gathers the fp32 master weights; rank 0 writes <dir>/config.json and
+// <dir>/model.safetensors (Hugging Face Llama names), a valid --init-from source under any plan.
+void export_hf(Trainer& t, const std::string& dir);
 // Loads a Hugging Face checkpoint folder (config.json + *.safetensors) as the initial weights.
 void load_hf_weights(Trainer& t, const std::string& dir);
 

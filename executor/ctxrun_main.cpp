@@ -32,6 +32,7 @@ extern "C" void on_signal(int) { g_stop.store(1); }
 struct Options {
   std::string profiles, model = "tiny", seq = "256", plan, plan_file, cluster, data, report, ckpt_dir, init_from;
   std::string debug_nan, debug_fail;
+  std::string export_hf;
   std::string backend = "cpu";
   int64_t steps = 20, save_every = 0, log_every = 1, schedule_steps = 0;
   bool resume = false, sorted_packing = false, no_fit_check = false;
@@ -74,6 +75,8 @@ int run(int argc, char** argv, CommWorld& world) {
   app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint folder (safetensors, HF names); Ctrl-C saves here");
   app.add_option("--save-every", o.save_every, "save a checkpoint every N steps (and at the end)");
   app.add_flag("--resume", o.resume, "continue bit-exactly from <ckpt-dir>/latest");
+  app.add_option("--export-hf", o.export_hf,
+                 "after training, write the final weights as a Hugging Face folder (config.json + model.safetensors)");
   app.add_option("--init-from", o.init_from, "Hugging Face Llama-family folder (config.json + *.safetensors) to start from");
   app.add_option("--log-every", o.log_every, "print every N steps (default 1)");
   app.add_flag("--no-fit-check", o.no_fit_check, "run even when the memory model predicts the plan does not fit");
@@ -244,6 +247,10 @@ int run(int argc, char** argv, CommWorld& world) {
   }
   std::fflush(stdout);
   save();
+  if (!o.export_hf.empty()) {
+    export_hf(trainer, o.export_hf);
+    if (rank == 0) std::printf("exported %s\n", o.export_hf.c_str());
+  }
   if (!o.report.empty()) {
     json j = measurement_json(trainer, *backend, rec);
     // the memory model of this backend's runtime at the plan's precision; the host side counts the

@@ -370,4 +370,35 @@ void ParamStore::load_full(const std::string& kind, const std::map<std::string, 
   }
 }
 
+std::vector<float> ParamStore::download_shard(int64_t ui, const std::string& kind) {
+  ParamUnit& u = units.at(static_cast<size_t>(ui));
+  const Tensor* src = kind == "master" ? &u.master : kind == "m" ? &u.m : kind == "v" ? &u.v : nullptr;
+  if (!src) throw std::logic_error("download_shard: unknown kind " + kind);
+  return download(src->flat(0, u.shard));
+}
+
+void ParamStore::upload_shard(int64_t ui, const std::string& kind, const std::vector<float>& data) {
+  ParamUnit& u = units.at(static_cast<size_t>(ui));
+  Tensor* dst = kind == "master" ? &u.master : kind == "m" ? &u.m : kind == "v" ? &u.v : nullptr;
+  if (!dst) throw std::logic_error("upload_shard: unknown kind " + kind);
+  if (static_cast<int64_t>(data.size()) != u.shard)
+    throw std::logic_error("upload_shard: " + u.name + " needs " + std::to_string(u.shard) + " floats, got " +
+                           std::to_string(data.size()));
+  be_.upload(dst->flat(0, u.shard), data.data());
+}
+
+void ParamStore::refresh_weights() {
+  for (auto& u : units) {
+    if (zero_ == 3) {
+      be_.copy(u.w_shard, u.master);
+    } else if (shard_degree_ == 1) {
+      be_.copy(u.w.flat(0, u.shard), u.master);
+    } else {
+      Tensor send = be_.alloc(1, u.shard, l_.act, Mem::comm_buffers);
+      be_.copy(send, u.master);
+      pc_.zero->allgather(send, u.w);
+    }
+  }
+}
+
 }  // namespace ctx::exec

@@ -79,6 +79,17 @@ class ParamStore {
                  const std::string& where);
   std::vector<std::pair<std::string, std::vector<int64_t>>> full_shapes() const;
 
+  // This rank's own fp32 optimizer state of unit u, exactly as held (u.shard floats, ZeRO padding
+  // included; blocking download / upload, no communication); kind: master | m | v. Sharded
+  // checkpoints save and restore these bit for bit; after uploading master, call refresh_weights.
+  std::vector<float> download_shard(int64_t u, const std::string& kind);
+  void upload_shard(int64_t u, const std::string& kind, const std::vector<float>& data);
+  // Collective over the ZeRO group: the compute weights from the master shards, as after an
+  // optimizer step (ZeRO-3: the weight shard; ZeRO-1/2: all-gathered).
+  void refresh_weights();
+  int zero_stage() const { return zero_; }
+  int64_t shard_degree() const { return shard_degree_; }
+
  private:
   void tp_fixups(ParamUnit& u, const Tensor& g);
   View shard_grad(ParamUnit& u);

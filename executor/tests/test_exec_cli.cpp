@@ -68,18 +68,96 @@ TEST(ExecCli, ResumeContinuesBitExactly) {
   Result rest = sh(ctxrun(2, common + "--steps 6 --resume --ckpt-dir " + b.string() + " --report " + (b / "r.json").string()));
   ASSERT_EQ(rest.code, 0) << rest.out;
   EXPECT_NE(rest.out.find("resumed"), std::string::npos);
-  std::string wa = slurp(a / "step-000006" / "model.safetensors"), wb = slurp(b / "step-000006" / "model.safetensors");
-  ASSERT_FALSE(wa.empty());
-  EXPECT_TRUE(wa == wb) << "weights after 6 steps differ between a straight run and 3 + resume + 3";
-  EXPECT_TRUE(slurp(a / "step-000006" / "optimizer.safetensors") == slurp(b / "step-000006" / "optimizer.safetensors"));
+  for (const char* f : {"rank-00000.safetensors", "rank-00001.safetensors"}) {
+    std::string wa = slurp(a / "step-000006" / f), wb = slurp(b / "step-000006" / f);
+    ASSERT_FALSE(wa.empty()) << f;
+    EXPECT_TRUE(wa == wb) << f << ": weights and Adam state after 6 steps differ between a straight run and 3 + resume + 3";
+  }
   auto la = nlohmann::json::parse(slurp(a / "r.json"))["losses"].get<std::vector<double>>();
   auto lb = nlohmann::json::parse(slurp(b / "r.json"))["losses"].get<std::vector<double>>();
   ASSERT_EQ(lb.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(la[3 + i], lb[i]);  // bit for bit
-  // the checkpoint carries Hugging Face Llama names
-  std::string w = slurp(a / "step-000006" / "model.safetensors");
+}
+
+// Sharded checkpoints under dp=2,cp=2,zero=3: one file per rank holding that rank's quarter
+// (master weights, Adam m and v; no rank holds the whole model), resume is bit-exact, a
+// different plan is refused naming the index file, and --export-hf writes a Hugging Face folder
+// that another plan starts from with the same first loss.
+TEST(ExecCli, ShardedCheckpointPerRankResumesBitExactlyAndRefusesAnotherPlan) {
+  fs::path a = scratch("shard_a"), b = scratch("shard_b"), hf = scratch("shard_hf");
+  const std::string common =
+      "--model tiny --seq 64 --plan dp=2,cp=2,zero=3,precision=fp32 --lr 1e-2 --warmup 2 --schedule-steps 6 ";
+  Result full = sh(ctxrun(4, common + "--steps 6 --ckpt-dir " + a.string() + " --report " + (a / "r.json").string() +
+                                 " --export-hf " + hf.string()));
+  ASSERT_EQ(full.code, 0) << full.out;
+  Result half = sh(ctxrun(4, common + "--steps 3 --ckpt-dir " + b.string()));
+  ASSERT_EQ(half.code, 0) << half.out;
+  Result rest = sh(ctxrun(4, common + "--steps 6 --resume --ckpt-dir " + b.string() + " --report " + (b / "r.json").string()));
+  ASSERT_EQ(rest.code, 0) << rest.out;
+  EXPECT_NE(rest.out.find("resumed"), std::string::npos);
+  // one shard file per rank, each about a quarter of (weights + m + v); the full weights are the export
+  const auto model_bytes = static_cast<double>(fs::file_size(hf / "model.safetensors"));
+  ASSERT_TRUE(fs::exists(a / "step-000006" / "trainer.json"));
+  EXPECT_FALSE(fs::exists(a / "step-000006" / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(a / "step-000006" / "rank-00004.safetensors"));
+  for (int r = 0; r < 4; ++r) {
+    char f[40];
+    std::snprintf(f, sizeof(f), "rank-%05d.safetensors", r);
+    ASSERT_TRUE(fs::exists(a / "step-000006" / f)) << f;
+    const auto bytes = static_cast<double>(fs::file_size(a / "step-000006" / f));
+    EXPECT_NEAR(bytes / (3 * model_bytes / 4), 1.0, 0.05) << f << " is not a quarter of weights + m + v";
+    EXPECT_LT(bytes, model_bytes) << f << " holds as much as the full model";
+    EXPECT_TRUE(slurp(a / "step-000006" / f) == slurp(b / "step-000006" / f)) << f << " differs after resume";
+  }
+  auto la = nlohmann::json::parse(slurp(a / "r.json"))["losses"].get<std::vector<double>>();
+  auto lb = nlohmann::json::parse(slurp(b / "r.json"))["losses"].get<std::vector<double>>();
+  ASSERT_EQ(la.size(), 6u);
+  ASSERT_EQ(lb.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(la[3 + i], lb[i]);  // bit for bit
+  // another plan on the same 4 ranks: refused, naming the index file and the way out
+  const std::string before = slurp(b / "step-000006" / "rank-00000.safetensors");
+  Result other = sh(ctxrun(4, "--model tiny --seq 64 --plan tp=2,dp=2,zero=1,precision=fp32 --steps 8 --resume --ckpt-dir " +
+                                  b.string()));
+  EXPECT_EQ(other.code, 2) << other.out;
+  EXPECT_NE(other.out.find((b / "step-000006" / "trainer.json").string()), std::string::npos) << other.out;
+  EXPECT_NE(other.out.find("tp=1,cp=2,dp=2,zero=3"), std::string::npos) << other.out;
+  EXPECT_NE(other.out.find("resharding"), std::string::npos) << other.out;
+  EXPECT_NE(other.out.find("--export-hf"), std::string::npos) << other.out;
+  // another world size too
+  Result fewer = sh(ctxrun(2, "--model tiny --seq 64 --plan cp=2,zero=3,precision=fp32 --steps 8 --resume --ckpt-dir " +
+                                  b.string()));
+  EXPECT_EQ(fewer.code, 2) << fewer.out;
+  EXPECT_NE(fewer.out.find("trainer.json"), std::string::npos) << fewer.out;
+  EXPECT_TRUE(before == slurp(b / "step-000006" / "rank-00000.safetensors"));
+  EXPECT_EQ(slurp(b / "latest"), "step-000006\n");
+  // a damaged shard file is refused naming it
+  fs::resize_file(b / "step-000006" / "rank-00002.safetensors", 1000);
+  Result damaged = sh(ctxrun(4, common + "--steps 8 --resume --ckpt-dir " + b.string()));
+  EXPECT_EQ(damaged.code, 2) << damaged.out;
+  EXPECT_NE(damaged.out.find("rank-00002.safetensors"), std::string::npos) << damaged.out;
+  // the consolidated export: Hugging Face names, and any plan starts from it with the same first loss
+  std::string w = slurp(hf / "model.safetensors");
   EXPECT_NE(w.find("model.layers.1.self_attn.q_proj.weight"), std::string::npos);
   EXPECT_NE(w.find("lm_head.weight"), std::string::npos);
+  ASSERT_TRUE(fs::exists(hf / "config.json"));
+  auto first_loss = [&](int ranks, const std::string& plan) {
+    fs::path rep = hf / ("r" + std::to_string(ranks) + ".json");
+    Result r = sh(ctxrun(ranks, "--seq 64 --steps 1 --plan " + plan + " --report " + rep.string() + " --init-from " +
+                                    hf.string()));
+    EXPECT_EQ(r.code, 0) << r.out;
+    if (r.code != 0) return -1.0;
+    return nlohmann::json::parse(slurp(rep))["losses"][0].get<double>();
+  };
+  double one = first_loss(1, "precision=fp32");
+  double tp2 = first_loss(2, "tp=2,precision=fp32");
+  double tpcp = first_loss(4, "tp=2,cp=2,zero=3,precision=fp32");
+  EXPECT_NEAR(one, tp2, 1e-5 * std::fabs(one));
+  EXPECT_NEAR(one, tpcp, 1e-5 * std::fabs(one));
+  EXPECT_LT(one, la.front() - 0.05) << "the exported weights made no difference to the first loss";
+  // a sharded checkpoint folder is not a Hugging Face folder: refused with the way to make one
+  Result notHf = sh(ctxrun(1, "--model tiny --seq 64 --steps 1 --init-from " + (a / "step-000006").string()));
+  EXPECT_EQ(notHf.code, 2) << notHf.out;
+  EXPECT_NE(notHf.out.find("--export-hf"), std::string::npos) << notHf.out;
 }
 
 TEST(ExecCli, CorruptOrTruncatedTokenFileIsBadInput) {
@@ -125,25 +203,26 @@ TEST(ExecCli, CheckpointFromAnotherModelIsBadInputAndLeftIntact) {
   fs::path d = scratch("other_model");
   Result a = sh(ctxrun(1, "--model tiny --seq 64 --steps 2 --ckpt-dir " + d.string()));
   ASSERT_EQ(a.code, 0) << a.out;
-  std::string before = slurp(d / "step-000002" / "model.safetensors");
+  std::string before = slurp(d / "step-000002" / "rank-00000.safetensors");
+  ASSERT_FALSE(before.empty());
   Result b = sh(ctxrun(1, "--model tiny-nope --seq 64 --steps 4 --resume --ckpt-dir " + d.string()));
   EXPECT_EQ(b.code, 2) << b.out;
-  EXPECT_NE(b.out.find("model.safetensors"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("trainer.json"), std::string::npos) << b.out;
   EXPECT_NE(b.out.find("tiny-nope"), std::string::npos) << b.out;
-  EXPECT_TRUE(before == slurp(d / "step-000002" / "model.safetensors"));
+  EXPECT_TRUE(before == slurp(d / "step-000002" / "rank-00000.safetensors"));
 }
 
 TEST(ExecCli, NanLossStopsNamingStepAndLayerWithoutTouchingCheckpoints) {
   fs::path d = scratch("nan");
   Result a = sh(ctxrun(2, "--model tiny --seq 64 --steps 2 --plan tp=2 --ckpt-dir " + d.string()));
   ASSERT_EQ(a.code, 0) << a.out;
-  std::string before = slurp(d / "step-000002" / "model.safetensors");
+  std::string before = slurp(d / "step-000002" / "rank-00000.safetensors");
   Result b = sh(ctxrun(2, "--model tiny --seq 64 --steps 6 --plan tp=2 --resume --save-every 1 --debug-nan 4:1 --ckpt-dir " +
                               d.string()));
   EXPECT_EQ(b.code, ctx::kExitDiverged) << b.out;
   EXPECT_NE(b.out.find("step 4"), std::string::npos) << b.out;
   EXPECT_NE(b.out.find("layer 1"), std::string::npos) << b.out;
-  EXPECT_TRUE(before == slurp(d / "step-000002" / "model.safetensors"));
+  EXPECT_TRUE(before == slurp(d / "step-000002" / "rank-00000.safetensors"));
   EXPECT_TRUE(fs::exists(d / "step-000003"));   // the last good step was saved
   EXPECT_FALSE(fs::exists(d / "step-000004"));  // the diverged one was not
   EXPECT_EQ(slurp(d / "latest"), "step-000003\n");
@@ -202,26 +281,26 @@ TEST(ExecCli, InternalErrorOnOneRankAbortsEveryRankWithoutDamagingCheckpoints) {
   fs::path d = scratch("fail");
   Result a = sh(ctxrun(2, "--model tiny --seq 64 --steps 2 --plan cp=2 --ckpt-dir " + d.string()));
   ASSERT_EQ(a.code, 0) << a.out;
-  std::string before = slurp(d / "step-000002" / "model.safetensors");
+  std::string before = slurp(d / "step-000002" / "rank-00000.safetensors");
   Result b = sh("timeout 60 " + ctxrun(2, "--model tiny --seq 64 --steps 5 --plan cp=2 --resume --debug-fail 1:4 --ckpt-dir " +
                                               d.string()));
   EXPECT_NE(b.code, 0) << b.out;
   EXPECT_NE(b.code, 124) << "ranks hung after one failed:\n" << b.out;
   EXPECT_NE(b.out.find("internal error on rank 1"), std::string::npos) << b.out;
   EXPECT_NE(b.out.find("injected failure"), std::string::npos) << b.out;
-  EXPECT_TRUE(before == slurp(d / "step-000002" / "model.safetensors"));
+  EXPECT_TRUE(before == slurp(d / "step-000002" / "rank-00000.safetensors"));
   EXPECT_EQ(slurp(d / "latest"), "step-000002\n");
 }
 
-// A checkpoint folder is a Hugging Face Llama checkpoint (config.json + model.safetensors with HF
-// tensor names) and a valid --init-from source: without --model the run takes the architecture
+// --export-hf writes a Hugging Face Llama checkpoint (config.json + model.safetensors with HF
+// tensor names), a valid --init-from source: without --model the run takes the architecture
 // from config.json, the first loss is the same under any plan and differs from a fresh start,
 // and weights of another architecture are refused naming the file.
 TEST(ExecCli, InitFromHuggingFaceFolderLoadsConfigAndWeightsUnderAnyPlan) {
   fs::path d = scratch("initfrom");
-  Result a = sh(ctxrun(1, "--model tiny --seq 64 --steps 3 --ckpt-dir " + d.string()));
+  fs::path hf = d / "hf";
+  Result a = sh(ctxrun(1, "--model tiny --seq 64 --steps 3 --export-hf " + hf.string()));
   ASSERT_EQ(a.code, 0) << a.out;
-  fs::path hf = d / "step-000003";
   ASSERT_TRUE(fs::exists(hf / "config.json"));
   nlohmann::json cfg = nlohmann::json::parse(slurp(hf / "config.json"));
   EXPECT_EQ(cfg["model_type"], "llama");
