@@ -162,7 +162,7 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
     bwd_attn_comm = kv_full + kv_full / a * fp32;         // again, plus fp32 dK,dV before reduce-scatter
   } else if (r > 1) {
     fwd_comm = 2.0 * kv;                                  // double-buffered K,V receive for the ring
-    bwd_attn_comm = 2.0 * kv + 2.0 * kv / a * fp32;       // K,V receive + travelling fp32 dK,dV (double-buffered)
+    bwd_attn_comm = 2.0 * kv + rt.ring_dkv_fp32_buffers * kv / a * fp32;  // K,V receive + travelling fp32 dK,dV
     // fp32 output accumulator and (unless the kernel merges each block into it and the saved LSE in
     // place) a running LSE for the merge
     fwd_ws += q_fp32 + (fp32_acts || rt.attention_merges_in_place ? 0.0 : lse);

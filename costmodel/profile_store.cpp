@@ -355,6 +355,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"attention_backward_extra_q_tensors", &rt.attention_backward_extra_q_tensors, nullptr},
       {"attention_merges_in_place", nullptr, &rt.attention_merges_in_place},
       {"unit_grads_fp32", nullptr, &rt.unit_grads_fp32},
+      {"ring_dkv_fp32_buffers", &rt.ring_dkv_fp32_buffers, nullptr},
       {"reduce_bucket_mib", &rt.reduce_bucket_bytes, nullptr},
       {"reserved_mib", &rt.reserved_bytes, nullptr},
       {"fragmentation", &rt.fragmentation, nullptr},

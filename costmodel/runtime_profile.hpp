@@ -36,6 +36,7 @@ struct RuntimeProfile {
   bool recompute_keeps_checkpoint = true;  // full recompute: layer i's checkpoint stays while it is rematerialised
   double backward_grad_tensors = 3;   // [tokens, hidden] activation-gradient tensors in flight
   double attention_backward_extra_q_tensors = 0;  // [tokens, q heads x d] copies the attention backward adds
+  double ring_dkv_fp32_buffers = 2;  // fp32 [K;V]-shaped dK,dV buffers of a ring backward (send, receive, ...)
   bool unit_grads_fp32 = false;  // ZeRO-2/3's transient full gradient of a unit is fp32 (else the weights' dtype)
   bool attention_merges_in_place = false;  // ring steps merge into the output accumulator and saved LSE (no per-step copies)
   double reduce_bucket_bytes = 0;     // gradient reduce/reduce-scatter bucket

@@ -37,7 +37,7 @@ class Builder {
       mb_ = static_cast<int32_t>(mb);
       const bool reduce = k_.grad_reduce_every_microbatch || mb + 1 == k_.ga;
       forward();
-      loss();
+      loss(reduce);
       backward(reduce);
     }
     optimizer();
@@ -167,26 +167,46 @@ class Builder {
         ids = collective(G::cp, SimStream::tp, "dkv_reduce_scatter", k_.dkv_rs, pass, layer, ids);
       return ids;
     }
-    const double transfer = backward ? k_.p2p_bwd : k_.p2p_fwd;
-    const char* xfer = backward ? "ring_kv_dkv" : "ring_kv";
+    // K,V of the next step travel while this step computes. In the backward each block's dK,dV
+    // travel with it too: rank r receives a block's partial sum from its neighbour once that
+    // neighbour has computed its step and summed what it had received itself; r adds it after its
+    // own compute of the block (the hop overlaps that compute), and after the last step each
+    // block's total hops home to its owner.
     std::vector<int32_t> have = after;  // when each rank holds the block it will send next
+    std::vector<int32_t> have_dkv = none();
     std::vector<int32_t> last_compute(static_cast<size_t>(nreps()), -1);
+    auto prev_of = [&](int r) {
+      const SimRep& rep = out_.reps[static_cast<size_t>(r)];
+      return rep_index(rep.pack_class, (rep.cp_index - k_.ulysses + k_.cp) % k_.cp);  // ring neighbour that sends to r
+    };
     const int64_t steps = k_.ring;
     for (int64_t j = 0; j < steps; ++j) {
       std::vector<int32_t> recv(static_cast<size_t>(nreps()), -1);
       if (j + 1 < steps) {
-        for (int r = 0; r < nreps(); ++r) {
-          const SimRep& rep = out_.reps[static_cast<size_t>(r)];
-          int prev = rep_index(rep.pack_class, (rep.cp_index - k_.ulysses + k_.cp) % k_.cp);  // ring neighbour that sends to r
-          recv[static_cast<size_t>(r)] = add(r, SimStream::ring, xfer, transfer, pass, SimCategory::comm, layer,
-                                             {have[static_cast<size_t>(r)], have[static_cast<size_t>(prev)]});
-        }
+        for (int r = 0; r < nreps(); ++r)
+          recv[static_cast<size_t>(r)] = add(r, SimStream::ring, "ring_kv", k_.p2p_fwd, pass, SimCategory::comm, layer,
+                                             {have[static_cast<size_t>(r)], have[static_cast<size_t>(prev_of(r))]});
       }
       for (int r = 0; r < nreps(); ++r)
         last_compute[static_cast<size_t>(r)] = add(r, SimStream::compute, name, cost(r, static_cast<size_t>(j)), pass, SimCategory::compute,
                                                    layer, {have[static_cast<size_t>(r)]});
+      if (backward) {
+        std::vector<int32_t> dkv(static_cast<size_t>(nreps()), -1);
+        for (int r = 0; r < nreps(); ++r) {
+          const int prev = prev_of(r);
+          dkv[static_cast<size_t>(r)] = add(r, SimStream::ring, "ring_dkv", k_.p2p_dkv, pass, SimCategory::comm, layer,
+                                            {last_compute[static_cast<size_t>(prev)], have_dkv[static_cast<size_t>(prev)]});
+        }
+        have_dkv = dkv;
+      }
       if (j + 1 < steps) have = recv;
     }
+    if (!backward) return last_compute;
+    // dq is done with the last compute, dK,dV with the hop home
+    for (int r = 0; r < nreps(); ++r)
+      last_compute[static_cast<size_t>(r)] =
+          add(r, SimStream::compute, "ring_dkv_sum", 0.0, pass, SimCategory::compute, layer,
+              {last_compute[static_cast<size_t>(r)], have_dkv[static_cast<size_t>(r)]});
     return last_compute;
   }
 
@@ -218,6 +238,10 @@ class Builder {
     };
     std::vector<int32_t> d = mb_end_;
     if (d.empty()) d = none();
+    // the embedding lookup (its gather under ZeRO-3 first); the lookup copies [T, h] rows and is
+    // not priced (memory-bound, far below a layer)
+    const auto embed = collective(G::zero, SimStream::dp, "zero3_gather_embedding", k_.zero3_embed_ag, SimPass::forward, -1, d);
+    d = compute("embedding", 0.0, SimPass::forward, -1, d, &embed);
     gathered[0] = gather(0, SimPass::forward, d);
     for (int32_t l = 0; l < L; ++l) {
       // prefetch the next layer's parameters while this one runs (two layers' buffers)
@@ -230,9 +254,14 @@ class Builder {
     fwd_tail_ = d;
   }
 
-  void loss() {
-    auto d = compute("head_loss", k_.head_fwd, SimPass::forward, -1, fwd_tail_);
+  void loss(bool reduce) {
+    // ZeRO-3 gathers the final norm (and untied head); a tied head is the embedding, gathered again
+    auto params = collective(G::zero, SimStream::dp, "zero3_gather_head", k_.zero3_head_ag, SimPass::forward, -1, fwd_tail_);
+    if (k_.tied_embeddings)
+      params = collective(G::zero, SimStream::dp, "zero3_gather_embedding", k_.zero3_embed_ag, SimPass::forward, -1, params);
+    auto d = compute("head_loss", k_.head_fwd, SimPass::forward, -1, fwd_tail_, &params);
     loss_end_ = compute("head_loss_bwd", k_.head_bwd, SimPass::backward, -1, d);
+    if (reduce) collective(G::zero, SimStream::dp, "head_grad_reduce", k_.head_grad_reduce, SimPass::backward, -1, loss_end_);
   }
 
   void backward(bool reduce) {
@@ -283,7 +312,8 @@ class Builder {
       if (reduce) last_reduce = collective(G::zero, SimStream::dp, "grad_reduce", k_.grad_reduce, SimPass::backward, l, x);
       d = x;
     }
-    if (reduce) last_reduce = collective(G::zero, SimStream::dp, "embed_head_grad_reduce", k_.head_grad_reduce, SimPass::backward, -1, d);
+    d = compute("embedding_bwd", 0.0, SimPass::backward, -1, d);  // scatter-add into the table, not priced (as its forward)
+    if (reduce) last_reduce = collective(G::zero, SimStream::dp, "embed_grad_reduce", k_.embed_grad_reduce, SimPass::backward, -1, d);
     // the next micro-batch starts when this one's compute is done; reductions drain behind it
     mb_end_ = d;
     if (reduce) reduce_end_ = last_reduce;

@@ -237,17 +237,27 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
       hop.size = 2;
       k.p2p_fwd = collective_seconds(Coll::p2p, kv, hop, c);
       k.p2p_bwd = collective_seconds(Coll::p2p, 2.0 * kv, hop, c);
+      k.p2p_dkv = collective_seconds(Coll::p2p, kv, hop, c);  // dK,dV: K,V's shape and dtype
     }
   }
   const double zdeg = s.zero_degree;
   const GroupPlacement zg = group_placement(p, Group::zero, gpn);
-  if (p.zero >= 3 && zdeg > 1) k.zero3_ag = collective_seconds(Coll::all_gather, s.layer_params * rt.weight_bytes, zg, c);
+  // the parameter units besides the layers: the embedding [vocab/tp, h], and the final norm with
+  // the head when untied (the rest of s.params)
+  const double embed_params = s.vocab * h;
+  const double final_params = s.params - static_cast<double>(m.layers) * s.layer_params - embed_params;
+  k.tied_embeddings = m.tied_embeddings;
+  if (p.zero >= 3 && zdeg > 1) {
+    k.zero3_ag = collective_seconds(Coll::all_gather, s.layer_params * rt.weight_bytes, zg, c);
+    k.zero3_embed_ag = collective_seconds(Coll::all_gather, embed_params * rt.weight_bytes, zg, c);
+    k.zero3_head_ag = collective_seconds(Coll::all_gather, final_params * rt.weight_bytes, zg, c);
+  }
   const double grad_comm = rt.grad_bytes;
   if (zdeg > 1) {
     Coll red = p.zero >= 2 ? Coll::reduce_scatter : Coll::all_reduce;
     k.grad_reduce = collective_seconds(red, s.layer_params * grad_comm, zg, c);
-    double other = s.params - static_cast<double>(m.layers) * s.layer_params;
-    k.head_grad_reduce = collective_seconds(red, other * grad_comm, zg, c);
+    k.head_grad_reduce = collective_seconds(red, final_params * grad_comm, zg, c);
+    k.embed_grad_reduce = collective_seconds(red, embed_params * grad_comm, zg, c);
     k.grad_reduce_every_microbatch = p.zero >= 2;
   }
   if (p.param_offload) k.param_h2d = pcie_seconds(s.layer_params / zdeg * rt.weight_bytes, c);
@@ -309,7 +319,8 @@ StepTime estimate_step(const StepCosts& k) {
     for (double x : af) af_sum += x;
     for (double x : ab) ab_sum += x;
     double attn_f = ring_kind ? ring_time(af, k.ring, k.p2p_fwd) : af_sum;
-    double attn_b = ring_kind ? ring_time(ab, k.ring, k.p2p_bwd) : ab_sum;
+    // backward: K,V and the previous block's dK,dV share each hop; the last dK,dV go home after it
+    double attn_b = ring_kind ? ring_time(ab, k.ring, k.p2p_bwd) + (k.ring > 1 ? k.p2p_dkv : 0.0) : ab_sum;
     double tp_comm = k.sp ? 2.0 * (k.tp_ag + k.tp_rs) : 2.0 * k.tp_ar;
     double a2a = k.a2a_qkv + k.a2a_out;
     double fwd_compute = k.pre_fwd + k.post_fwd + k.mlp_fwd + af_sum;
@@ -329,8 +340,11 @@ StepTime estimate_step(const StepCosts& k) {
     double b_exposed_comm = std::max(0.0, k.zero3_ag + red - bwd_layer);
     double b_exposed_host = std::max(0.0, k.param_h2d + k.ckpt_h2d - bwd_layer);
     out.compute = L * (fwd_compute + bwd_compute) + k.head_fwd + k.head_bwd;
+    // ZeRO-3's embedding gather (before the first layer) and the head's (after the last) have no
+    // compute to hide behind; a tied head is the embedding, gathered again
+    const double ends_gather = k.zero3_embed_ag * (k.tied_embeddings ? 2.0 : 1.0) + k.zero3_head_ag;
     out.comm = L * (fwd_comm + bwd_comm + f_exposed_comm + b_exposed_comm) + f_prefetch /* first layer's gather */ +
-               (reduce_grads ? red + k.head_grad_reduce : 0.0) /* the last reduction has nothing to hide behind */;
+               ends_gather + (reduce_grads ? red + k.embed_grad_reduce : 0.0) /* the last reduction has nothing to hide behind */;
     out.offload = L * (f_exposed_host + b_exposed_host) + k.ckpt_h2d;
     return out;
   };

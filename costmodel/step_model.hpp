@@ -45,10 +45,15 @@ struct StepCosts {
   double a2a_qkv = 0, a2a_out = 0;         // Ulysses all-to-all before / after attention
   double p2p_fwd = 0, p2p_bwd = 0;         // one ring step: K,V (forward) / K,V,dK,dV (backward), worst hop
   double kv_ag = 0, dkv_rs = 0;            // all-gather-KV: gather K,V / reduce-scatter dK,dV
+  double p2p_dkv = 0;                      // one ring hop of a block's dK,dV (backward, after its compute)
   double zero3_ag = 0;                     // gather one layer's parameters
+  double zero3_embed_ag = 0;               // gather the embedding (ZeRO-3)
+  double zero3_head_ag = 0;                // gather the final norm (+ the head when untied) (ZeRO-3)
+  bool tied_embeddings = false;            // the head is the embedding: gathered again for the loss
   double grad_reduce = 0;                  // one layer's gradients (reduce-scatter or all-reduce)
   bool grad_reduce_every_microbatch = false;
-  double head_grad_reduce = 0;             // embedding + head gradients
+  double head_grad_reduce = 0;             // final norm (+ head when untied) gradients, after the loss
+  double embed_grad_reduce = 0;            // embedding gradients, after the backward
   double param_h2d = 0;                    // parameter offload: one layer's shard to the device
   double ckpt_d2h = 0, ckpt_h2d = 0;       // checkpoint offload, one layer
   // ---- optimizer (once per step)

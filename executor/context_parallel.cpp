@@ -263,14 +263,19 @@ void ContextAttention::core_backward(const DeviceBatch& b, View q, View k, View 
     be_.attention_backward_block(dq, dk, dv, q, qt, k, v, b.block(b.my_block), dout, lse, delta, sh);
     return;
   }
+  // K,V travel as in the forward. A block's dK,dV (fp32) travel with it: step t computes this
+  // rank's contribution into `blk`; the accumulated dK,dV of the same block, sent by the previous
+  // rank after its step t-1, is awaited only after that compute (so its hop overlaps it), summed,
+  // and sent on; after the last step the block's total comes home to its owner.
   Tensor cur = be_.alloc(2 * Ta, kvd, k.dtype(), Mem::comm_buffers);
   Tensor next = be_.alloc(2 * Ta, kvd, k.dtype(), Mem::comm_buffers);
-  Tensor dcur = be_.alloc(2 * Ta, kvd, DType::f32, Mem::comm_buffers);
-  Tensor dnext = be_.alloc(2 * Ta, kvd, DType::f32, Mem::comm_buffers);
+  Tensor acc = be_.alloc(2 * Ta, kvd, DType::f32, Mem::comm_buffers);   // being sent on
+  Tensor in = be_.alloc(2 * Ta, kvd, DType::f32, Mem::comm_buffers);    // being received
+  Tensor blk = be_.alloc(2 * Ta, kvd, DType::f32, Mem::comm_buffers);   // this step's contribution
   be_.copy(cur.row_range(0, Ta), k);
   be_.copy(cur.row_range(Ta, Ta), v);
-  be_.zero(dcur);
   const int next_rank = static_cast<int>((r + 1) % R), prev_rank = static_cast<int>((r + R - 1) % R);
+  std::unique_ptr<Request> dr, ds;
   for (int64_t t = 0; t < R; ++t) {
     const int64_t src = (r - t + R) % R;
     std::unique_ptr<Request> rs, rr;
@@ -278,18 +283,24 @@ void ContextAttention::core_backward(const DeviceBatch& b, View q, View k, View 
       rr = pc_.ring->irecv(next, prev_rank, kTagKv);
       rs = pc_.ring->isend(cur, next_rank, kTagKv);
     }
-    be_.attention_backward_block(dq, dcur.row_range(0, Ta), dcur.row_range(Ta, Ta), q, qt, cur.row_range(0, Ta),
+    View mine = t == 0 ? View(acc) : View(blk);  // the owner starts the block's sum
+    be_.zero(mine);
+    be_.attention_backward_block(dq, mine.row_range(0, Ta), mine.row_range(Ta, Ta), q, qt, cur.row_range(0, Ta),
                                  cur.row_range(Ta, Ta), b.block(src), dout, lse, delta, sh);
-    // this block's dK,dV travel on with it; after the last step they go home to their owner
-    auto dr = pc_.ring->irecv(dnext, prev_rank, kTagDkv);
-    auto ds = pc_.ring->isend(dcur, next_rank, kTagDkv);
-    dr->wait();
-    ds->wait();
-    std::swap(dcur, dnext);
+    if (t > 0) {  // the block's dK,dV so far (arrived during the compute), plus this rank's part
+      dr->wait();
+      ds->wait();
+      be_.axpy(in, 1.0f, blk);
+      std::swap(acc, in);
+    }
+    dr = pc_.ring->irecv(in, prev_rank, kTagDkv);
+    ds = pc_.ring->isend(acc, next_rank, kTagDkv);
     if (rr) { rr->wait(); rs->wait(); std::swap(cur, next); }
   }
-  be_.copy(dk, dcur.row_range(0, Ta));
-  be_.copy(dv, dcur.row_range(Ta, Ta));
+  dr->wait();  // this rank's own block, summed over the ring
+  ds->wait();
+  be_.copy(dk, in.row_range(0, Ta));
+  be_.copy(dv, in.row_range(Ta, Ta));
 }
 
 void ContextAttention::gradients(const DeviceBatch& b, View q, View k, View v, View dout, View lse, View delta, View dq,

@@ -72,7 +72,7 @@ int run(int argc, char** argv, CommWorld& world) {
   app.add_option("--seed", o.seed, "parameter initialisation seed");
   app.add_option("--data-seed", o.data_seed, "synthetic data seed");
   app.add_option("--report", o.report, "write the Measurement (Prediction schema's shape + losses) to this JSON file");
-  app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint folder (safetensors, HF names); Ctrl-C saves here");
+  app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint folder (one safetensors shard per rank + trainer.json per step); Ctrl-C saves here");
   app.add_option("--save-every", o.save_every, "save a checkpoint every N steps (and at the end)");
   app.add_flag("--resume", o.resume, "continue bit-exactly from <ckpt-dir>/latest");
   app.add_option("--export-hf", o.export_hf,

@@ -270,16 +270,8 @@ void ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, View sta
       a.decay = p.decay ? 1.0f : 0.0f;
       be_.adamw(u.master.flat(o, n), u.m.flat(o, n), u.v.flat(o, n), g.flat(o, n), stats, a);
     }
-    if (zero_ == 3) {
-      be_.copy(u.w_shard, u.master);
-    } else if (shard_degree_ == 1) {
-      be_.copy(u.w.flat(0, u.shard), u.master);
-    } else {
-      Tensor send = be_.alloc(1, u.shard, l_.act, Mem::comm_buffers);
-      be_.copy(send, u.master);
-      pc_.zero->allgather(send, u.w);
-    }
   }
+  refresh_weights();
 }
 
 Tensor ParamStore::upload_flat(const float* src, int64_t n, DType dt, Mem cat) {
