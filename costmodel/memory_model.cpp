@@ -202,6 +202,8 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
 
   // ---- parameter transients
   const double zero3_gather = p.zero == 3 ? rt.zero3_prefetch_layers * S.layer_params * rt.weight_bytes : 0.0;
+  // the forward's high point is its last layer: no next layer to prefetch (the head is gathered at the loss)
+  const double zero3_gather_last = p.zero == 3 ? std::min(rt.zero3_prefetch_layers, 1.0) * S.layer_params * rt.weight_bytes : 0.0;
   const double head_gather = p.zero == 3 ? S.vocab * h * rt.weight_bytes : 0.0;  // embedding/head gathered at the ends
   // ZeRO-2/3: a unit's full gradient lives until its reduce-scatter, in the weights' dtype or, where
   // the runtime accumulates weight gradients in fp32 buffers, in fp32
@@ -228,11 +230,14 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
     return s;
   };
   const bool grads_always = rt.grads_persistent || p.ga > 1;
-  auto saved_layers = [&](MemorySnapshot& s, double n_layers) {
+  // saved layers on the device; offloaded checkpoints: those in flight in the forward, those
+  // prefetched back in the backward
+  auto saved_layers = [&](MemorySnapshot& s, double n_layers, bool backward = false) {
     if (!full) {
       s[Mem::activations] += n_layers * saved_per_layer * frag;
     } else {
-      double on_device = p.ckpt_offload ? std::min(n_layers, rt.ckpt_offload_device_layers) : n_layers;
+      const double in_flight = backward ? rt.ckpt_offload_prefetch_layers : rt.ckpt_offload_device_layers;
+      double on_device = p.ckpt_offload ? std::min(n_layers, in_flight) : n_layers;
       s[Mem::checkpoints] += on_device * saved_per_layer * frag;
     }
   };
@@ -249,7 +254,7 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
     saved_layers(att, before);
     att[Mem::activations] += (attn_side - o_seq - qk_pre) * frag;  // x, 1/rms, q, k, v, the output and lse being written
     att[Mem::workspace] += fwd_ws * frag;
-    att[Mem::comm_buffers] += (fwd_comm + zero3_gather) * frag;
+    att[Mem::comm_buffers] += (fwd_comm + zero3_gather_last) * frag;
     // layer L-1 at its MLP: what the recompute kind keeps of the attention side, plus the MLP's
     // input (the checkpoint under full recompute) and its tensors
     double cur = 0;
@@ -260,7 +265,7 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
     saved_layers(mlp, before);
     mlp[Mem::activations] += cur * frag;
     mlp[Mem::workspace] += (norm_ws + S.tokens * h * a + (tiled_mlp ? fwd_mlp : 0.0)) * frag;
-    mlp[Mem::comm_buffers] += (sp_gather + zero3_gather) * frag;
+    mlp[Mem::comm_buffers] += (sp_gather + zero3_gather_last) * frag;
     out.phase_peak[static_cast<int>(Phase::forward)] = att.total() > mlp.total() ? att : mlp;
   }
   // loss: every layer's saved tensors and the last layer's output, the logits working set with the
@@ -297,14 +302,14 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
       // a checkpoint of layer i the runtime keeps while the layer is rematerialised
       const double kept_ckpt = full && rt.recompute_keeps_checkpoint && !p.ckpt_offload ? saved_per_layer : 0.0;
       MemorySnapshot mlp = base(grads);
-      saved_layers(mlp, before);
+      saved_layers(mlp, before, true);
       if (!full) saved_layers(mlp, 1.0);
       mlp[Mem::checkpoints] += kept_ckpt * frag;
       mlp[Mem::activations] += rematerialised * frag;
       mlp[Mem::workspace] += (bwd_mlp + grad_tensors) * frag;
       mlp[Mem::comm_buffers] += (bwd_mlp_comm + zero3_gather + grad_reduce) * frag;
       MemorySnapshot att = base(grads);
-      saved_layers(att, before);
+      saved_layers(att, before, true);
       att[Mem::checkpoints] += kept_ckpt * frag;
       att[Mem::activations] += attn_side * frag;
       att[Mem::workspace] += (bwd_attn_ws + dy) * frag;

@@ -350,6 +350,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"tiled_loss_fp32_copies", &rt.tiled_loss_fp32_copies, nullptr},
       {"zero3_prefetch_layers", &rt.zero3_prefetch_layers, nullptr},
       {"ckpt_offload_device_layers", &rt.ckpt_offload_device_layers, nullptr},
+      {"ckpt_offload_prefetch_layers", &rt.ckpt_offload_prefetch_layers, nullptr},
       {"recompute_keeps_checkpoint", nullptr, &rt.recompute_keeps_checkpoint},
       {"backward_grad_tensors", &rt.backward_grad_tensors, nullptr},
       {"attention_backward_extra_q_tensors", &rt.attention_backward_extra_q_tensors, nullptr},

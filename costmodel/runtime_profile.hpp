@@ -32,7 +32,8 @@ struct RuntimeProfile {
   double tiled_loss_fp32_copies = 2;  // fp32 [chunk, vocab] copies per tile
   // ---- transients and overheads
   double zero3_prefetch_layers = 2;   // gathered layers alive at once under ZeRO-3
-  double ckpt_offload_device_layers = 2;  // offloaded checkpoints in flight on the device
+  double ckpt_offload_device_layers = 2;  // offloaded checkpoints in flight on the device (forward)
+  double ckpt_offload_prefetch_layers = 2;  // offloaded checkpoints back on the device ahead of their backward
   bool recompute_keeps_checkpoint = true;  // full recompute: layer i's checkpoint stays while it is rematerialised
   double backward_grad_tensors = 3;   // [tokens, hidden] activation-gradient tensors in flight
   double attention_backward_extra_q_tensors = 0;  // [tokens, q heads x d] copies the attention backward adds

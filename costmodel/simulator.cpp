@@ -289,11 +289,7 @@ class Builder {
       std::vector<int32_t> x = d;
       if (k_.ckpt_h2d > 0)  // the layer's checkpoint must be back on the device (a join, no work)
         x = compute("checkpoint_ready", 0.0, SimPass::backward, l, x, &ckpt_in[static_cast<size_t>(l)]);
-      if (k_.recompute == Recompute::full) {
-        x = layer_forward(l, SimPass::recompute, x, params);
-      } else if (k_.recompute == Recompute::selective) {
-        x = attention(SimPass::recompute, l, x, false);
-      }
+      if (k_.recompute == Recompute::full) x = layer_forward(l, SimPass::recompute, x, params);
       // backward of the MLP half
       if (k_.sp) x = collective(G::self, SimStream::tp, "tp_all_gather", k_.tp_ag, SimPass::backward, l, x);
       x = compute("mlp_bwd", k_.mlp_bwd, SimPass::backward, l, x, &params);
@@ -301,6 +297,9 @@ class Builder {
                 : collective(G::self, SimStream::tp, "tp_all_reduce", k_.tp_ar, SimPass::backward, l, x);
       // backward of the attention half
       if (k_.sp) x = collective(G::self, SimStream::tp, "tp_all_gather", k_.tp_ag, SimPass::backward, l, x);
+      // selective recompute rematerialises the attention core where its backward needs it, after
+      // the MLP's backward (as Megatron's and ctxrun's do)
+      if (k_.recompute == Recompute::selective) x = attention(SimPass::recompute, l, x, false);
       x = compute("o_proj_residual_norm_bwd", k_.post_bwd, SimPass::backward, l, x);
       if (k_.ulysses > 1) x = collective(G::ulysses, SimStream::tp, "ulysses_a2a_out", k_.a2a_out, SimPass::backward, l, x);
       x = attention(SimPass::backward, l, x, true);

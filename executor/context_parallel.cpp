@@ -210,14 +210,18 @@ void ContextAttention::core_forward(const DeviceBatch& b, View q, View k, View v
   const int64_t Ta = l_.attn_tokens;
   const TokenRefs qt = b.queries();
   const Plan& p = pc_.plan;
+  const char* task = pc_.trace.pass == SimPass::recompute ? "attention_recompute" : "attention";
   if (p.cp_kind == CpKind::allgather && p.cp > 1) {
+    pc_.trace.add("kv_all_gather", SimStream::tp);
     auto [kf, vf] = gather_kv(k, v);
+    pc_.trace.add(task, SimStream::compute);
     for (int64_t c = 0; c < p.cp; ++c)
       be_.attention_forward_block(o, lse, q, qt, kf.row_range(c * Ta, Ta), vf.row_range(c * Ta, Ta), b.block(c), sh);
     return;
   }
   const int64_t R = l_.ring, r = pc_.coord.ring;
   if (R == 1) {
+    pc_.trace.add(task, SimStream::compute);
     be_.attention_forward_block(o, lse, q, qt, k, v, b.block(b.my_block), sh);
     return;
   }
@@ -231,9 +235,11 @@ void ContextAttention::core_forward(const DeviceBatch& b, View q, View k, View v
     const int64_t src = (r - t + R) % R;
     std::unique_ptr<Request> rs, rr;
     if (t + 1 < R) {  // post the next block's transfer before computing on this one
+      pc_.trace.add("ring_kv", SimStream::ring);
       rr = pc_.ring->irecv(next, prev_rank, kTagKv);
       rs = pc_.ring->isend(cur, next_rank, kTagKv);
     }
+    pc_.trace.add(task, SimStream::compute);
     be_.attention_forward_block(o, lse, q, qt, cur.row_range(0, Ta), cur.row_range(Ta, Ta), b.block(src), sh);
     if (rr) { rr->wait(); rs->wait(); std::swap(cur, next); }
   }
@@ -246,7 +252,9 @@ void ContextAttention::core_backward(const DeviceBatch& b, View q, View k, View 
   const TokenRefs qt = b.queries();
   const Plan& p = pc_.plan;
   if (p.cp_kind == CpKind::allgather && p.cp > 1) {
+    pc_.trace.add("kv_all_gather", SimStream::tp);
     auto [kf, vf] = gather_kv(k, v);
+    pc_.trace.add("attention_bwd", SimStream::compute);
     Tensor dkf = be_.alloc(p.cp * Ta, kvd, DType::f32, Mem::comm_buffers);
     Tensor dvf = be_.alloc(p.cp * Ta, kvd, DType::f32, Mem::comm_buffers);
     be_.zero(dkf);
@@ -254,12 +262,14 @@ void ContextAttention::core_backward(const DeviceBatch& b, View q, View k, View 
     for (int64_t c = 0; c < p.cp; ++c)
       be_.attention_backward_block(dq, dkf.row_range(c * Ta, Ta), dvf.row_range(c * Ta, Ta), q, qt,
                                    kf.row_range(c * Ta, Ta), vf.row_range(c * Ta, Ta), b.block(c), dout, lse, delta, sh);
+    pc_.trace.add("dkv_reduce_scatter", SimStream::tp);
     pc_.cp->reduce_scatter(dkf, dk);
     pc_.cp->reduce_scatter(dvf, dv);
     return;
   }
   const int64_t R = l_.ring, r = pc_.coord.ring;
   if (R == 1) {
+    pc_.trace.add("attention_bwd", SimStream::compute);
     be_.attention_backward_block(dq, dk, dv, q, qt, k, v, b.block(b.my_block), dout, lse, delta, sh);
     return;
   }
@@ -280,9 +290,11 @@ void ContextAttention::core_backward(const DeviceBatch& b, View q, View k, View 
     const int64_t src = (r - t + R) % R;
     std::unique_ptr<Request> rs, rr;
     if (t + 1 < R) {
+      pc_.trace.add("ring_kv", SimStream::ring);
       rr = pc_.ring->irecv(next, prev_rank, kTagKv);
       rs = pc_.ring->isend(cur, next_rank, kTagKv);
     }
+    pc_.trace.add("attention_bwd", SimStream::compute);
     View mine = t == 0 ? View(acc) : View(blk);  // the owner starts the block's sum
     be_.zero(mine);
     be_.attention_backward_block(dq, mine.row_range(0, Ta), mine.row_range(Ta, Ta), q, qt, cur.row_range(0, Ta),
@@ -293,12 +305,14 @@ void ContextAttention::core_backward(const DeviceBatch& b, View q, View k, View 
       be_.axpy(in, 1.0f, blk);
       std::swap(acc, in);
     }
+    pc_.trace.add("ring_dkv", SimStream::ring);
     dr = pc_.ring->irecv(in, prev_rank, kTagDkv);
     ds = pc_.ring->isend(acc, next_rank, kTagDkv);
     if (rr) { rr->wait(); rs->wait(); std::swap(cur, next); }
   }
   dr->wait();  // this rank's own block, summed over the ring
   ds->wait();
+  pc_.trace.add("ring_dkv_sum", SimStream::compute);
   be_.copy(dk, in.row_range(0, Ta));
   be_.copy(dv, in.row_range(Ta, Ta));
 }
@@ -327,6 +341,7 @@ void ContextAttention::forward(const DeviceBatch& b, View q, View k, View v, Ten
     finish(o, acc);
     return;
   }
+  pc_.trace.add("ulysses_a2a_qkv", SimStream::tp);
   Tensor qa = to_heads(q, l_.q_heads, false, Mem::comm_buffers);
   Tensor ka = to_heads(k, l_.kv_heads, true, Mem::comm_buffers);
   Tensor va = to_heads(v, l_.kv_heads, true, Mem::comm_buffers);
@@ -340,6 +355,7 @@ void ContextAttention::forward(const DeviceBatch& b, View q, View k, View v, Ten
   qa.reset();  // the head-layout inputs are done with before the output travels back
   ka.reset();
   va.reset();
+  pc_.trace.add("ulysses_a2a_out", SimStream::tp);
   to_sequence(oa, l_.q_heads, false, o);
 }
 
@@ -353,6 +369,7 @@ void ContextAttention::backward(const DeviceBatch& b, View q, View k, View v, Vi
     gradients(b, q, k, v, dout, lse, delta, dq, dk, dv);
     return;
   }
+  pc_.trace.add("ulysses_a2a_out", SimStream::tp);  // d(out) (with q, k, v, o) to the head layout
   Tensor qa = to_heads(q, l_.q_heads, false, Mem::comm_buffers);
   Tensor ka = to_heads(k, l_.kv_heads, true, Mem::comm_buffers);
   Tensor va = to_heads(v, l_.kv_heads, true, Mem::comm_buffers);
@@ -368,6 +385,7 @@ void ContextAttention::backward(const DeviceBatch& b, View q, View k, View v, Vi
   ka.reset();
   va.reset();
   da.reset();
+  pc_.trace.add("ulysses_a2a_qkv", SimStream::tp);
   to_sequence(dqa, l_.q_heads, false, dq);
   to_sequence(dka, l_.kv_heads, true, dk);
   to_sequence(dva, l_.kv_heads, true, dv);

@@ -31,7 +31,7 @@ extern "C" void on_signal(int) { g_stop.store(1); }
 
 struct Options {
   std::string profiles, model = "tiny", seq = "256", plan, plan_file, cluster, data, report, ckpt_dir, init_from;
-  std::string debug_nan, debug_fail;
+  std::string debug_nan, debug_fail, schedule_trace;
   std::string export_hf;
   std::string backend = "cpu";
   int64_t steps = 20, save_every = 0, log_every = 1, schedule_steps = 0;
@@ -86,6 +86,8 @@ int run(int argc, char** argv, CommWorld& world) {
                  "host outside the backend) | cpu-deferred (every op and message on a worker thread) | cuda (float32 "
                  "only; compiles, untested on GPU)")
       ->check(CLI::IsMember({"cpu", "cpu-guarded", "cpu-deferred", "cuda"}));
+  app.add_option("--schedule-trace", o.schedule_trace,
+                 "write rank 0's first-step schedule (tasks per stream in the simulator's names) to this JSON file");
   app.add_option("--debug-fail", o.debug_fail, "fault injection for tests: RANK:STEP fails that rank at that step");
   try {
     app.parse(argc, argv);
@@ -216,6 +218,7 @@ int run(int argc, char** argv, CommWorld& world) {
     if (rank == 0) std::printf("saved %s\n", where.c_str());
   };
   int exit_code = kExitOk;
+  if (!o.schedule_trace.empty()) trainer.trace_next_step();
   while (trainer.steps_done() < o.steps) {
     if (trainer.steps_done() + 1 == nan_step) trainer.model().inject_nan_at_layer(nan_layer);
     if (rank == fail_rank && trainer.steps_done() + 1 == fail_step)
@@ -226,6 +229,10 @@ int run(int argc, char** argv, CommWorld& world) {
     } catch (const DivergedError& e) {
       if (rank == 0) std::cerr << "ctxrun: diverged: " << e.what() << "; no checkpoint written\n";
       return kExitDiverged;
+    }
+    if (!o.schedule_trace.empty() && rank == 0 && !trainer.schedule().empty()) {
+      write_file_atomic(o.schedule_trace, schedule_to_json(trainer.schedule()).dump(1) + "\n");
+      o.schedule_trace.clear();
     }
     rec.losses.push_back(st.loss);
     rec.grad_norms.push_back(st.grad_norm);

@@ -28,6 +28,7 @@ Tensor Model::linear(View x, View w, Mem cat) {
 }
 
 Tensor Model::gather_seq(View x, Mem cat) {
+  pc_.trace.add("tp_all_gather", SimStream::tp);
   Tensor out = be_.alloc(l_.tokens, x.cols(), x.dtype(), cat);
   pc_.tp->allgather(x, out);
   return out;
@@ -35,11 +36,15 @@ Tensor Model::gather_seq(View x, Mem cat) {
 
 Tensor Model::reduce_partial(Tensor y, Mem cat) {
   if (l_.sp) {
+    pc_.trace.add("tp_reduce_scatter", SimStream::tp);
     Tensor out = be_.alloc(l_.tokens_sp, y.cols(), y.dtype(), cat);
     pc_.tp->reduce_scatter(y, out);
     return out;
   }
-  if (pc_.plan.tp > 1) pc_.tp->allreduce_sum(y);
+  if (pc_.plan.tp > 1) {
+    pc_.trace.add("tp_all_reduce", SimStream::tp);
+    pc_.tp->allreduce_sum(y);
+  }
   y.retag(cat);
   return y;
 }
@@ -56,6 +61,7 @@ Tensor Model::attention_block_forward(int64_t i, const DeviceBatch& b, const Ten
   Tensor n1 = be_.alloc(Tsp, h, l_.act, Mem::workspace);
   be_.rmsnorm_forward(n1, rstd, x, ps_.weight(u, kNorm1), kRmsEps);
   if (l_.sp) n1 = gather_seq(n1, Mem::comm_buffers);
+  pc_.trace.add("norm_qkv_rope", SimStream::compute);
   Tensor q = linear(n1, ps_.weight(u, kWq), Mem::activations);
   Tensor k = linear(n1, ps_.weight(u, kWk), Mem::activations);
   Tensor v = linear(n1, ps_.weight(u, kWv), Mem::activations);
@@ -63,6 +69,7 @@ Tensor Model::attention_block_forward(int64_t i, const DeviceBatch& b, const Ten
   qkv_rope(i, b, q, k, false);
   Tensor o, lse;
   attn_.forward(b, q, k, v, o, lse);
+  pc_.trace.add("o_proj_residual_norm", SimStream::compute);
   Tensor y = reduce_partial(linear(o, ps_.weight(u, kWo), Mem::workspace), Mem::workspace);
   Tensor x2 = be_.alloc(Tsp, h, l_.act, Mem::activations);
   be_.copy(x2, x);
@@ -86,6 +93,7 @@ Tensor Model::mlp_block_forward(int64_t i, const Tensor& x2, LayerActs& a, Keep 
   Tensor n2 = be_.alloc(Tsp, h, l_.act, Mem::workspace);
   be_.rmsnorm_forward(n2, rstd, x2, ps_.weight(u, kNorm2), kRmsEps);
   if (l_.sp) n2 = gather_seq(n2, Mem::comm_buffers);
+  pc_.trace.add("mlp", SimStream::compute);
   const int64_t chunks = mlp_chunks();
   Tensor y;
   if (chunks == 1) {
@@ -125,10 +133,12 @@ int64_t Model::mlp_chunks() const {
 }
 
 Tensor Model::layer_forward(int64_t i, const DeviceBatch& b, Tensor x, LayerActs& a, Keep keep) {
+  pc_.trace.layer = static_cast<int>(i);
   Tensor x2 = attention_block_forward(i, b, x, a, keep);
   Tensor out = mlp_block_forward(i, x2, a, keep);
   if (keep == Keep::checkpoint) {
     if (pc_.plan.ckpt_offload) {  // the checkpoint goes to host memory until the backward needs it
+      pc_.trace.add("ckpt_d2h", SimStream::host);
       a.x = be_.alloc_host(x.rows(), x.cols(), x.dtype(), HostMem::checkpoints);
       be_.copy(a.x, x);
       x.reset();
@@ -168,6 +178,7 @@ void Model::mlp_block_backward(int64_t i, LayerActs& a, Tensor& dy) {
   be_.rmsnorm_forward(n2, a.rstd2, a.x2, ps_.weight(u, kNorm2), kRmsEps);
   if (l_.sp) n2 = gather_seq(n2, Mem::comm_buffers);
   Tensor dn2 = be_.alloc(T, h, l_.act, Mem::workspace);
+  pc_.trace.add("mlp_bwd", SimStream::compute);
   const int64_t chunks = a.gate ? 1 : mlp_chunks();
   const int64_t per = (T + chunks - 1) / chunks;
   for (int64_t r0 = 0; r0 < T; r0 += per) {
@@ -219,7 +230,12 @@ void Model::attention_block_backward(int64_t i, const DeviceBatch& b, LayerActs&
   Tensor dyf_hold;
   View dyf = dy;
   if (l_.sp) { dyf_hold = gather_seq(dy, Mem::comm_buffers); dyf = dyf_hold; }
-  if (!a.o) attn_.forward(b, a.q, a.k, a.v, a.o, a.lse);  // selective recompute of the attention core
+  if (!a.o) {  // selective recompute of the attention core
+    pc_.trace.pass = SimPass::recompute;
+    attn_.forward(b, a.q, a.k, a.v, a.o, a.lse);
+    pc_.trace.pass = SimPass::backward;
+  }
+  pc_.trace.add("o_proj_residual_norm_bwd", SimStream::compute);
   Tensor dout = be_.alloc(T, qd, l_.act, Mem::workspace);
   be_.gemm(false, false, 1.0f, dyf, ps_.weight(u, kWo), 0.0f, dout);  // dO = dY Wo
   be_.gemm(true, false, 1.0f, dyf, a.o, 1.0f, ps_.grad(u, kWo));      // dWo += dY^T O
@@ -237,6 +253,7 @@ void Model::attention_block_backward(int64_t i, const DeviceBatch& b, LayerActs&
   Tensor n1 = be_.alloc(Tsp, h, l_.act, Mem::workspace);
   be_.rmsnorm_forward(n1, a.rstd1, a.x, ps_.weight(u, kNorm1), kRmsEps);
   if (l_.sp) n1 = gather_seq(n1, Mem::comm_buffers);
+  pc_.trace.add("norm_qkv_rope_bwd", SimStream::compute);
   be_.gemm(true, false, 1.0f, dq, n1, 1.0f, ps_.grad(u, kWq));
   be_.gemm(true, false, 1.0f, dk, n1, 1.0f, ps_.grad(u, kWk));
   be_.gemm(true, false, 1.0f, dv, n1, 1.0f, ps_.grad(u, kWv));
@@ -251,16 +268,30 @@ void Model::attention_block_backward(int64_t i, const DeviceBatch& b, LayerActs&
   norm_backward_into(dy, std::move(dn1), u, kNorm1, a.x, a.rstd1);
 }
 
+// Full recompute with offload: layer i's checkpoint back on the device (while layer i+1's backward
+// runs: the prefetch the simulator prices).
+void Model::fetch_checkpoint(int64_t i, LayerActs& a) {
+  if (!a.x || !a.x.on_host()) return;
+  pc_.trace.add_at("ckpt_h2d", SimStream::host, i);
+  Tensor x = be_.alloc(a.x.rows(), a.x.cols(), a.x.dtype(), Mem::checkpoints);
+  be_.copy(x, a.x);
+  a.x = std::move(x);
+}
+
 Tensor Model::layer_backward(int64_t i, const DeviceBatch& b, LayerActs& a, Tensor dy) {
+  pc_.trace.layer = static_cast<int>(i);
   if (!a.rstd1) {  // full recompute: rematerialise the layer from its checkpoint
-    Tensor x = be_.alloc(a.x.rows(), a.x.cols(), l_.act, Mem::checkpoints);
-    be_.copy(x, a.x);
-    a.x.reset();
+    if (pc_.plan.ckpt_offload) pc_.trace.add("checkpoint_ready", SimStream::compute);
+    fetch_checkpoint(i, a);  // a no-op when prefetched
+    Tensor x = std::move(a.x);  // the checkpoint becomes the layer's input (freed with it)
     x.retag(Mem::activations);
     LayerActs full;
     int saved_inject = inject_nan_layer_;
     inject_nan_layer_ = -1;
+    pc_.trace.pass = SimPass::recompute;
     layer_forward(i, b, std::move(x), full, Keep::all);
+    pc_.trace.pass = SimPass::backward;
+    pc_.trace.layer = static_cast<int>(i);
     inject_nan_layer_ = saved_inject;
     a = std::move(full);
   }
@@ -286,6 +317,7 @@ void Model::loss_forward_backward(const DeviceBatch& b, const Tensor& xl, Tensor
     const int64_t rows = std::min(tile, T - r0);
     const View target = b.labels.row_range(r0, rows);
     Tensor logits = be_.alloc(rows, Vr, DType::f32, Mem::logits);
+    if (r0 == 0) pc_.trace.add("head_loss", SimStream::compute);
     be_.gemm(false, true, 1.0f, nf.row_range(r0, rows), head, 0.0f, logits);
     // per-row statistics: max, [sumexp, target logit], lse (kLossRowStats = 4 floats per row)
     Tensor mx = be_.alloc(rows, 1, DType::f32, Mem::workspace), se = be_.alloc(rows, 2, DType::f32, Mem::workspace);
@@ -296,6 +328,11 @@ void Model::loss_forward_backward(const DeviceBatch& b, const Tensor& xl, Tensor
     pc_.tp->allreduce_sum(se);
     be_.xent_finish(lse, stats, mx, se, target);
     be_.xent_grad_inplace(logits, lse, target, token_weight, l_.vocab_valid, l_.vocab0);
+    if (r0 == 0) {
+      pc_.trace.pass = SimPass::backward;
+      pc_.trace.add("head_loss_bwd", SimStream::compute);
+      pc_.trace.pass = SimPass::forward;
+    }
     be_.gemm(false, false, 1.0f, logits, head, 0.0f, dnf.row_range(r0, rows));    // dX = dL W
     be_.gemm(true, false, 1.0f, logits, nf.row_range(r0, rows), 1.0f, dhead);     // dW += dL^T X
   }
@@ -305,13 +342,17 @@ void Model::loss_forward_backward(const DeviceBatch& b, const Tensor& xl, Tensor
   be_.rmsnorm_backward(dxl, ps_.grad(fu, kNormF), dn, xl, rstd, ps_.weight(fu, kNormF));
 }
 
-void Model::forward_backward(const DeviceBatch& b, float token_weight, View stats, int time_slot0) {
+void Model::forward_backward(const DeviceBatch& b, float token_weight, View stats, int time_slot0, bool last) {
   MemoryLedger& led = be_.ledger();
+  ScheduleTrace& tr = pc_.trace;
   const int64_t L = m_.layers, h = l_.hidden, T = l_.tokens;
   be_.mark_time(time_slot0 + kTimeStart);
   led.set_phase(Phase::forward);
+  tr.pass = SimPass::forward;
+  tr.layer = -1;
   ps_.acquire_weights(0);
   Tensor e = be_.alloc(T, h, l_.act, Mem::workspace);
+  tr.add("embedding", SimStream::compute);
   be_.embedding_forward(e, ps_.weight(0, 0), b.tokens, l_.vocab0);
   ps_.release_weights(0);
   Tensor x = reduce_partial(std::move(e), Mem::activations);
@@ -319,14 +360,16 @@ void Model::forward_backward(const DeviceBatch& b, float token_weight, View stat
                     : pc_.plan.recompute == Recompute::selective ? Keep::selective
                                                                  : Keep::checkpoint;
   std::vector<LayerActs> acts(static_cast<size_t>(L));
+  ps_.acquire_weights(ps_.layer_unit(0));
   for (int64_t i = 0; i < L; ++i) {
-    ps_.acquire_weights(ps_.layer_unit(i));
+    if (i + 1 < L) ps_.acquire_weights(ps_.layer_unit(i + 1));  // ZeRO-3: the next layer's gather behind this one
     x = layer_forward(i, b, std::move(x), acts[i], keep);
     ps_.release_weights(ps_.layer_unit(i));
     be_.flag_nonfinite(stats, x, nonfinite_code(i, L));  // on the device: no host read per layer
   }
   be_.mark_time(time_slot0 + kTimeForward);
   led.set_phase(Phase::loss);
+  tr.layer = -1;
   const int64_t fu = ps_.final_unit();
   ps_.acquire_weights(fu);
   ps_.acquire_grads(fu);
@@ -336,24 +379,33 @@ void Model::forward_backward(const DeviceBatch& b, float token_weight, View stat
   be_.flag_nonfinite(stats, stats.flat(kStatLossSum, 1), nonfinite_code(L, L));
   ps_.release_weights(fu);
   if (m_.tied_embeddings) ps_.release_weights(0);
-  ps_.finish_grads(fu);
+  tr.pass = SimPass::backward;
+  ps_.finish_grads(fu, last);
   x.reset();
   be_.mark_time(time_slot0 + kTimeLoss);
   led.set_phase(Phase::backward);
+  // the last layer's parameters and checkpoint; inside the loop, layer i-1's behind layer i
+  ps_.acquire_weights(ps_.layer_unit(L - 1));
+  fetch_checkpoint(L - 1, acts[L - 1]);
   for (int64_t i = L - 1; i >= 0; --i) {
     const int64_t u = ps_.layer_unit(i);
-    ps_.acquire_weights(u);
+    if (i >= 1) {
+      ps_.acquire_weights(ps_.layer_unit(i - 1));
+      fetch_checkpoint(i - 1, acts[i - 1]);
+    }
     ps_.acquire_grads(u);
     dx = layer_backward(i, b, acts[i], std::move(dx));
     ps_.release_weights(u);
-    ps_.finish_grads(u);
+    ps_.finish_grads(u, last);
   }
+  tr.layer = -1;
   Tensor dxf_hold;
   View dxf = dx;
   if (l_.sp) { dxf_hold = gather_seq(dx, Mem::comm_buffers); dxf = dxf_hold; }
   ps_.acquire_grads(0);
+  tr.add("embedding_bwd", SimStream::compute);
   be_.embedding_backward(ps_.grad(0, 0), dxf, b.tokens, l_.vocab0);
-  ps_.finish_grads(0);
+  ps_.finish_grads(0, last);
   be_.mark_time(time_slot0 + kTimeBackward);
 }
 

@@ -32,8 +32,9 @@ class Model {
   // Forward and backward of one micro-batch; gradients accumulate into the parameter store, scaled
   // by token_weight (1 / valid labels in the step's global batch). The loss sum and the non-finite
   // flag accumulate into stats (f32 [1, kStepStats]) on the device; mark_time slots time_slot0 ..
-  // time_slot0 + 3 record the start and the ends of forward, loss and backward.
-  void forward_backward(const DeviceBatch& b, float token_weight, View stats, int time_slot0);
+  // time_slot0 + 3 record the start and the ends of forward, loss and backward. On the step's last
+  // micro-batch (`last`) every unit's gradient is reduced as soon as its backward is done.
+  void forward_backward(const DeviceBatch& b, float token_weight, View stats, int time_slot0, bool last);
   // Fault injection for the NaN tests: poison this layer's output on the next forward.
   void inject_nan_at_layer(int layer) { inject_nan_layer_ = layer; }
 
@@ -41,6 +42,7 @@ class Model {
   enum class Keep { all, selective, checkpoint };
   Tensor layer_forward(int64_t i, const DeviceBatch& b, Tensor x, LayerActs& a, Keep keep);
   Tensor layer_backward(int64_t i, const DeviceBatch& b, LayerActs& a, Tensor dy);
+  void fetch_checkpoint(int64_t i, LayerActs& a);
   Tensor attention_block_forward(int64_t i, const DeviceBatch& b, const Tensor& x, LayerActs& a, Keep keep);
   Tensor mlp_block_forward(int64_t i, const Tensor& x2, LayerActs& a, Keep keep);
   void norm_backward_into(Tensor& dy, Tensor dnorm_partial, int64_t unit, int norm_param, Tensor& x, Tensor& rstd);

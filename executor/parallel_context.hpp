@@ -11,6 +11,7 @@
 #include "costmodel/process_groups.hpp"
 #include "executor/backend.hpp"
 #include "executor/comm.hpp"
+#include "executor/schedule_trace.hpp"
 
 namespace ctx::exec {
 
@@ -40,6 +41,7 @@ struct ParallelContext {
   RankCoord coord;
   std::unique_ptr<Comm> tp, cp, dp, ulysses, ring, zero, all;
   Comm* world_comm = nullptr;  // == all: every rank
+  ScheduleTrace trace;         // the tasks this rank issues, in the simulator's names (when enabled)
   int64_t zero_rank() const { return zero->rank(); }
 };
 

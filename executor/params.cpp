@@ -177,6 +177,12 @@ View ParamStore::grad(int64_t ui, int p) const {
 void ParamStore::acquire_weights(int64_t ui) {
   ParamUnit& u = units[ui];
   if (zero_ != 3 || u.w) return;
+  if (pc_.zero->size() > 1) {  // the simulator's names: the embedding, a layer, the final norm + head
+    const bool layer = ui >= 1 && ui < final_unit();
+    if (layer && pc_.plan.param_offload) pc_.trace.add_at("param_h2d", SimStream::host, ui - 1);
+    pc_.trace.add_at(ui == 0 ? "zero3_gather_embedding" : layer ? "zero3_all_gather" : "zero3_gather_head", SimStream::dp,
+                     layer ? ui - 1 : -1);
+  }
   u.w = be_.alloc(1, u.padded, l_.act, Mem::comm_buffers);
   pc_.zero->allgather(u.w_shard, u.w);
 }
@@ -210,22 +216,21 @@ void ParamStore::tp_fixups(ParamUnit& u, const Tensor& g) {
   }
 }
 
-void ParamStore::finish_grads(int64_t ui) {
-  if (zero_ < 2) return;
+void ParamStore::finish_grads(int64_t ui, bool last) {
+  if (zero_ < 2 && !last) return;  // ZeRO-0/1 accumulate until the step's last micro-batch
   ParamUnit& u = units[ui];
   tp_fixups(u, u.g);
+  if (pc_.zero->size() > 1)
+    pc_.trace.add_at(ui == 0 ? "embed_grad_reduce" : ui == final_unit() ? "head_grad_reduce" : "grad_reduce", SimStream::dp,
+                     ui >= 1 && ui < final_unit() ? ui - 1 : -1);
+  if (zero_ < 2) {
+    pc_.zero->allreduce_sum(u.g);
+    return;
+  }
   Tensor part = be_.alloc(1, u.shard, DType::f32, Mem::comm_buffers);
   pc_.zero->reduce_scatter(u.g, part);
   be_.axpy(u.g_shard, 1.0f, part);
   u.g.reset();
-}
-
-void ParamStore::reduce_grads() {
-  if (zero_ >= 2) return;
-  for (auto& u : units) {
-    tp_fixups(u, u.g);
-    pc_.zero->allreduce_sum(u.g);
-  }
 }
 
 void ParamStore::zero_grads() {
@@ -261,6 +266,14 @@ void ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, View sta
   a.weight_decay = c.weight_decay;
   a.clip = c.clip;
   a.step = step;
+  pc_.trace.layer = -1;
+  if (pc_.plan.opt_offload) {  // the host optimizer: gradients down, AdamW on the host shard, weights up
+    pc_.trace.add("grads_d2h", SimStream::host);
+    pc_.trace.add("cpu_adamw", SimStream::host);
+    pc_.trace.add("params_h2d", SimStream::host);
+  } else {
+    pc_.trace.add("adamw", SimStream::compute);
+  }
   for (auto& u : units) {
     const View g = shard_grad(u);
     for (auto& p : u.params) {
@@ -380,6 +393,7 @@ void ParamStore::upload_shard(int64_t ui, const std::string& kind, const std::ve
 }
 
 void ParamStore::refresh_weights() {
+  if (zero_ < 3 && shard_degree_ > 1) pc_.trace.add("param_all_gather", SimStream::dp);
   for (auto& u : units) {
     if (zero_ == 3) {
       be_.copy(u.w_shard, u.master);

@@ -60,9 +60,10 @@ class ParamStore {
   // Gradient buffer of a unit (f32; ZeRO-2/3: transient, zeroed); finish_grads reduces it into the shard.
   View grad(int64_t u, int p) const;
   void acquire_grads(int64_t u);
-  void finish_grads(int64_t u);
-  // After the last micro-batch: TP fix-ups and the dp x cp reduction for ZeRO-0/1.
-  void reduce_grads();
+  // The unit's backward is done: ZeRO-2/3 reduce-scatter its gradient into the shard (every
+  // micro-batch); ZeRO-0/1 all-reduce it over dp x cp on the step's last micro-batch (`last`),
+  // behind the rest of the backward. TP fix-ups (partial sums of SP norms, shared KV heads) first.
+  void finish_grads(int64_t u, bool last);
   void zero_grads();
   // stats[kStatGradNorm2] = the global gradient norm squared, before clipping (on the device;
   // collective over the world).

@@ -33,23 +33,32 @@ StepStats Trainer::step() {
   params_->zero_grads();
   be_.zero(stats_);
   int slot = 0;
+  pc_.trace.enabled = trace_next_step_;
   for (size_t b0 = 0; b0 < mine.size(); b0 += static_cast<size_t>(p.mbs)) {
     std::vector<const Sequence*> batch;
     for (size_t b = b0; b < std::min(mine.size(), b0 + static_cast<size_t>(p.mbs)); ++b) batch.push_back(&mine[b]);
     DeviceBatch dev = upload_batch(be_, make_sequence_meta(pc_, batch));  // the micro-batch's one upload
-    model_->forward_backward(dev, weight, stats_, slot);
+    pc_.trace.micro_batch = slot / 4;
+    const bool last = b0 + static_cast<size_t>(p.mbs) >= mine.size();
+    model_->forward_backward(dev, weight, stats_, slot, last);
     slot += 4;
   }
   be_.mark_time(slot);
   be_.ledger().set_phase(Phase::optimizer);
-  // on the device: the non-finite flag over all ranks (AdamW skips on it), reduction, the norm,
-  // clipping and AdamW, the loss summed over dp x cp (TP ranks hold the same loss)
+  // on the device: the non-finite flag over all ranks (AdamW skips on it), the norm (gradients
+  // were reduced behind the backward), clipping and AdamW, the loss summed over dp x cp (TP ranks
+  // hold the same loss)
+  pc_.trace.pass = SimPass::optimizer;
   pc_.world_comm->allreduce_max(stats_.flat(kStatNonFinite, 1));
-  params_->reduce_grads();
   params_->grad_norm2(stats_);
   params_->optimizer_step(o_.opt, steps_done_ + 1, stats_);
   pc_.zero->allreduce_sum(stats_.flat(kStatLossSum, 1));
   be_.mark_time(slot + 1);
+  if (trace_next_step_) {
+    schedule_ = std::move(pc_.trace.events);
+    pc_.trace.events.clear();
+    pc_.trace.enabled = trace_next_step_ = false;
+  }
   float host_stats[kStepStats];
   be_.download(host_stats, stats_);  // the one scalar read of the step
   const auto t_end = Clock::now();

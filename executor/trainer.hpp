@@ -51,6 +51,9 @@ class Trainer {
   Model& model() { return *model_; }
   const Layout& layout() const { return layout_; }
   const TrainOptions& options() const { return o_; }
+  // Records the next step's schedule (the simulator's task names, executor/schedule_trace.hpp).
+  void trace_next_step() { trace_next_step_ = true; }
+  const std::vector<ScheduleEvent>& schedule() const { return schedule_; }
 
  private:
   Backend& be_;
@@ -62,6 +65,8 @@ class Trainer {
   std::unique_ptr<Model> model_;
   Tensor stats_;  // f32 [1, kStepStats]: loss sum, non-finite flag, gradient norm squared
   int64_t steps_done_ = 0;
+  bool trace_next_step_ = false;
+  std::vector<ScheduleEvent> schedule_;
 };
 
 }  // namespace ctx::exec

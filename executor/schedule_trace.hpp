@@ -1,0 +1,41 @@
+// The executor's schedule in the simulator's vocabulary (costmodel/simulator.hpp): every compute
+// and communication task a rank issues, in issue order, with the simulator's name, stream, layer
+// and pass. Off unless asked for (ctxrun --schedule-trace FILE); test_schedule compares it with the
+// simulator's task graph for the same plan, stream by stream and dependency by dependency.
+// Communication is recorded only where the simulator prices it (its group has more than one rank).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "costmodel/json_util.hpp"
+#include "costmodel/simulator.hpp"
+
+namespace ctx::exec {
+
+struct ScheduleEvent {
+  std::string name;
+  SimStream stream = SimStream::compute;
+  int layer = -1;
+  SimPass pass = SimPass::forward;
+  int micro_batch = 0;
+};
+
+class ScheduleTrace {
+ public:
+  bool enabled = false;
+  int micro_batch = 0;
+  int layer = -1;                   // the layer tasks are recorded under (-1: embedding, loss, optimizer)
+  SimPass pass = SimPass::forward;  // the pass tasks are recorded under (the model sets both)
+  void add(const char* name, SimStream s) {
+    if (enabled) events.push_back({name, s, layer, pass, micro_batch});
+  }
+  void add_at(const char* name, SimStream s, int64_t at_layer) {
+    if (enabled) events.push_back({name, s, static_cast<int>(at_layer), pass, micro_batch});
+  }
+  std::vector<ScheduleEvent> events;
+};
+
+const char* to_string(SimPass p);
+json schedule_to_json(const std::vector<ScheduleEvent>& events);
+
+}  // namespace ctx::exec
