@@ -141,6 +141,18 @@ class Backend {
   // min(1, clip / (norm + 1e-6)) when clip > 0.
   virtual void adamw(View master, View m, View v, View grad, View stats, const AdamWArgs& a) = 0;
 
+  // ---- the copy stream (offload): copy_async runs after every op issued before it, off the
+  // compute stream, and returns its event; wait_copy(e) makes the compute stream wait for it. The
+  // caller keeps dst and src alive, and reads or writes neither, until it has waited.
+  struct CopyEvent {
+    uint64_t id = 0;  // 0: already complete
+  };
+  virtual CopyEvent copy_async(View dst, View src) {
+    copy(dst, src);
+    return {};
+  }
+  virtual void wait_copy(CopyEvent) {}
+
   // ---- phase timing, stream-ordered: mark_time(i) records when the stream reaches it;
   // read_times() (after synchronize) gives seconds since construction per slot, -1 if unset.
   virtual void mark_time(int slot) = 0;

@@ -556,7 +556,7 @@ class CpuBackend : public Backend {
 // queued too (stream-ordered), so a tensor released right after an op that reads it stays valid.
 class DeferredCpuBackend final : public CpuBackend {
  public:
-  DeferredCpuBackend() : CpuBackend(true), worker_([this] { run(); }) {}
+  DeferredCpuBackend() : CpuBackend(true), worker_([this] { run(); }), copier_([this] { run_copies(); }) {}
   ~DeferredCpuBackend() override {
     try {
       synchronize();
@@ -566,8 +566,40 @@ class DeferredCpuBackend final : public CpuBackend {
       std::lock_guard<std::mutex> lk(mu_);
       stop_ = true;
     }
+    {
+      std::lock_guard<std::mutex> lk(copy_mu_);
+      copy_stop_ = true;
+    }
     cv_.notify_all();
+    copy_cv_.notify_all();
     worker_.join();
+    copier_.join();
+  }
+
+  // The copy thread: a copy starts once the compute stream has reached the point where it was
+  // issued (a fence the compute worker passes), and the compute stream waits for it only where
+  // wait_copy says so.
+  CopyEvent copy_async(View dst, View src) override {
+    const uint64_t id = ++copies_issued_;
+    submit([this, id] {  // the fence: everything issued before the copy has run
+      std::lock_guard<std::mutex> lk(copy_mu_);
+      fence_reached_ = id;
+      copy_cv_.notify_all();
+    });
+    {
+      std::lock_guard<std::mutex> lk(copy_mu_);
+      copies_.push_back({id, dst, src});
+    }
+    copy_cv_.notify_all();
+    return {id};
+  }
+  void wait_copy(CopyEvent e) override {
+    if (e.id == 0) return;
+    submit([this, e] {
+      std::unique_lock<std::mutex> lk(copy_mu_);
+      copy_cv_.wait(lk, [&] { return copies_done_ >= e.id; });
+      if (copy_error_) std::rethrow_exception(copy_error_);
+    });
   }
   std::string name() const override { return "cpu-deferred"; }
 
@@ -588,8 +620,15 @@ class DeferredCpuBackend final : public CpuBackend {
     do_download(dst, src);
   }
   void synchronize() override {
-    std::unique_lock<std::mutex> lk(mu_);
-    idle_cv_.wait(lk, [this] { return queue_.empty() && !busy_; });
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      idle_cv_.wait(lk, [this] { return queue_.empty() && !busy_; });
+    }
+    {  // every copy's fence has passed: the copy stream drains too
+      std::unique_lock<std::mutex> lk(copy_mu_);
+      copy_cv_.wait(lk, [this] { return copies_done_ >= copies_issued_; });
+    }
+    std::lock_guard<std::mutex> lk(mu_);
     if (error_) {
       auto e = error_;
       error_ = nullptr;
@@ -690,12 +729,46 @@ class DeferredCpuBackend final : public CpuBackend {
       }
     }
   }
+  void run_copies() {
+    for (;;) {
+      PendingCopy c;
+      {
+        std::unique_lock<std::mutex> lk(copy_mu_);
+        copy_cv_.wait(lk, [&] { return copy_stop_ || (!copies_.empty() && fence_reached_ >= copies_.front().id); });
+        if (copies_.empty() || fence_reached_ < copies_.front().id) return;  // stopping
+        c = copies_.front();
+        copies_.pop_front();
+      }
+      try {
+        CpuBackend::copy(c.dst, c.src);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(copy_mu_);
+        if (!copy_error_) copy_error_ = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lk(copy_mu_);
+        copies_done_ = c.id;
+      }
+      copy_cv_.notify_all();
+    }
+  }
+  struct PendingCopy {
+    uint64_t id = 0;
+    View dst, src;
+  };
   std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
   std::deque<std::function<void()>> queue_;
   bool busy_ = false, stop_ = false;
   std::exception_ptr error_;
+  std::mutex copy_mu_;
+  std::condition_variable copy_cv_;
+  std::deque<PendingCopy> copies_;
+  uint64_t copies_issued_ = 0, fence_reached_ = 0, copies_done_ = 0;
+  bool copy_stop_ = false;
+  std::exception_ptr copy_error_;
   std::thread worker_;
+  std::thread copier_;
 };
 
 }  // namespace

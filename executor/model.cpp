@@ -137,11 +137,12 @@ Tensor Model::layer_forward(int64_t i, const DeviceBatch& b, Tensor x, LayerActs
   Tensor x2 = attention_block_forward(i, b, x, a, keep);
   Tensor out = mlp_block_forward(i, x2, a, keep);
   if (keep == Keep::checkpoint) {
-    if (pc_.plan.ckpt_offload) {  // the checkpoint goes to host memory until the backward needs it
+    if (pc_.plan.ckpt_offload) {  // to host memory on the copy stream, behind the next layer
       pc_.trace.add("ckpt_d2h", SimStream::host);
       a.x = be_.alloc_host(x.rows(), x.cols(), x.dtype(), HostMem::checkpoints);
-      be_.copy(a.x, x);
-      x.reset();
+      x.retag(Mem::checkpoints);
+      a.copy = be_.copy_async(a.x, x);
+      a.x_device = std::move(x);  // in flight until settle_offload
     } else {
       x.retag(Mem::checkpoints);
       a.x = std::move(x);
@@ -271,11 +272,20 @@ void Model::attention_block_backward(int64_t i, const DeviceBatch& b, LayerActs&
 // Full recompute with offload: layer i's checkpoint back on the device (while layer i+1's backward
 // runs: the prefetch the simulator prices).
 void Model::fetch_checkpoint(int64_t i, LayerActs& a) {
-  if (!a.x || !a.x.on_host()) return;
+  if (!a.x || !a.x.on_host() || a.x_device) return;
   pc_.trace.add_at("ckpt_h2d", SimStream::host, i);
-  Tensor x = be_.alloc(a.x.rows(), a.x.cols(), a.x.dtype(), Mem::checkpoints);
-  be_.copy(x, a.x);
-  a.x = std::move(x);
+  a.x_device = be_.alloc(a.x.rows(), a.x.cols(), a.x.dtype(), Mem::checkpoints);
+  a.copy = be_.copy_async(a.x_device, a.x);
+}
+
+// A copy-stream transfer of a checkpoint is done: to the host (the device copy is released) or,
+// `back`, to the device (the host copy is released and the device one is the checkpoint again).
+void Model::settle_offload(LayerActs& a, bool back) {
+  if (!a.x_device) return;
+  be_.wait_copy(a.copy);
+  a.copy = {};
+  if (back) a.x = std::move(a.x_device);
+  else a.x_device.reset();
 }
 
 Tensor Model::layer_backward(int64_t i, const DeviceBatch& b, LayerActs& a, Tensor dy) {
@@ -283,6 +293,7 @@ Tensor Model::layer_backward(int64_t i, const DeviceBatch& b, LayerActs& a, Tens
   if (!a.rstd1) {  // full recompute: rematerialise the layer from its checkpoint
     if (pc_.plan.ckpt_offload) pc_.trace.add("checkpoint_ready", SimStream::compute);
     fetch_checkpoint(i, a);  // a no-op when prefetched
+    settle_offload(a, true);
     Tensor x = std::move(a.x);  // the checkpoint becomes the layer's input (freed with it)
     x.retag(Mem::activations);
     LayerActs full;
@@ -364,6 +375,7 @@ void Model::forward_backward(const DeviceBatch& b, float token_weight, View stat
   for (int64_t i = 0; i < L; ++i) {
     if (i + 1 < L) ps_.acquire_weights(ps_.layer_unit(i + 1));  // ZeRO-3: the next layer's gather behind this one
     x = layer_forward(i, b, std::move(x), acts[i], keep);
+    if (i >= 1) settle_offload(acts[i - 1], false);  // the previous checkpoint's copy ran behind this layer
     ps_.release_weights(ps_.layer_unit(i));
     be_.flag_nonfinite(stats, x, nonfinite_code(i, L));  // on the device: no host read per layer
   }
@@ -382,6 +394,7 @@ void Model::forward_backward(const DeviceBatch& b, float token_weight, View stat
   tr.pass = SimPass::backward;
   ps_.finish_grads(fu, last);
   x.reset();
+  settle_offload(acts[L - 1], false);  // the last checkpoint's copy ran behind the loss
   be_.mark_time(time_slot0 + kTimeLoss);
   led.set_phase(Phase::backward);
   // the last layer's parameters and checkpoint; inside the loop, layer i-1's behind layer i

@@ -16,7 +16,9 @@
 namespace ctx::exec {
 
 struct LayerActs {
-  Tensor x;                       // layer input (the checkpoint under full recompute)
+  Tensor x;                       // layer input (the checkpoint under full recompute; host memory when offloaded)
+  Tensor x_device;                // offload: the checkpoint's device copy while a copy-stream transfer is in flight
+  Backend::CopyEvent copy;        // that transfer
   Tensor rstd1, q, k, v, o, lse;  // attention side
   Tensor x2, rstd2, gate, up, act;  // MLP side (x2 = input of the MLP block)
 };
@@ -43,6 +45,7 @@ class Model {
   Tensor layer_forward(int64_t i, const DeviceBatch& b, Tensor x, LayerActs& a, Keep keep);
   Tensor layer_backward(int64_t i, const DeviceBatch& b, LayerActs& a, Tensor dy);
   void fetch_checkpoint(int64_t i, LayerActs& a);
+  void settle_offload(LayerActs& a, bool back);
   Tensor attention_block_forward(int64_t i, const DeviceBatch& b, const Tensor& x, LayerActs& a, Keep keep);
   Tensor mlp_block_forward(int64_t i, const Tensor& x2, LayerActs& a, Keep keep);
   void norm_backward_into(Tensor& dy, Tensor dnorm_partial, int64_t unit, int norm_param, Tensor& x, Tensor& rstd);

@@ -56,9 +56,9 @@ void read_inputs(const JsonReader& r, Inputs& in) {
     }
     in.sorted_packing = d.boolean_or("sorted_packing", in.sorted_packing);
   }
-  in.fp8 = r.string_or("precision", in.fp8 ? "fp8" : "bf16") == "fp8";
-  if (r.has("precision") && r.string("precision") != "fp8" && r.string("precision") != "bf16")
-    r.fail("precision", "expected \"bf16\" or \"fp8\"");
+  in.precision = r.string_or("precision", in.precision);
+  if (in.precision != "bf16" && in.precision != "fp8" && in.precision != "fp32")
+    r.fail("precision", "expected \"bf16\", \"fp8\" or \"fp32\", got \"" + in.precision + "\"");
   if (r.has("constraints")) {
     JsonReader c = r.object("constraints");
     if (c.has("cp_kinds")) {
@@ -166,7 +166,7 @@ json state_to_json(const GuiState& s, bool include_headless) {
                    {"tokens", in.doc_tokens},
                    {"bins", bins},
                    {"sorted_packing", in.sorted_packing}}},
-                 {"precision", in.fp8 ? "fp8" : "bf16"},
+                 {"precision", in.precision},
                  {"constraints",
                   {{"cp_kinds", kinds},
                    {"allow_offload", in.allow_offload},

@@ -43,7 +43,7 @@ struct Inputs {
   int64_t doc_tokens = 8192;       // DocMode::fixed
   std::vector<DocBin> doc_bins{{2048, 0.8}, {32768, 0.2}};
   bool sorted_packing = false;
-  bool fp8 = false;
+  std::string precision = "bf16";  // bf16 | fp8 | fp32 (the plan key)
   // constraints for the search
   std::array<bool, kCpKinds> cp_kinds{true, true, true, true, true};
   bool allow_offload = true;

@@ -211,7 +211,16 @@ bool document_inputs(App& app) {
     ImGui::TextColored(std::abs(sum - 1) < 1e-6 ? ImVec4(0.6f, 0.6f, 0.6f, 1) : ImVec4(0.95f, 0.4f, 0.4f, 1), "fractions sum to %.3f", sum);
   }
   changed |= ImGui::Checkbox("sorted packing (balance DP ranks)", &in.sorted_packing);
-  changed |= ImGui::Checkbox("fp8 matmuls", &in.fp8);
+  {  // the dtype of weights, activations and their communication (plan key precision)
+    static const char* kPrecisions[] = {"bf16", "fp8", "fp32"};
+    int cur = 0;
+    for (int i = 0; i < 3; ++i)
+      if (in.precision == kPrecisions[i]) cur = i;
+    if (ImGui::Combo("precision", &cur, kPrecisions, 3)) {
+      in.precision = kPrecisions[cur];
+      changed = true;
+    }
+  }
   return changed;
 }
 

@@ -56,7 +56,7 @@ ResolvedJob resolve_inputs(const Profiles& profiles, const Inputs& in) {
   if (in.docs == DocMode::histogram && in.doc_bins.empty())
     throw InputError(kInputsWhere, "docs.bins", "a histogram needs at least one [tokens, fraction] bin");
   std::string base = "mask=" + mask_text(in) + ",packing=" + (in.sorted_packing ? "sorted" : "greedy") +
-                     ",precision=" + (in.fp8 ? "fp8" : "bf16");
+                     ",precision=" + in.precision;
   job.base = parse_plan(base, std::string(kInputsWhere) + " (documents)");
 
   SearchRequest& r = job.request;
