@@ -1,5 +1,7 @@
 #include "executor/backend.hpp"
 
+#include "executor/comm.hpp"
+
 namespace ctx::exec {
 
 const char* to_string(DType t) {
@@ -10,6 +12,10 @@ const char* to_string(DType t) {
     case DType::i64: return "i64";
   }
   return "?";
+}
+
+std::unique_ptr<Comm> Backend::make_comm(std::unique_ptr<HostComm> group) {
+  return make_host_staged_comm(*this, std::move(group));
 }
 
 Tensor Backend::alloc(int64_t rows, int64_t cols, DType dt, Mem cat) {

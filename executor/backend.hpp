@@ -24,6 +24,9 @@
 
 namespace ctx::exec {
 
+class Comm;
+class HostComm;
+
 // Identity of query or key tokens for masking: a key is visible to a query iff same document and
 // key index <= query index.
 struct TokenRefs {
@@ -152,6 +155,11 @@ class Backend {
     return {};
   }
   virtual void wait_copy(CopyEvent) {}
+
+  // ---- communication: the Comm that moves this backend's tensors over one process group
+  // (collective over the group). CPU backends: the group's HostComm run in the backend's stream
+  // (comm.hpp HostStagedComm); the CUDA backend: NCCL on its own streams.
+  virtual std::unique_ptr<Comm> make_comm(std::unique_ptr<HostComm> group);
 
   // ---- phase timing, stream-ordered: mark_time(i) records when the stream reaches it;
   // read_times() (after synchronize) gives seconds since construction per slot, -1 if unset.

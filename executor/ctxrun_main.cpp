@@ -170,10 +170,12 @@ int run(int argc, char** argv, CommWorld& world) {
   if (o.backend == "cuda") {
 #ifdef CTXPLAN_HAVE_CUDA
     if (cuda_device_count() == 0) throw InputError("--backend", "", "cuda: no CUDA device is visible to this process");
-    // managed memory while ctxrun's communicators are host-staged (MPI reads tensors through the
-    // host); the NCCL communicator (executor/cuda/comm_nccl.hpp) is wired in by issue 13
+    // device memory with NCCL communicators (CudaBackend::make_comm); without NCCL the
+    // host-staged communicators read tensors through the host, which needs managed memory
     CudaBackendOptions cuda_options;
+#ifndef CTXPLAN_HAVE_NCCL
     cuda_options.managed_memory = true;
+#endif
     backend = make_cuda_backend(cuda_device_for_local_rank(), cuda_options);
 #else
     throw InputError("--backend", "", "cuda: this ctxrun was built without CUDA (configure with -DCTXPLAN_WITH_CUDA=ON)");

@@ -10,7 +10,7 @@ ParallelContext make_parallel_context(CommWorld& w, Backend& be, const Plan& pla
   c.rank = w.world().rank();
   c.world = w.world().size();
   c.coord = coord_of_rank(plan, c.rank);
-  auto group = [&](Group g) { return make_host_staged_comm(be, w.split(group_ranks(plan, g, c.rank))); };
+  auto group = [&](Group g) { return be.make_comm(w.split(group_ranks(plan, g, c.rank))); };
   c.tp = group(Group::tp);
   c.cp = group(Group::cp);
   c.dp = group(Group::dp);
@@ -19,7 +19,7 @@ ParallelContext make_parallel_context(CommWorld& w, Backend& be, const Plan& pla
   c.zero = group(Group::zero);
   std::vector<int64_t> everyone(static_cast<size_t>(c.world));
   for (int64_t r = 0; r < c.world; ++r) everyone[r] = r;
-  c.all = make_host_staged_comm(be, w.split(everyone));
+  c.all = be.make_comm(w.split(everyone));
   c.world_comm = c.all.get();
   return c;
 }

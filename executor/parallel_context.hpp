@@ -46,7 +46,8 @@ struct ParallelContext {
 };
 
 // Collective: every rank of `w` calls it. The plan's dp must be resolved and dp*tp*cp == world.
-// The communicators run in `be`'s stream (comm.hpp).
+// The communicators are the backend's own (Backend::make_comm: host-staged on CPU backends, NCCL
+// on the CUDA backend).
 ParallelContext make_parallel_context(CommWorld& w, Backend& be, const Plan& plan);
 Layout make_layout(const ModelSpec& m, const Plan& p, int64_t tp_rank, int64_t seq);
 

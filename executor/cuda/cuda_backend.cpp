@@ -17,7 +17,11 @@
 #include <utility>
 #include <vector>
 
+#include "executor/comm.hpp"
 #include "executor/cuda/caching_allocator.hpp"
+#ifdef CTXPLAN_HAVE_NCCL
+#include "executor/cuda/comm_nccl.hpp"
+#endif
 #include "executor/cuda/cuda_check.hpp"
 #include "executor/cuda/gemm_lt.hpp"
 #include "executor/cuda/kernels.hpp"
@@ -410,6 +414,15 @@ class CudaBackend final : public Backend {
   void submit(std::function<void()> fn) override {
     synchronize();
     fn();
+  }
+  // NCCL where it is built (device memory, its own streams ordered by events); otherwise the
+  // host-staged communicator, which needs managed memory (host_address refuses cudaMalloc memory).
+  std::unique_ptr<Comm> make_comm(std::unique_ptr<HostComm> group) override {
+#ifdef CTXPLAN_HAVE_NCCL
+    return make_nccl_comm(*this, std::move(group));
+#else
+    return Backend::make_comm(std::move(group));
+#endif
   }
   void* host_address(const View& v) override {
     void* p = raw(v);
