@@ -15,11 +15,13 @@
 #      for the same plans, ctxplan compare of each run against its prediction
 #   6. OUTDIR/summary.md: one table with all of it
 # Environment: BUILD_DIR (default build-gpu), JOBS (build parallelism, default nproc), SKIP_BUILD=1.
-# Needs: cmake, a C++20 compiler, the CUDA toolkit (nvcc, cuBLASLt, NCCL), MPI optional, python3
-# for the summary table.
+# Needs: cmake, a C++20 compiler, the CUDA toolkit (nvcc, cuBLASLt), NCCL (toolkit, $NCCL_HOME or the
+# nvidia-nccl wheel), the headers scripts/gpu_deps.sh unpacks into .deps/ (carry it to a bare GPU
+# machine), python3 for the summary table; MPI optional. Step 0 checks each and names what is
+# missing. BASE_PROFILE defaults to the detected GPU's profile (H100 and H200 are different machines).
 set -uo pipefail
 out=${1:?"usage: scripts/gpu_proof.sh OUTDIR [BASE_PROFILE]"}
-base=${2:-h200-141gb}
+base=${2:-}
 cd "$(dirname "$0")/.."
 root=$(pwd)
 mkdir -p "$out"
@@ -41,12 +43,57 @@ step() {  # step NAME COMMAND...: runs it, logs to OUTDIR/NAME.log, records the 
   return $rc
 }
 
-# 1. the machine
+# 0. dependencies: every one checked, the missing ones named, before anything is built
+prefix=()
+[ -d "$root/.deps/usr" ] && prefix=(-DCMAKE_PREFIX_PATH="$root/.deps/usr")
+wheel_dir() { python3 -c "import importlib, os; m = importlib.import_module('$1'); print(list(m.__path__)[0])" 2>/dev/null; }
+if [ -z "${NCCL_HOME:-}" ]; then d=$(wheel_dir nvidia.nccl); [ -n "$d" ] && export NCCL_HOME="$d"; fi
+if [ -z "${CUDNN_HOME:-}" ]; then d=$(wheel_dir nvidia.cudnn); [ -n "$d" ] && export CUDNN_HOME="$d"; fi
+missing=()
+have_header() {  # have_header NAME PATH...: the header in /usr/include, the toolkit, .deps or a *_HOME
+  local name=$1; shift
+  for p in "$@"; do [ -f "$p" ] && return 0; done
+  missing+=("$name"); return 1
+}
+{
+  for tool in nvidia-smi nvcc cmake g++ python3; do
+    if command -v "$tool" > /dev/null; then echo "ok      $tool: $(command -v "$tool")"; else echo "MISSING $tool"; missing+=("$tool"); fi
+  done
+  cuda_inc=$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")/../include
+  have_header "nlohmann/json.hpp (apt: nlohmann-json3-dev; scripts/gpu_deps.sh)" /usr/include/nlohmann/json.hpp "$root/.deps/usr/include/nlohmann/json.hpp" && echo "ok      nlohmann/json.hpp"
+  have_header "Eigen (apt: libeigen3-dev; scripts/gpu_deps.sh)" /usr/include/eigen3/Eigen/Core "$root/.deps/usr/include/eigen3/Eigen/Core" && echo "ok      Eigen"
+  have_header "CLI11 (apt: libcli11-dev; scripts/gpu_deps.sh)" /usr/include/CLI/CLI.hpp "$root/.deps/usr/include/CLI/CLI.hpp" && echo "ok      CLI11"
+  have_header "GoogleTest (apt: libgtest-dev; scripts/gpu_deps.sh)" /usr/include/gtest/gtest.h "$root/.deps/usr/include/gtest/gtest.h" && echo "ok      GoogleTest"
+  have_header "NCCL nccl.h (toolkit, \$NCCL_HOME or the nvidia-nccl wheel)" "$cuda_inc/nccl.h" /usr/include/nccl.h "${NCCL_HOME:-/nonexistent}/include/nccl.h" && echo "ok      NCCL: ${NCCL_HOME:-toolkit}"
+  have_header "cuDNN cudnn.h (optional: calibration's SDPA)" "$cuda_inc/cudnn.h" /usr/include/cudnn.h "${CUDNN_HOME:-/nonexistent}/include/cudnn.h" && echo "ok      cuDNN: ${CUDNN_HOME:-toolkit}"
+  python3 -c "import torch, transformers; print('ok      torch', torch.__version__, 'cuda', torch.version.cuda, '| transformers', transformers.__version__)" 2>/dev/null || { echo "MISSING torch/transformers (the PyTorch comparisons)"; }
+  command -v mpirun > /dev/null && echo "ok      mpirun (multi-rank runs)" || echo "note    no MPI: single-rank runs only"
+  if [ ${#missing[@]} -gt 0 ]; then printf 'MISSING %s\n' "${missing[@]}"; fi
+} > "$out/deps.log" 2>&1
+cat "$out/deps.log"
+required_missing=$(grep -c "^MISSING \(nvidia-smi\|nvcc\|cmake\|g++\|nlohmann\|Eigen\|CLI11\|GoogleTest\)" "$out/deps.log")
+printf 'deps\t%s\tdependency check (deps.log)\n' "$required_missing" >> "$status"
+if [ "$required_missing" -gt 0 ]; then
+  echo "gpu_proof: required dependencies missing (above): no GPU visible (nvidia-smi), or on a bare machine run scripts/gpu_deps.sh first and carry .deps"
+  exit 2
+fi
+
+# 1. the machine, and the GPU's profile
 step machine bash -c 'nvidia-smi; nvidia-smi -L; nvcc --version; uname -a; nproc; free -g'
+if [ -z "$base" ]; then
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  case "$gpu" in
+    *H200*) base=h200-141gb ;;
+    *H100*) base=h100-sxm-80gb ;;
+    *) base=h100-sxm-80gb; echo "   GPU '$gpu' has no profile of its own: calibrating on top of h100-sxm-80gb" ;;
+  esac
+fi
+echo "   GPU profile: $base"
 
 # 2. build (SKIP_BUILD=1 reuses an existing BUILD_DIR)
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  step configure cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCTXPLAN_WITH_CUDA=ON
+  step configure cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCTXPLAN_WITH_CUDA=ON -DCTXPLAN_WITH_GUI=OFF \
+    -DCTXPLAN_BUILD_BENCH=OFF "${prefix[@]}"
   step build cmake --build "$build" -j"$jobs"
 fi
 
@@ -71,16 +118,16 @@ if [ $has_cuda_flag -eq 0 ]; then
   echo "   the gtest CudaVsCpu.TinyModelTrainingMatchesCpuBackend covers training on the CUDA backend in-process"
 fi
 cluster=1x1x$(echo "$base" | sed 's/-.*//')
-plans=(
-  "tiny|256|tp=1"
-  "tiny|1024|tp=1,recompute=selective"
-  "tiny|2048|tp=1,mask=doc:256,recompute=full"
-  "tiny|4096|tp=1,tiled_loss=1024,tiled_mlp=4"
+plans=(  # precision=fp32: the CUDA backend runs float32 only until its bf16 kernels land (issue 13)
+  "tiny|256|tp=1,precision=fp32"
+  "tiny|1024|tp=1,recompute=selective,precision=fp32"
+  "tiny|2048|tp=1,mask=doc:256,recompute=full,precision=fp32"
+  "tiny|4096|tp=1,tiled_loss=1024,tiled_mlp=4,precision=fp32"
 )
 for entry in "${plans[@]}"; do
   IFS='|' read -r model seq plan <<< "$entry"
   tag="${model}-${seq}-$(echo "$plan" | sed 's/[,=:]/_/g')"
-  step "predict-$tag" "$ctxplan" predict --model "$model" --seq "$seq" --cluster "$cluster" --plan "$plan" --json
+  step "predict-$tag" "$ctxplan" predict --model "$model" --seq "$seq" --cluster "$cluster" --plan "$plan" --runtime ctxrun-cuda --json
   cp "$out/predict-$tag.log" "$out/predict-$tag.json" 2>/dev/null
   step "cpu-$tag" "$ctxrun" --model "$model" --seq "$seq" --cluster "$cluster" --plan "$plan" --steps 10 \
     --report "$out/run-cpu-$tag.json"
