@@ -146,6 +146,24 @@ class Builder {
   }
   std::vector<int32_t> none() const { return std::vector<int32_t>(static_cast<size_t>(nreps()), -1); }
 
+  // the partial sums of a row-parallel output over TP: reduce-scatter under SP, else all-reduce
+  std::vector<int32_t> tp_reduce(SimPass pass, int32_t layer, const std::vector<int32_t>& after) {
+    return k_.sp ? collective(G::self, SimStream::tp, "tp_reduce_scatter", k_.tp_rs, pass, layer, after)
+                 : collective(G::self, SimStream::tp, "tp_all_reduce", k_.tp_ar, pass, layer, after);
+  }
+  std::vector<int32_t> tp_gather(SimPass pass, int32_t layer, const std::vector<int32_t>& after) {
+    return k_.sp ? collective(G::self, SimStream::tp, "tp_all_gather", k_.tp_ag, pass, layer, after) : after;
+  }
+  // gradients TP ranks hold partial sums of, summed before the unit's reduction
+  std::vector<int32_t> tp_fixups(int32_t layer, int norms, int kvs, const std::vector<int32_t>& after) {
+    auto d = after;
+    for (int i = 0; i < norms; ++i)
+      d = collective(G::self, SimStream::tp, "tp_grad_fixup", k_.tp_fixup_norm, SimPass::backward, layer, d);
+    for (int i = 0; i < kvs; ++i)
+      d = collective(G::self, SimStream::tp, "tp_grad_fixup", k_.tp_fixup_kv, SimPass::backward, layer, d);
+    return d;
+  }
+
   // ---- attention core ---------------------------------------------------------------------------
   std::vector<int32_t> attention(SimPass pass, int32_t layer, const std::vector<int32_t>& after, bool backward) {
     const auto& costs = backward ? k_.attn_bwd : k_.attn_fwd;
@@ -242,6 +260,7 @@ class Builder {
     // not priced (memory-bound, far below a layer)
     const auto embed = collective(G::zero, SimStream::dp, "zero3_gather_embedding", k_.zero3_embed_ag, SimPass::forward, -1, d);
     d = compute("embedding", 0.0, SimPass::forward, -1, d, &embed);
+    d = tp_reduce(SimPass::forward, -1, d);  // the vocab-parallel embedding's partial rows
     gathered[0] = gather(0, SimPass::forward, d);
     for (int32_t l = 0; l < L; ++l) {
       // prefetch the next layer's parameters while this one runs (two layers' buffers)
@@ -259,9 +278,22 @@ class Builder {
     auto params = collective(G::zero, SimStream::dp, "zero3_gather_head", k_.zero3_head_ag, SimPass::forward, -1, fwd_tail_);
     if (k_.tied_embeddings)
       params = collective(G::zero, SimStream::dp, "zero3_gather_embedding", k_.zero3_embed_ag, SimPass::forward, -1, params);
-    auto d = compute("head_loss", k_.head_fwd, SimPass::forward, -1, fwd_tail_, &params);
-    loss_end_ = compute("head_loss_bwd", k_.head_bwd, SimPass::backward, -1, d);
-    if (reduce) collective(G::zero, SimStream::dp, "head_grad_reduce", k_.head_grad_reduce, SimPass::backward, -1, loss_end_);
+    auto x = tp_gather(SimPass::forward, -1, fwd_tail_);  // the final norm's output
+    auto d = compute("head_loss", k_.head_fwd, SimPass::forward, -1, x, &params);
+    // per logits tile, the vocab-parallel statistics (row max, then sum of exp and target logit);
+    // the first tile's gradient follows its statistics, the other tiles' after theirs
+    auto stats = [&](SimPass pass, const std::vector<int32_t>& after) {
+      auto y = collective(G::self, SimStream::tp, "loss_tp_all_reduce", k_.loss_max_ar, pass, -1, after);
+      return collective(G::self, SimStream::tp, "loss_tp_all_reduce", k_.loss_sum_ar, pass, -1, y);
+    };
+    d = stats(SimPass::forward, d);
+    d = compute("head_loss_bwd", k_.head_bwd, SimPass::backward, -1, d);
+    for (int64_t t = 1; t < k_.loss_tiles; ++t) d = stats(SimPass::backward, d);
+    loss_end_ = tp_reduce(SimPass::backward, -1, d);  // d(final norm output) over TP
+    if (reduce) {
+      auto f = tp_fixups(-1, k_.tp_fixups_norm_final, 0, loss_end_);
+      collective(G::zero, SimStream::dp, "head_grad_reduce", k_.head_grad_reduce, SimPass::backward, -1, f);
+    }
   }
 
   void backward(bool reduce) {
@@ -290,8 +322,10 @@ class Builder {
       if (k_.ckpt_h2d > 0)  // the layer's checkpoint must be back on the device (a join, no work)
         x = compute("checkpoint_ready", 0.0, SimPass::backward, l, x, &ckpt_in[static_cast<size_t>(l)]);
       if (k_.recompute == Recompute::full) x = layer_forward(l, SimPass::recompute, x, params);
-      // backward of the MLP half
-      if (k_.sp) x = collective(G::self, SimStream::tp, "tp_all_gather", k_.tp_ag, SimPass::backward, l, x);
+      // backward of the MLP half: d(out) gathered, and the recomputed norm output again (under SP
+      // the weight gradient needs the whole sequence's input)
+      x = tp_gather(SimPass::backward, l, x);
+      x = tp_gather(SimPass::backward, l, x);
       x = compute("mlp_bwd", k_.mlp_bwd, SimPass::backward, l, x, &params);
       x = k_.sp ? collective(G::self, SimStream::tp, "tp_reduce_scatter", k_.tp_rs, SimPass::backward, l, x)
                 : collective(G::self, SimStream::tp, "tp_all_reduce", k_.tp_ar, SimPass::backward, l, x);
@@ -304,13 +338,18 @@ class Builder {
       if (k_.ulysses > 1) x = collective(G::ulysses, SimStream::tp, "ulysses_a2a_out", k_.a2a_out, SimPass::backward, l, x);
       x = attention(SimPass::backward, l, x, true);
       if (k_.ulysses > 1) x = collective(G::ulysses, SimStream::tp, "ulysses_a2a_qkv", k_.a2a_qkv, SimPass::backward, l, x);
+      x = tp_gather(SimPass::backward, l, x);  // the recomputed norm output, for the QKV weight gradients
       x = compute("norm_qkv_rope_bwd", k_.pre_bwd, SimPass::backward, l, x);
       x = k_.sp ? collective(G::self, SimStream::tp, "tp_reduce_scatter", k_.tp_rs, SimPass::backward, l, x)
                 : collective(G::self, SimStream::tp, "tp_all_reduce", k_.tp_ar, SimPass::backward, l, x);
       bwd_end[static_cast<size_t>(l)] = x;
-      if (reduce) last_reduce = collective(G::zero, SimStream::dp, "grad_reduce", k_.grad_reduce, SimPass::backward, l, x);
+      if (reduce) {
+        auto f = tp_fixups(l, k_.tp_fixups_norm_per_layer, k_.tp_fixups_kv_per_layer, x);
+        last_reduce = collective(G::zero, SimStream::dp, "grad_reduce", k_.grad_reduce, SimPass::backward, l, f);
+      }
       d = x;
     }
+    d = tp_gather(SimPass::backward, -1, d);  // d(embedding output), whole sequence
     d = compute("embedding_bwd", 0.0, SimPass::backward, -1, d);  // scatter-add into the table, not priced (as its forward)
     if (reduce) last_reduce = collective(G::zero, SimStream::dp, "embed_grad_reduce", k_.embed_grad_reduce, SimPass::backward, -1, d);
     // the next micro-batch starts when this one's compute is done; reductions drain behind it

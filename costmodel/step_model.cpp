@@ -212,12 +212,28 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
 
   // ---- communication
   const int64_t gpn = c.gpus_per_node;
+  k.loss_tiles = static_cast<int64_t>(loss_calls);
   if (p.tp > 1) {
     GroupPlacement g = group_placement(p, Group::tp, gpn);
     double act = T * h * a;
     k.tp_ag = collective_seconds(Coll::all_gather, act, g, c);
     k.tp_rs = collective_seconds(Coll::reduce_scatter, act, g, c);
     k.tp_ar = collective_seconds(Coll::all_reduce, act, g, c);
+    // the vocab-parallel cross-entropy's fp32 row statistics, per tile: the max, then sum of exp and target logit
+    const double rows = T / loss_calls;
+    k.loss_max_ar = collective_seconds(Coll::all_reduce, rows * 4.0, g, c);
+    k.loss_sum_ar = collective_seconds(Coll::all_reduce, rows * 8.0, g, c);
+    // gradients TP ranks hold partial sums of (fp32): SP's norm weights, and K/V projections shared by
+    // replicated KV heads (summed over all the group's copies: the full [kv_dim, h])
+    if (k.sp) {
+      k.tp_fixup_norm = collective_seconds(Coll::all_reduce, h * 4.0, g, c);
+      k.tp_fixups_norm_per_layer = 2;
+      k.tp_fixups_norm_final = 1;
+    }
+    if (m.kv_heads < p.tp) {
+      k.tp_fixup_kv = collective_seconds(Coll::all_reduce, static_cast<double>(m.kv_heads) * d * h * 4.0, g, c);
+      k.tp_fixups_kv_per_layer = 2;
+    }
   }
   if (k.ulysses > 1) {
     GroupPlacement g = group_placement(p, Group::ulysses, gpn);
@@ -258,8 +274,8 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
     k.grad_reduce = collective_seconds(red, s.layer_params * grad_comm, zg, c);
     k.head_grad_reduce = collective_seconds(red, final_params * grad_comm, zg, c);
     k.embed_grad_reduce = collective_seconds(red, embed_params * grad_comm, zg, c);
-    k.grad_reduce_every_microbatch = p.zero >= 2;
   }
+  k.grad_reduce_every_microbatch = p.zero >= 2;  // ZeRO-2/3 reduce (and fix up) every micro-batch
   if (p.param_offload) k.param_h2d = pcie_seconds(s.layer_params / zdeg * rt.weight_bytes, c);
   if (p.ckpt_offload && p.recompute == Recompute::full) {
     k.ckpt_d2h = pcie_seconds(Tsp * h * a, c);
@@ -322,6 +338,10 @@ StepTime estimate_step(const StepCosts& k) {
     // backward: K,V and the previous block's dK,dV share each hop; the last dK,dV go home after it
     double attn_b = ring_kind ? ring_time(ab, k.ring, k.p2p_bwd) + (k.ring > 1 ? k.p2p_dkv : 0.0) : ab_sum;
     double tp_comm = k.sp ? 2.0 * (k.tp_ag + k.tp_rs) : 2.0 * k.tp_ar;
+    // the backward under SP gathers twice per half: d(out) and the recomputed norm output
+    double tp_comm_bwd = k.sp ? 2.0 * (2.0 * k.tp_ag + k.tp_rs) : 2.0 * k.tp_ar;
+    // TP fix-ups of partial gradients, on the TP stream before the unit's reduction
+    double fixups = k.tp_fixups_norm_per_layer * k.tp_fixup_norm + k.tp_fixups_kv_per_layer * k.tp_fixup_kv;
     double a2a = k.a2a_qkv + k.a2a_out;
     double fwd_compute = k.pre_fwd + k.post_fwd + k.mlp_fwd + af_sum;
     double fwd_comm = tp_comm + a2a + k.kv_ag + (attn_f - af_sum);
@@ -330,7 +350,7 @@ StepTime estimate_step(const StepCosts& k) {
     if (k.recompute == Recompute::full) { rec_compute = fwd_compute; rec_comm = fwd_comm; }
     else if (k.recompute == Recompute::selective) { rec_compute = af_sum; rec_comm = attn_f - af_sum; }
     double bwd_compute = rec_compute + k.pre_bwd + k.post_bwd + k.mlp_bwd + ab_sum;
-    double bwd_comm = rec_comm + tp_comm + a2a + k.kv_ag + k.dkv_rs + (attn_b - ab_sum);
+    double bwd_comm = rec_comm + tp_comm_bwd + a2a + k.kv_ag + k.dkv_rs + (attn_b - ab_sum) + (reduce_grads ? fixups : 0.0);
     double bwd_layer = bwd_compute + bwd_comm;
     double L = static_cast<double>(k.layers);
     // overlapped streams, exposed only where they outlast the layer they hide behind
@@ -343,8 +363,16 @@ StepTime estimate_step(const StepCosts& k) {
     // ZeRO-3's embedding gather (before the first layer) and the head's (after the last) have no
     // compute to hide behind; a tied head is the embedding, gathered again
     const double ends_gather = k.zero3_embed_ag * (k.tied_embeddings ? 2.0 : 1.0) + k.zero3_head_ag;
+    // TP around the layers: the embedding's partial rows, the head's input gathered (SP), the loss's
+    // per-tile statistics, d(final norm output) reduced, d(embedding output) gathered (SP), and
+    // the final norm's fix-up
+    const double tp_red = k.sp ? k.tp_rs : k.tp_ar;
+    const double tp_ends = 2.0 * tp_red + (k.sp ? 2.0 * k.tp_ag : 0.0) +
+                           static_cast<double>(k.loss_tiles) * (k.loss_max_ar + k.loss_sum_ar) +
+                           (reduce_grads ? k.tp_fixups_norm_final * k.tp_fixup_norm : 0.0);
     out.comm = L * (fwd_comm + bwd_comm + f_exposed_comm + b_exposed_comm) + f_prefetch /* first layer's gather */ +
-               ends_gather + (reduce_grads ? red + k.embed_grad_reduce : 0.0) /* the last reduction has nothing to hide behind */;
+               ends_gather + tp_ends +
+               (reduce_grads ? red + k.embed_grad_reduce : 0.0) /* the last reduction has nothing to hide behind */;
     out.offload = L * (f_exposed_host + b_exposed_host) + k.ckpt_h2d;
     return out;
   };

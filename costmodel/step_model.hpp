@@ -42,6 +42,11 @@ struct StepCosts {
   std::vector<int64_t> pack_dp_rank;  // which DP rank holds each pack class
   // ---- communication
   double tp_ag = 0, tp_rs = 0, tp_ar = 0;  // one TP collective on a layer's activation
+  int64_t loss_tiles = 1;                  // logits tiles of the loss (tiled_loss)
+  double loss_max_ar = 0, loss_sum_ar = 0; // vocab-parallel loss, per tile: row max, then sum of exp and target logit
+  double tp_fixup_norm = 0;                // an SP norm's partial gradient summed over TP
+  double tp_fixup_kv = 0;                  // a K or V projection's gradient summed over the TP ranks sharing its heads
+  int tp_fixups_norm_per_layer = 0, tp_fixups_kv_per_layer = 0, tp_fixups_norm_final = 0;
   double a2a_qkv = 0, a2a_out = 0;         // Ulysses all-to-all before / after attention
   double p2p_fwd = 0, p2p_bwd = 0;         // one ring step: K,V (forward) / K,V,dK,dV (backward), worst hop
   double kv_ag = 0, dkv_rs = 0;            // all-gather-KV: gather K,V / reduce-scatter dK,dV

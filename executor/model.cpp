@@ -328,26 +328,29 @@ void Model::loss_forward_backward(const DeviceBatch& b, const Tensor& xl, Tensor
     const int64_t rows = std::min(tile, T - r0);
     const View target = b.labels.row_range(r0, rows);
     Tensor logits = be_.alloc(rows, Vr, DType::f32, Mem::logits);
-    if (r0 == 0) pc_.trace.add("head_loss", SimStream::compute);
+    if (r0 == 0) pc_.trace.add("head_loss", SimStream::compute);  // pass: forward
     be_.gemm(false, true, 1.0f, nf.row_range(r0, rows), head, 0.0f, logits);
     // per-row statistics: max, [sumexp, target logit], lse (kLossRowStats = 4 floats per row)
     Tensor mx = be_.alloc(rows, 1, DType::f32, Mem::workspace), se = be_.alloc(rows, 2, DType::f32, Mem::workspace);
     Tensor lse = be_.alloc(rows, 1, DType::f32, Mem::workspace);
     be_.row_max(mx, logits, l_.vocab_valid);
+    if (r0 > 0) pc_.trace.pass = SimPass::backward;  // later tiles' statistics follow the first tile's gradient
+    if (pc_.plan.tp > 1) pc_.trace.add("loss_tp_all_reduce", SimStream::tp);
     pc_.tp->allreduce_max(mx);
     be_.sumexp_and_target(se, logits, mx, target, l_.vocab_valid, l_.vocab0);
+    if (pc_.plan.tp > 1) pc_.trace.add("loss_tp_all_reduce", SimStream::tp);
     pc_.tp->allreduce_sum(se);
     be_.xent_finish(lse, stats, mx, se, target);
     be_.xent_grad_inplace(logits, lse, target, token_weight, l_.vocab_valid, l_.vocab0);
     if (r0 == 0) {
       pc_.trace.pass = SimPass::backward;
       pc_.trace.add("head_loss_bwd", SimStream::compute);
-      pc_.trace.pass = SimPass::forward;
     }
     be_.gemm(false, false, 1.0f, logits, head, 0.0f, dnf.row_range(r0, rows));    // dX = dL W
     be_.gemm(true, false, 1.0f, logits, nf.row_range(r0, rows), 1.0f, dhead);     // dW += dL^T X
   }
   nf.reset();
+  pc_.trace.pass = SimPass::backward;
   Tensor dn = reduce_partial(std::move(dnf), Mem::workspace);
   dxl = be_.alloc(Tsp, h, l_.act, Mem::workspace);
   be_.rmsnorm_backward(dxl, ps_.grad(fu, kNormF), dn, xl, rstd, ps_.weight(fu, kNormF));

@@ -201,10 +201,16 @@ void ParamStore::acquire_grads(int64_t ui) {
 
 void ParamStore::tp_fixups(ParamUnit& u, const Tensor& g) {
   if (pc_.plan.tp == 1) return;
+  const int64_t ui = &u - units.data();
+  const int64_t layer = ui >= 1 && ui < final_unit() ? ui - 1 : -1;
   for (auto& p : u.params) {
     const View gp = g.flat(p.offset, p.numel());
-    if (p.grad_partial_over_tp) pc_.tp->allreduce_sum(gp);
+    if (p.grad_partial_over_tp) {
+      pc_.trace.add_at("tp_grad_fixup", SimStream::tp, layer);
+      pc_.tp->allreduce_sum(gp);
+    }
     if (p.split == TpSplit::kv_rows && l_.kv_replicas > 1) {
+      pc_.trace.add_at("tp_grad_fixup", SimStream::tp, layer);
       // the TP ranks sharing a KV head each hold part of its gradient: sum them per head
       Tensor tmp = be_.alloc(p.full_rows, p.cols, DType::f32, Mem::comm_buffers);
       be_.zero(tmp);

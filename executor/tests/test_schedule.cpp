@@ -8,9 +8,9 @@
 //     issue order (a task is never issued before one it depends on).
 // Plans cover ZeRO-3 prefetch and reduce-scatter behind the backward, ring attention with the
 // overlapped dK,dV hop, checkpoint and parameter/optimizer offload, all-gather KV, ZeRO-1/2 with
-// gradient accumulation. TP and Ulysses are not covered: the simulator prices one TP collective
-// where the executor's SP backward issues two, and no vocab-parallel loss reductions
-// (docs/VALIDATION.md).
+// gradient accumulation, tensor parallel with and without SP (tiled vocab-parallel loss, shared KV
+// heads). Ulysses is not covered: the executor re-sends q, k, v, o in its backward, which the
+// simulator does not price (docs/VALIDATION.md).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -37,19 +37,26 @@ namespace {
 
 struct Case {
   int ranks;
+  const char* model;
   int seq;
   const char* plan;
 };
 
-std::ostream& operator<<(std::ostream& o, const Case& c) { return o << c.ranks << " ranks, seq " << c.seq << ", " << c.plan; }
+std::ostream& operator<<(std::ostream& o, const Case& c) {
+  return o << c.ranks << " ranks, " << c.model << ", seq " << c.seq << ", " << c.plan;
+}
 
 const Case kCases[] = {
-    {4, 128, "dp=2,cp=2,cp_kind=ring,zero=3,recompute=full,ckpt_offload=1"},
-    {4, 128, "dp=2,cp=2,cp_kind=zigzag,zero=3,recompute=selective,ga=2"},
-    {4, 128, "dp=4,zero=3,param_offload=1,opt_offload=1"},
-    {4, 256, "cp=4,cp_kind=ring,recompute=full,ckpt_offload=1"},
-    {4, 128, "dp=2,cp=2,cp_kind=allgather,zero=2,ga=2"},
-    {2, 128, "dp=2,zero=1,ga=2,recompute=selective"},
+    {4, "tiny", 128, "dp=2,cp=2,cp_kind=ring,zero=3,recompute=full,ckpt_offload=1"},
+    {4, "tiny", 128, "dp=2,cp=2,cp_kind=zigzag,zero=3,recompute=selective,ga=2"},
+    {4, "tiny", 128, "dp=4,zero=3,param_offload=1,opt_offload=1"},
+    {4, "tiny", 256, "cp=4,cp_kind=ring,recompute=full,ckpt_offload=1"},
+    {4, "tiny", 128, "dp=2,cp=2,cp_kind=allgather,zero=2,ga=2"},
+    {2, "tiny", 128, "dp=2,zero=1,ga=2,recompute=selective"},
+    // tensor parallel: Megatron SP (gathers, reduce-scatters, the loss's statistics, norm fix-ups)
+    {4, "tiny", 128, "tp=2,cp=2,cp_kind=zigzag,zero=1,tiled_loss=16"},
+    {4, "tiny", 128, "tp=2,sp=0,dp=2,zero=3,recompute=full"},
+    {2, "tiny-nope", 128, "tp=2,recompute=selective"},  // one KV head shared by both TP ranks
 };
 
 struct Task {
@@ -71,7 +78,7 @@ TEST_P(Schedule, ExecutorIssuesTheSimulatorsTasksInOrderRespectingItsDependencie
   const std::string plan_text = std::string(c.plan) + ",precision=fp32";
   fs::path out = fs::temp_directory_path() / ("ctxrun_schedule_" + std::to_string(::getpid()) + ".json");
   const std::string cmd = exec::testing::ctxrun(
-      c.ranks, "--model tiny --seq " + std::to_string(c.seq) + " --steps 1 --plan " + plan_text +
+      c.ranks, std::string("--model ") + c.model + " --seq " + std::to_string(c.seq) + " --steps 1 --plan " + plan_text +
                    " --schedule-trace " + out.string());
   const auto r = exec::testing::sh(cmd);
   ASSERT_EQ(r.code, 0) << cmd << "\n" << r.out;
@@ -91,7 +98,7 @@ TEST_P(Schedule, ExecutorIssuesTheSimulatorsTasksInOrderRespectingItsDependencie
 
   // the simulator, for the same model, cluster (ctxrun's default: one node of H100s), runtime and plan
   Profiles prof = load_profiles(default_profiles_dir());
-  ModelSpec m = resolve_model(prof, "tiny");
+  ModelSpec m = resolve_model(prof, c.model);
   ClusterSpec cl = make_cluster(resolve_hardware(prof, "h100"), 1, c.ranks);
   Plan plan = parse_plan(plan_text);
   ASSERT_TRUE(check_plan(plan, m, cl, c.seq).ok());

@@ -1,10 +1,26 @@
 // A CPU emulator of the CUDA execution model, for running the backend's kernel source
 // (executor/cuda/*_kernels.cuh) in tests on machines without a GPU. Each block runs its threads
 // as cooperative fibers (ucontext) on one OS thread; __syncthreads, __syncthreads_or, warp
-// shuffles, __any_sync and __syncwarp are barriers over the block or the warp. Blocks run one
-// after another. What it proves: indexing, masking, the algorithms, and that every barrier is
-// reached uniformly (a divergent barrier is reported as a deadlock, naming the block). What it
-// cannot prove: anything about the GPU's memory model, shared-memory limits, occupancy or speed.
+// shuffles, __any_sync and __syncwarp are barriers over the block or the warp. A fiber runs
+// until it reaches a barrier (or exits), then the next runnable fiber runs: between barriers the
+// threads of a block run one after another, never interleaved within a barrier interval. Blocks
+// run one after another.
+//
+// What it checks on every launch (options() turns each off):
+//  - barriers are reached uniformly (a divergent barrier is reported as a deadlock, naming the
+//    block);
+//  - shared-memory races (smem_race_detector.hpp): two threads of a block touching the same
+//    shared word, one of them writing, with no __syncthreads (or, within a warp, __syncwarp)
+//    between them; reported with the kernel name, the word and both thread ids;
+//  - execution-order dependence: with a nonzero seed the blocks run in a seeded random order and,
+//    at every round of the scheduler, the runnable threads of a block run in a seeded random
+//    order (the seed is in every error the emulator throws; CTX_EMU_SEED sets it);
+//  - sm_90 launch limits (check_launch): threads per block, block and grid dimensions, static +
+//    dynamic shared memory with the opt-in above 48 KiB (set_max_dynamic_smem, the emulator's
+//    cudaFuncSetAttribute(MaxDynamicSharedMemorySize)).
+// What it cannot prove: anything about the GPU's memory model beyond barrier ordering (a race
+// between blocks through global memory is only caught when it changes a result under some block
+// order), occupancy, bank conflicts, or speed. mma_emulator.hpp emulates mma.sync m16n8k16.
 //
 // Include this header first, then the .cuh files, in a translation unit that links no CUDA
 // kernels (names would collide with nvcc's host stubs).
@@ -12,13 +28,19 @@
 #include <cuda_runtime_api.h>  // first: its host_defines.h macros are replaced below
 #include <ucontext.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <map>
+#include <random>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "executor/cuda/tests/smem_race_detector.hpp"
 
 namespace ctx_emu {
 
@@ -32,17 +54,34 @@ struct Fiber {
   Idx tid;
   enum State { run, warp_wait, block_wait, done } state = run;
   unsigned warp_gen = 0, block_gen = 0;
+  unsigned fence_gen = 0;  // __syncwarp calls: the warp's memory-ordering points
 };
+
+// What launches check, and the schedule seed (0: blocks and threads in index order).
+struct Options {
+  bool race_check = race::available();
+  bool limits = true;
+  uint64_t seed = [] {
+    const char* e = std::getenv("CTX_EMU_SEED");
+    return e ? std::strtoull(e, nullptr, 0) : uint64_t{0x5eed};
+  }();
+};
+inline Options& options() {
+  static Options o;
+  return o;
+}
 
 struct BlockState {
   Idx block_idx, block_dim, grid_dim;
   std::vector<Fiber> fibers;
-  std::vector<float> smem;                      // dynamic shared memory
+  race::PageBuffer smem;                        // dynamic shared memory (page-aligned)
   std::vector<uint64_t> warp_slots[2];          // [gen % 2][thread]: shuffle and vote exchange
   int block_or[2] = {0, 0};                     // __syncthreads_or accumulators by generation
   std::function<void()> body;
   ucontext_t scheduler{};
   Fiber* current = nullptr;
+  std::string kernel;
+  std::mt19937_64 rng;
 };
 
 inline BlockState*& state() {
@@ -73,6 +112,10 @@ inline int syncthreads_or(int p) {
 inline void syncwarp() {
   me().warp_gen++;
   yield_as(Fiber::warp_wait);
+}
+inline void syncwarp_fence() {  // __syncwarp: a barrier that also orders the warp's memory accesses
+  me().fence_gen++;
+  syncwarp();
 }
 template <typename T>
 T exchange(T v, unsigned src_lane) {
@@ -118,19 +161,24 @@ inline void run_block(BlockState& b) {
     f.stack.resize(256 * 1024);
     f.tid = {t % b.block_dim.x, t / b.block_dim.x, 0};
     f.state = Fiber::run;
-    f.warp_gen = f.block_gen = 0;
+    f.warp_gen = f.block_gen = f.fence_gen = 0;
     getcontext(&f.ctx);
     f.ctx.uc_stack.ss_sp = f.stack.data();
     f.ctx.uc_stack.ss_size = f.stack.size();
     f.ctx.uc_link = &b.scheduler;
     makecontext(&f.ctx, fiber_entry, 0);
   }
+  std::vector<unsigned> order(n);
+  for (unsigned t = 0; t < n; ++t) order[t] = t;
   for (;;) {
     bool ran = false;
-    for (auto& f : b.fibers) {
+    if (options().seed) std::shuffle(order.begin(), order.end(), b.rng);
+    for (unsigned t : order) {
+      Fiber& f = b.fibers[t];
       if (f.state != Fiber::run) continue;
       b.current = &f;
       swapcontext(&b.scheduler, &f.ctx);
+      b.current = nullptr;
       ran = true;
     }
     // release warps whose live threads all wait at a warp barrier
@@ -164,25 +212,167 @@ inline void run_block(BlockState& b) {
       released = true;
     }
     if (!ran && !released)
-      throw std::logic_error("emulator: deadlock in block (" + std::to_string(b.block_idx.x) + "," +
-                             std::to_string(b.block_idx.y) + "): threads wait at different barriers");
+      throw std::logic_error("emulator: " + b.kernel + ": deadlock in block (" + std::to_string(b.block_idx.x) +
+                             "," + std::to_string(b.block_idx.y) + "): threads wait at different barriers" +
+                             " (schedule seed " + std::to_string(options().seed) + ")");
   }
 }
 
-// Launches `body` (a call of the kernel with its arguments) over grid x block threads.
-inline void launch(Idx grid, Idx block, size_t smem_bytes, std::function<void()> body) {
+// ---- sm_90 launch limits (compute capability 9.0)
+struct Limits {
+  static constexpr unsigned threads_per_block = 1024, block_x = 1024, block_y = 1024, block_z = 64;
+  static constexpr uint64_t grid_x = (uint64_t{1} << 31) - 1;
+  static constexpr unsigned grid_y = 65535, grid_z = 65535;
+  static constexpr size_t smem_default = 48 * 1024;   // without the opt-in: static + dynamic
+  static constexpr size_t smem_optin = 227 * 1024;    // 228 KB per SM less 1 KB reserved per block
+};
+
+// Per kernel name: the dynamic shared memory it may use (cudaFuncAttributeMaxDynamicSharedMemorySize).
+inline std::map<std::string, size_t>& max_dynamic_smem() {
+  static std::map<std::string, size_t> m;
+  return m;
+}
+// The emulator's cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes):
+// refused, as CUDA refuses it, when bytes plus the kernel's static shared memory exceed 227 KiB.
+inline void set_max_dynamic_smem(const std::string& kernel, size_t bytes, size_t static_bytes = 0) {
+  if (bytes + static_bytes > Limits::smem_optin)
+    throw std::invalid_argument("emulator: " + kernel + ": cudaFuncSetAttribute(MaxDynamicSharedMemorySize, " +
+                                std::to_string(bytes) + ") exceeds the sm_90 limit of " +
+                                std::to_string(Limits::smem_optin) + " bytes of shared memory per block");
+  max_dynamic_smem()[kernel] = bytes;
+}
+
+// Throws std::invalid_argument naming the kernel and the limit when a launch of this geometry
+// would fail on sm_90 (cudaErrorInvalidConfiguration / cudaErrorInvalidValue).
+inline void check_launch(const std::string& kernel, Idx grid, Idx block, size_t dyn_smem, size_t static_smem = 0) {
+  auto refuse = [&](const std::string& what) {
+    throw std::invalid_argument("emulator: " + kernel + ": launch exceeds the sm_90 limit: " + what);
+  };
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  if (block.x == 0 || block.y == 0 || block.z == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0)
+    refuse("a zero grid or block dimension");
+  if (threads > Limits::threads_per_block)
+    refuse(std::to_string(threads) + " threads per block > " + std::to_string(Limits::threads_per_block));
+  if (block.x > Limits::block_x || block.y > Limits::block_y || block.z > Limits::block_z)
+    refuse("block (" + std::to_string(block.x) + "," + std::to_string(block.y) + "," + std::to_string(block.z) +
+           ") > (1024,1024,64)");
+  if (grid.x > Limits::grid_x || grid.y > Limits::grid_y || grid.z > Limits::grid_z)
+    refuse("grid (" + std::to_string(grid.x) + "," + std::to_string(grid.y) + "," + std::to_string(grid.z) +
+           ") > (2^31-1,65535,65535)");
+  if (static_smem > Limits::smem_default)
+    refuse(std::to_string(static_smem) + " bytes of static shared memory > 48 KiB");
+  const auto it = max_dynamic_smem().find(kernel);
+  const size_t allowed = it != max_dynamic_smem().end() ? it->second : Limits::smem_default - static_smem;
+  if (dyn_smem > allowed)
+    refuse(std::to_string(dyn_smem) + " bytes of dynamic shared memory > " + std::to_string(allowed) +
+           (it == max_dynamic_smem().end()
+                ? " (48 KiB less static; more needs set_max_dynamic_smem, i.e. cudaFuncSetAttribute)"
+                : " (the kernel's MaxDynamicSharedMemorySize)"));
+  if (dyn_smem + static_smem > Limits::smem_optin)
+    refuse(std::to_string(dyn_smem + static_smem) + " bytes of shared memory > 227 KiB");
+}
+
+// The thread the race detector attributes an access to.
+inline bool race_who(race::Who& w) {
+  BlockState* b = state();
+  if (!b || !b->current) return false;
+  const Fiber& f = *b->current;
+  w = {f.tid.x + f.tid.y * b->block_dim.x, f.block_gen, f.fence_gen};
+  return true;
+}
+
+}  // namespace ctx_emu
+extern "C" {
+extern char __start_ctx_emu_shared[] __attribute__((weak));
+extern char __stop_ctx_emu_shared[] __attribute__((weak));
+}
+namespace ctx_emu {
+
+// Launches `body` (a call of the kernel with its arguments) over grid x block threads, after
+// checking the launch limits; `kernel` names it in every report. static_smem: the kernel's
+// static __shared__ bytes (the emulator cannot see them per kernel), for the limit check.
+inline void launch(const std::string& kernel, Idx grid, Idx block, size_t smem_bytes, std::function<void()> body,
+                   size_t static_smem = 0) {
+  if (options().limits) check_launch(kernel, grid, block, smem_bytes, static_smem);
   BlockState b;
   b.grid_dim = grid;
   b.block_dim = block;
   b.body = std::move(body);
-  b.smem.assign(smem_bytes / sizeof(float) + 2, 0.0f);
-  state() = &b;
-  for (unsigned y = 0; y < grid.y; ++y)
-    for (unsigned x = 0; x < grid.x; ++x) {
-      b.block_idx = {x, y, 0};
-      run_block(b);
+  b.kernel = kernel;
+  b.rng.seed(options().seed);
+  b.smem.assign(smem_bytes + 2 * sizeof(float));
+  std::vector<Idx> blocks;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) blocks.push_back({x, y, z});
+  if (options().seed) std::shuffle(blocks.begin(), blocks.end(), b.rng);
+
+  race::Detector det;
+  const bool check = options().race_check && race::available();
+  if (check) {
+    race::install_handlers();
+    const size_t page = det.page;
+    det.kernel = kernel;
+    det.who = race_who;
+    race::Region dyn;
+    dyn.base = b.smem.p;
+    dyn.bytes = b.smem.mapped;
+    dyn.tracked = b.smem.p;
+    dyn.tracked_bytes = smem_bytes;
+    dyn.name = "dynamic";
+    det.regions.push_back(std::move(dyn));
+    if (__start_ctx_emu_shared && __stop_ctx_emu_shared > __start_ctx_emu_shared) {
+      race::Region st;  // every __shared__ array starts a page (see __shared__ below)
+      const uintptr_t lo = reinterpret_cast<uintptr_t>(__start_ctx_emu_shared) & ~(page - 1);
+      const uintptr_t hi = (reinterpret_cast<uintptr_t>(__stop_ctx_emu_shared) + page - 1) & ~(page - 1);
+      st.base = reinterpret_cast<char*>(lo);
+      st.bytes = hi - lo;
+      st.tracked = __start_ctx_emu_shared;
+      st.tracked_bytes = static_cast<size_t>(__stop_ctx_emu_shared - __start_ctx_emu_shared);
+      st.name = "static";
+      // the handler's own state must not share a page with the static arrays
+      const uintptr_t own = reinterpret_cast<uintptr_t>(&race::current());
+      if (own < lo || own >= hi) det.regions.push_back(std::move(st));
     }
-  state() = nullptr;
+    race::current() = &det;
+  }
+  struct Restore {
+    race::Detector* det;
+    bool check;
+    ~Restore() {
+      if (check) {
+        det->armed = false;
+        det->protect(PROT_READ | PROT_WRITE);
+        race::current() = nullptr;
+      }
+      state() = nullptr;
+    }
+  } restore{&det, check};
+  state() = &b;
+  for (const Idx& bi : blocks) {
+    b.block_idx = bi;
+    if (check) {
+      det.block_x = bi.x;
+      det.block_y = bi.y;
+      for (auto& r : det.regions) r.words.assign(r.tracked_bytes / 4 + 1, {});
+      det.armed = true;
+      det.protect(PROT_NONE);
+    }
+    run_block(b);
+    if (check) {
+      det.armed = false;
+      det.protect(PROT_READ | PROT_WRITE);
+    }
+  }
+  if (check && !det.reports.empty()) {
+    std::string what;
+    for (size_t i = 0; i < det.reports.size() && i < 5; ++i) what += det.reports[i].str() + "\n";
+    what += std::to_string(det.reports.size()) + " race(s) in all (schedule seed " + std::to_string(options().seed) + ")";
+    throw race::RaceError("emulator: " + what, det.reports);
+  }
+}
+inline void launch(Idx grid, Idx block, size_t smem_bytes, std::function<void()> body) {
+  launch("(unnamed kernel)", grid, block, smem_bytes, std::move(body));
 }
 
 }  // namespace ctx_emu
@@ -194,7 +384,9 @@ inline void launch(Idx grid, Idx block, size_t smem_bytes, std::function<void()>
 #undef __launch_bounds__
 #define __global__
 #define __device__
-#define __shared__ static  // blocks run one at a time: a static is the block's shared array
+// blocks run one at a time: a static is the block's shared array; each starts a page of the
+// section ctx_emu_shared, which the race detector protects
+#define __shared__ static __attribute__((section("ctx_emu_shared"), aligned(4096)))
 #define __launch_bounds__(...)
 #define threadIdx (::ctx_emu::me().tid)
 #define blockIdx (::ctx_emu::state()->block_idx)
@@ -202,7 +394,7 @@ inline void launch(Idx grid, Idx block, size_t smem_bytes, std::function<void()>
 #define gridDim (::ctx_emu::state()->grid_dim)
 #define __syncthreads() ::ctx_emu::syncthreads()
 #define __syncthreads_or(p) ::ctx_emu::syncthreads_or(p)
-#define __syncwarp(...) ::ctx_emu::syncwarp()
+#define __syncwarp(...) ::ctx_emu::syncwarp_fence()
 #define __shfl_sync(m, v, s) ::ctx_emu::shfl_sync(m, v, s)
 #define __shfl_xor_sync(m, v, s) ::ctx_emu::shfl_xor_sync(m, v, s)
 #define __any_sync(m, p) ::ctx_emu::any_sync(m, p)

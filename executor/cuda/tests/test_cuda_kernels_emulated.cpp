@@ -128,7 +128,7 @@ const AttnCase kAttnCases[] = {{20, false, false}, {64, false, false}, {16, true
 void emu_forward(const AttnInputs& a, std::vector<float>& o, std::vector<float>& lse, int b,
                  const std::vector<int32_t>& range) {
   const dev::Geo G = a.geo();
-  ctx_emu::launch({dev::row_blocks(a.tq, G.group), static_cast<unsigned>(a.hkv), 1}, {dev::kBlockThreads, 1, 1},
+  ctx_emu::launch("attn_fwd_kernel", {dev::row_blocks(a.tq, G.group), static_cast<unsigned>(a.hkv), 1}, {dev::kBlockThreads, 1, 1},
                   dev::fwd_smem(a.d), [&] {
                     dev::attn_fwd_kernel(o.data(), lse.data(), a.q.data(), a.qi.data(), a.qd.data(), a.tq,
                                          a.k(b).data(), a.v(b).data(), a.ki(b).data(), a.kd(b).data(), a.tk,
@@ -182,13 +182,13 @@ TEST(EmulatedCudaKernels, AttentionHonoursNarrowedKeyHullsLikeCpu) {
   cpu->attention_backward_block(dq, dk, dv, c.q, c.qt(), c.k[1], c.v[1], c.kb(1), c.dout, lse, delta, s);
   auto hd = download(*cpu, delta), hl = download(*cpu, lse);
   std::vector<float> edq(a.tq * a.hq * a.d, 0.0f), edk(a.tk * a.hkv * a.d, 0.0f), edv(edk);
-  ctx_emu::launch({dev::row_blocks(a.tq, G.group), static_cast<unsigned>(a.hkv), 1}, {dev::kBlockThreads, 1, 1},
+  ctx_emu::launch("attn_dq_kernel", {dev::row_blocks(a.tq, G.group), static_cast<unsigned>(a.hkv), 1}, {dev::kBlockThreads, 1, 1},
                   dev::dq_smem(a.d), [&] {
                     dev::attn_dq_kernel(edq.data(), a.q.data(), a.qi.data(), a.qd.data(), a.tq, a.kb.data(),
                                         a.vb.data(), a.k1.data(), a.d1.data(), a.tk, half.data(), a.dout.data(),
                                         hl.data(), hd.data(), G);
                   });
-  ctx_emu::launch({dev::key_blocks(a.tk), static_cast<unsigned>(a.hkv), 1}, {dev::kBlockThreads, 1, 1},
+  ctx_emu::launch("attn_dkdv_kernel", {dev::key_blocks(a.tk), static_cast<unsigned>(a.hkv), 1}, {dev::kBlockThreads, 1, 1},
                   dev::dkdv_smem(a.d), [&] {
                     dev::attn_dkdv_kernel(edk.data(), edv.data(), a.q.data(), a.qi.data(), a.qd.data(), a.tq,
                                           a.kb.data(), a.vb.data(), a.k1.data(), a.d1.data(), a.tk, half.data(),
@@ -214,7 +214,7 @@ TEST(EmulatedCudaKernels, AttentionBackwardMatchesCpu) {
     const auto ho = download(*cpu, o), hl = download(*cpu, lse), hd = download(*cpu, delta);
     const int64_t rows = a.tq * a.hq;
     std::vector<float> edelta(rows);
-    ctx_emu::launch({blocks(rows * 32, 256), 1, 1}, {256, 1, 1}, 0,
+    ctx_emu::launch("attention_delta_kernel", {blocks(rows * 32, 256), 1, 1}, {256, 1, 1}, 0,
                     [&] { dev::attention_delta_kernel(edelta.data(), a.dout.data(), ho.data(), rows, d); });
     expect_close(hd, edelta, 1e-5, 1e-6, "attention delta");
     auto dq0 = randn(a.tq * a.hq * d, 10, 0.1f), dk0 = randn(a.tk * a.hkv * d, 11, 0.1f),
@@ -224,13 +224,13 @@ TEST(EmulatedCudaKernels, AttentionBackwardMatchesCpu) {
     auto edq = dq0, edk = dk0, edv = dv0;
     for (int b = 0; b < 2; ++b) {
       cpu->attention_backward_block(dq, dk, dv, c.q, c.qt(), c.k[b], c.v[b], c.kb(b), c.dout, lse, delta, s);
-      ctx_emu::launch({dev::row_blocks(a.tq, G.group), static_cast<unsigned>(a.hkv), 1}, {dev::kBlockThreads, 1, 1},
+      ctx_emu::launch("attn_dq_kernel", {dev::row_blocks(a.tq, G.group), static_cast<unsigned>(a.hkv), 1}, {dev::kBlockThreads, 1, 1},
                       dev::dq_smem(d), [&] {
                         dev::attn_dq_kernel(edq.data(), a.q.data(), a.qi.data(), a.qd.data(), a.tq, a.k(b).data(),
                                             a.v(b).data(), a.ki(b).data(), a.kd(b).data(), a.tk, a.range(b).data(),
                                             a.dout.data(), hl.data(), hd.data(), G);
                       });
-      ctx_emu::launch({dev::key_blocks(a.tk), static_cast<unsigned>(a.hkv), 1}, {dev::kBlockThreads, 1, 1},
+      ctx_emu::launch("attn_dkdv_kernel", {dev::key_blocks(a.tk), static_cast<unsigned>(a.hkv), 1}, {dev::kBlockThreads, 1, 1},
                       dev::dkdv_smem(d), [&] {
                         dev::attn_dkdv_kernel(edk.data(), edv.data(), a.q.data(), a.qi.data(), a.qd.data(), a.tq,
                                               a.k(b).data(), a.v(b).data(), a.ki(b).data(), a.kd(b).data(), a.tk,
@@ -257,19 +257,19 @@ TEST(EmulatedCudaKernels, RmsNormAndStepStatisticsMatchCpu) {
          tdw = upload(*cpu, dw0), ty = zeros(*cpu, rows, h), tr = zeros(*cpu, rows, 1), tdx = zeros(*cpu, rows, h);
   std::vector<float> ey(rows * h), er(rows), edx(rows * h), edw = dw0;
   cpu->rmsnorm_forward(ty, tr, tx, tw, 1e-5f);
-  ctx_emu::launch({static_cast<unsigned>(rows), 1, 1}, {dev::kRowThreads, 1, 1}, 0,
+  ctx_emu::launch("rmsnorm_fwd_kernel", {static_cast<unsigned>(rows), 1, 1}, {dev::kRowThreads, 1, 1}, 0,
                   [&] { dev::rmsnorm_fwd_kernel(ey.data(), er.data(), x.data(), w.data(), h, 1e-5f); });
   expect_close(download(*cpu, ty), ey, 1e-5, 1e-6, "rmsnorm y");
   expect_close(download(*cpu, tr), er, 1e-6, 0, "rmsnorm rstd");
   cpu->rmsnorm_backward(tdx, tdw, tdy, tx, tr, tw);
-  ctx_emu::launch({static_cast<unsigned>(rows), 1, 1}, {dev::kRowThreads, 1, 1}, 0,
+  ctx_emu::launch("rmsnorm_bwd_dx_kernel", {static_cast<unsigned>(rows), 1, 1}, {dev::kRowThreads, 1, 1}, 0,
                   [&] { dev::rmsnorm_bwd_dx_kernel(edx.data(), dy.data(), x.data(), er.data(), w.data(), h); });
   expect_close(download(*cpu, tdx), edx, 1e-5, 1e-6, "rmsnorm dx");
   const int64_t chunks = std::min<int64_t>(rows, dev::kDwChunks), per = (rows + chunks - 1) / chunks;
   std::vector<float> scratch(chunks * h);
-  ctx_emu::launch({blocks(h, dev::kRowThreads), static_cast<unsigned>(chunks), 1}, {dev::kRowThreads, 1, 1}, 0,
+  ctx_emu::launch("rmsnorm_dw_partial", {blocks(h, dev::kRowThreads), static_cast<unsigned>(chunks), 1}, {dev::kRowThreads, 1, 1}, 0,
                   [&] { dev::rmsnorm_dw_partial(scratch.data(), dy.data(), x.data(), er.data(), rows, h, per); });
-  ctx_emu::launch({blocks(h, dev::kRowThreads), 1, 1}, {dev::kRowThreads, 1, 1}, 0,
+  ctx_emu::launch("rmsnorm_dw_finish", {blocks(h, dev::kRowThreads), 1, 1}, {dev::kRowThreads, 1, 1}, 0,
                   [&] { dev::rmsnorm_dw_finish(edw.data(), scratch.data(), chunks, h); });
   expect_close(download(*cpu, tdw), edw, 1e-5, 1e-5, "rmsnorm dw");
 
@@ -280,9 +280,9 @@ TEST(EmulatedCudaKernels, RmsNormAndStepStatisticsMatchCpu) {
   cpu->sum_squares(stats, tx);
   std::vector<float> est = st0;
   std::vector<double> partials(8);
-  ctx_emu::launch({8, 1, 1}, {dev::kRowThreads, 1, 1}, 0,
+  ctx_emu::launch("sum_squares_partial", {8, 1, 1}, {dev::kRowThreads, 1, 1}, 0,
                   [&] { dev::sum_squares_partial(partials.data(), x.data(), rows * h); });
-  ctx_emu::launch({1, 1, 1}, {dev::kRowThreads, 1, 1}, 0,
+  ctx_emu::launch("sum_partials_into", {1, 1, 1}, {dev::kRowThreads, 1, 1}, 0,
                   [&] { dev::sum_partials_into(&est[dev::kStatGradNorm2], partials.data(), 8); });
   expect_close(download(*cpu, stats), est, 2e-7, 0, "sum_squares into the statistics");
   // the non-finite flag: a finite tensor leaves it, a NaN raises it to the code
@@ -292,8 +292,8 @@ TEST(EmulatedCudaKernels, RmsNormAndStepStatisticsMatchCpu) {
     Tensor tz = upload(*cpu, z);
     cpu->flag_nonfinite(stats, tz, 4.0f);
     int flag = 0;
-    ctx_emu::launch({2, 1, 1}, {dev::kRowThreads, 1, 1}, 0, [&] { dev::nonfinite_kernel(&flag, z.data(), rows * h); });
-    ctx_emu::launch({1, 1, 1}, {32, 1, 1}, 0,
+    ctx_emu::launch("nonfinite_kernel", {2, 1, 1}, {dev::kRowThreads, 1, 1}, 0, [&] { dev::nonfinite_kernel(&flag, z.data(), rows * h); });
+    ctx_emu::launch("flag_finish_kernel", {1, 1, 1}, {32, 1, 1}, 0,
                     [&] { dev::flag_finish_kernel(&est[dev::kStatNonFinite], &flag, 4.0f); });
     expect_close(download(*cpu, stats), est, 0, 0, nan ? "non-finite flag raised" : "non-finite flag left");
     EXPECT_EQ(est[dev::kStatNonFinite], nan ? 4.0f : 0.0f);
@@ -310,23 +310,23 @@ TEST(EmulatedCudaKernels, CrossEntropyPiecesMatchCpu) {
          se = zeros(*cpu, rows, 2), lse = zeros(*cpu, rows, 1), stats = upload(*cpu, std::vector<float>{0.5f, 0, 0});
   std::vector<float> emx(rows), ese(2 * rows), else_(rows), est = {0.5f, 0, 0};
   cpu->row_max(mx, tl, valid);
-  ctx_emu::launch({static_cast<unsigned>(rows), 1, 1}, {dev::kRowThreads, 1, 1}, 0,
+  ctx_emu::launch("row_max_kernel", {static_cast<unsigned>(rows), 1, 1}, {dev::kRowThreads, 1, 1}, 0,
                   [&] { dev::row_max_kernel(emx.data(), el.data(), cols, valid); });
   expect_close(download(*cpu, mx), emx, 0, 0, "row_max");
   cpu->sumexp_and_target(se, tl, mx, tt, valid, v0);
-  ctx_emu::launch({static_cast<unsigned>(rows), 1, 1}, {dev::kRowThreads, 1, 1}, 0, [&] {
+  ctx_emu::launch("sumexp_target_kernel", {static_cast<unsigned>(rows), 1, 1}, {dev::kRowThreads, 1, 1}, 0, [&] {
     dev::sumexp_target_kernel(ese.data(), el.data(), emx.data(), target.data(), cols, valid, v0);
   });
   expect_close(download(*cpu, se), ese, 1e-6, 0, "sumexp_and_target");
   cpu->xent_finish(lse, stats, mx, se, tt);
-  ctx_emu::launch({1, 1, 1}, {dev::kRowThreads, 1, 1}, 0, [&] {
+  ctx_emu::launch("xent_finish_kernel", {1, 1, 1}, {dev::kRowThreads, 1, 1}, 0, [&] {
     dev::xent_finish_kernel(else_.data(), &est[dev::kStatLossSum], emx.data(), ese.data(), target.data(), rows);
   });
   expect_close(download(*cpu, lse), else_, 1e-6, 1e-6, "xent_finish lse");
   expect_close(download(*cpu, stats), est, 1e-6, 1e-6, "xent_finish loss statistic");
   const auto hl = download(*cpu, lse);
   cpu->xent_grad_inplace(tl, lse, tt, 0.25f, valid, v0);
-  ctx_emu::launch({blocks(rows * cols, 256), 1, 1}, {256, 1, 1}, 0, [&] {
+  ctx_emu::launch("xent_grad_kernel", {blocks(rows * cols, 256), 1, 1}, {256, 1, 1}, 0, [&] {
     dev::xent_grad_kernel(el.data(), hl.data(), target.data(), 0.25f, rows, cols, valid, v0);
   });
   expect_close(download(*cpu, tl), el, 1e-5, 1e-7, "xent_grad_inplace");
@@ -344,7 +344,7 @@ TEST(EmulatedCudaKernels, ElementwiseAndEmbeddingKernelsMatchCpu) {
   Tensor tx = upload(*cpu, x, rows, heads * d), tp = upload(*cpu, pos), tf = upload(*cpu, inv_freq);
   for (bool inverse : {false, true}) {
     cpu->rope(tx, heads, d, tp, tf, rot, 1.1f, inverse);
-    ctx_emu::launch({1, 1, 1}, {32, 1, 1}, 0, [&] {
+    ctx_emu::launch("rope_kernel", {1, 1, 1}, {32, 1, 1}, 0, [&] {
       dev::rope_kernel(ex.data(), rows, heads, d, pos.data(), inv_freq.data(), rot / 2, 1.1f, inverse ? -1.0f : 1.0f);
     });
     expect_close(download(*cpu, tx), ex, 1e-5, 1e-6, inverse ? "rope inverse" : "rope");
@@ -356,10 +356,10 @@ TEST(EmulatedCudaKernels, ElementwiseAndEmbeddingKernelsMatchCpu) {
          tdg = zeros(*cpu, 1, n), tdu = zeros(*cpu, 1, n);
   std::vector<float> ea(n), edg(n), edu(n);
   cpu->swiglu_forward(ta, tg, tu);
-  ctx_emu::launch({2, 1, 1}, {64, 1, 1}, 0, [&] { dev::swiglu_fwd_kernel(ea.data(), gate.data(), up.data(), n); });
+  ctx_emu::launch("swiglu_fwd_kernel", {2, 1, 1}, {64, 1, 1}, 0, [&] { dev::swiglu_fwd_kernel(ea.data(), gate.data(), up.data(), n); });
   expect_close(download(*cpu, ta), ea, 1e-5, 1e-6, "swiglu forward");
   cpu->swiglu_backward(tdg, tdu, tda, tg, tu);
-  ctx_emu::launch({2, 1, 1}, {64, 1, 1}, 0,
+  ctx_emu::launch("swiglu_bwd_kernel", {2, 1, 1}, {64, 1, 1}, 0,
                   [&] { dev::swiglu_bwd_kernel(edg.data(), edu.data(), da.data(), gate.data(), up.data(), n); });
   expect_close(download(*cpu, tdg), edg, 1e-5, 1e-6, "swiglu dgate");
   expect_close(download(*cpu, tdu), edu, 1e-5, 1e-6, "swiglu dup");
@@ -379,7 +379,7 @@ TEST(EmulatedCudaKernels, ElementwiseAndEmbeddingKernelsMatchCpu) {
     a.step = step;
     cpu->adamw(tmaster, tm, tv, tgrad, tst, a);
     // bias corrections as the launcher computes them: from the float betas, in double
-    ctx_emu::launch({2, 1, 1}, {64, 1, 1}, 0, [&] {
+    ctx_emu::launch("adamw_kernel", {2, 1, 1}, {64, 1, 1}, 0, [&] {
       dev::adamw_kernel(em.data(), emm.data(), ev.data(), grad.data(), st.data(), 1.0f, n, 1e-3f, 0.9f, 0.95f, 1e-8f,
                         0.1f, 1.0f, 1.0 - std::pow(static_cast<double>(0.9f), static_cast<double>(step)),
                         1.0 - std::pow(static_cast<double>(0.95f), static_cast<double>(step)));
@@ -400,19 +400,19 @@ TEST(EmulatedCudaKernels, ElementwiseAndEmbeddingKernelsMatchCpu) {
   std::vector<float> eout(tokens * hh);
   auto edtable = dtable;
   cpu->embedding_forward(tout, ttable, ttok, v0);
-  ctx_emu::launch({4, 1, 1}, {64, 1, 1}, 0,
+  ctx_emu::launch("embedding_fwd_kernel", {4, 1, 1}, {64, 1, 1}, 0,
                   [&] { dev::embedding_fwd_kernel(eout.data(), table.data(), tok.data(), tokens, hh, v0, vrows); });
   expect_close(download(*cpu, tout), eout, 0, 0, "embedding forward");
   cpu->embedding_backward(tdtable, tdout, ttok, v0);
   std::vector<int32_t> keys(tokens), positions(tokens);
-  ctx_emu::launch({2, 1, 1}, {64, 1, 1}, 0, [&] {
+  ctx_emu::launch("embedding_keys_kernel", {2, 1, 1}, {64, 1, 1}, 0, [&] {
     dev::embedding_keys_kernel(keys.data(), positions.data(), tok.data(), tokens, v0, vrows);
   });
   std::vector<std::pair<int32_t, int32_t>> kp(tokens);
   for (int64_t t = 0; t < tokens; ++t) kp[t] = {keys[t], positions[t]};
   std::stable_sort(kp.begin(), kp.end(), [](auto& p, auto& q) { return p.first < q.first; });
   for (int64_t t = 0; t < tokens; ++t) std::tie(keys[t], positions[t]) = kp[t];
-  ctx_emu::launch({16, 1, 1}, {32, 1, 1}, 0, [&] {  // fewer blocks than runs: blocks stride
+  ctx_emu::launch("embedding_bwd_sorted_kernel", {16, 1, 1}, {32, 1, 1}, 0, [&] {  // fewer blocks than runs: blocks stride
     dev::embedding_bwd_sorted_kernel(edtable.data(), dout.data(), keys.data(), positions.data(), tokens, hh, vrows);
   });
   expect_close(download(*cpu, tdtable), edtable, 0, 0, "embedding backward (bit-identical)");
@@ -421,11 +421,11 @@ TEST(EmulatedCudaKernels, ElementwiseAndEmbeddingKernelsMatchCpu) {
   Tensor twide = upload(*cpu, wide, 7, 40), tnarrow = upload(*cpu, narrow, 7, 13);
   auto ewide = wide, enarrow = narrow;
   cpu->add_cols(twide, 30, tnarrow, 2, 10);
-  ctx_emu::launch({1, 1, 1}, {64, 1, 1}, 0,
+  ctx_emu::launch("copy_cols_kernel", {1, 1, 1}, {64, 1, 1}, 0,
                   [&] { dev::copy_cols_kernel(ewide.data() + 30, 40, narrow.data() + 2, 13, 7, 10, true); });
   expect_close(download(*cpu, twide), ewide, 0, 0, "add_cols");
   cpu->copy_cols(tnarrow, 0, twide, 5, 4);
-  ctx_emu::launch({1, 1, 1}, {64, 1, 1}, 0,
+  ctx_emu::launch("copy_cols_kernel", {1, 1, 1}, {64, 1, 1}, 0,
                   [&] { dev::copy_cols_kernel(enarrow.data(), 13, ewide.data() + 5, 40, 7, 4, false); });
   expect_close(download(*cpu, tnarrow), enarrow, 0, 0, "copy_cols");
 }
