@@ -345,6 +345,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"saves_norm_outputs", nullptr, &rt.saves_norm_outputs},
       {"mlp_saved_ffn_tensors", &rt.mlp_saved_ffn_tensors, nullptr},
       {"ulysses_saves_both_layouts", nullptr, &rt.ulysses_saves_both_layouts},
+      {"ulysses_backward_resends_inputs", nullptr, &rt.ulysses_backward_resends_inputs},
       {"logits_bytes", &rt.logits_bytes, nullptr},
       {"loss_fp32_copies", &rt.loss_fp32_copies, nullptr},
       {"tiled_loss_fp32_copies", &rt.tiled_loss_fp32_copies, nullptr},

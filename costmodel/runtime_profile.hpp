@@ -26,6 +26,7 @@ struct RuntimeProfile {
   bool saves_norm_outputs = true; // norm outputs saved as matmul inputs (else recomputed)
   double mlp_saved_ffn_tensors = 4;   // [tokens, ffn] tensors the MLP keeps for backward
   bool ulysses_saves_both_layouts = true;  // attention output kept head- and sequence-sharded
+  bool ulysses_backward_resends_inputs = false;  // the backward sends q, k, v, o to the head layout again
   // ---- logits and loss
   double logits_bytes = 2;        // dtype of the head's output
   double loss_fp32_copies = 2;    // fp32 [tokens, vocab] copies alive at the loss (untiled)

@@ -333,9 +333,15 @@ class Builder {
       if (k_.sp) x = collective(G::self, SimStream::tp, "tp_all_gather", k_.tp_ag, SimPass::backward, l, x);
       // selective recompute rematerialises the attention core where its backward needs it, after
       // the MLP's backward (as Megatron's and ctxrun's do)
-      if (k_.recompute == Recompute::selective) x = attention(SimPass::recompute, l, x, false);
+      // (under Ulysses from the saved sequence layout: q, k, v to the head layout and o back)
+      if (k_.recompute == Recompute::selective) {
+        if (k_.ulysses > 1) x = collective(G::ulysses, SimStream::tp, "ulysses_a2a_qkv", k_.a2a_qkv, SimPass::recompute, l, x);
+        x = attention(SimPass::recompute, l, x, false);
+        if (k_.ulysses > 1) x = collective(G::ulysses, SimStream::tp, "ulysses_a2a_out", k_.a2a_out, SimPass::recompute, l, x);
+      }
       x = compute("o_proj_residual_norm_bwd", k_.post_bwd, SimPass::backward, l, x);
-      if (k_.ulysses > 1) x = collective(G::ulysses, SimStream::tp, "ulysses_a2a_out", k_.a2a_out, SimPass::backward, l, x);
+      // Ulysses: q, k, v, o (saved in the sequence layout) and d(out) to the head layout
+      if (k_.ulysses > 1) x = collective(G::ulysses, SimStream::tp, "ulysses_a2a_out", k_.a2a_bwd_in, SimPass::backward, l, x);
       x = attention(SimPass::backward, l, x, true);
       if (k_.ulysses > 1) x = collective(G::ulysses, SimStream::tp, "ulysses_a2a_qkv", k_.a2a_qkv, SimPass::backward, l, x);
       x = tp_gather(SimPass::backward, l, x);  // the recomputed norm output, for the QKV weight gradients

@@ -240,6 +240,9 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
     double kv_heads_total = std::max(kv_tp, static_cast<double>(k.ulysses));
     k.a2a_qkv = collective_seconds(Coll::all_to_all, T * d * a * (static_cast<double>(m.heads) / tp + 2.0 * kv_heads_total), g, c);
     k.a2a_out = collective_seconds(Coll::all_to_all, T * q_local * a, g, c);
+    // the backward sends d(out) to the head layout, and q, k, v, o again where the forward kept
+    // them in the sequence layout only
+    k.a2a_bwd_in = k.a2a_out + (rt.ulysses_backward_resends_inputs ? k.a2a_qkv + k.a2a_out : 0.0);
   }
   if (k.ring > 1 && p.cp_kind != CpKind::ulysses) {
     GroupPlacement g = group_placement(p, Group::ring, gpn);
@@ -348,9 +351,9 @@ StepTime estimate_step(const StepCosts& k) {
     double fwd_layer = fwd_compute + fwd_comm;
     double rec_compute = 0, rec_comm = 0;
     if (k.recompute == Recompute::full) { rec_compute = fwd_compute; rec_comm = fwd_comm; }
-    else if (k.recompute == Recompute::selective) { rec_compute = af_sum; rec_comm = attn_f - af_sum; }
+    else if (k.recompute == Recompute::selective) { rec_compute = af_sum; rec_comm = attn_f - af_sum + a2a; }
     double bwd_compute = rec_compute + k.pre_bwd + k.post_bwd + k.mlp_bwd + ab_sum;
-    double bwd_comm = rec_comm + tp_comm_bwd + a2a + k.kv_ag + k.dkv_rs + (attn_b - ab_sum) + (reduce_grads ? fixups : 0.0);
+    double bwd_comm = rec_comm + tp_comm_bwd + k.a2a_bwd_in + k.a2a_qkv + k.kv_ag + k.dkv_rs + (attn_b - ab_sum) + (reduce_grads ? fixups : 0.0);
     double bwd_layer = bwd_compute + bwd_comm;
     double L = static_cast<double>(k.layers);
     // overlapped streams, exposed only where they outlast the layer they hide behind

@@ -48,6 +48,7 @@ struct StepCosts {
   double tp_fixup_kv = 0;                  // a K or V projection's gradient summed over the TP ranks sharing its heads
   int tp_fixups_norm_per_layer = 0, tp_fixups_kv_per_layer = 0, tp_fixups_norm_final = 0;
   double a2a_qkv = 0, a2a_out = 0;         // Ulysses all-to-all before / after attention
+  double a2a_bwd_in = 0;                   // Ulysses backward: q, k, v, o and d(out) to the head layout
   double p2p_fwd = 0, p2p_bwd = 0;         // one ring step: K,V (forward) / K,V,dK,dV (backward), worst hop
   double kv_ag = 0, dkv_rs = 0;            // all-gather-KV: gather K,V / reduce-scatter dK,dV
   double p2p_dkv = 0;                      // one ring hop of a block's dK,dV (backward, after its compute)

@@ -9,8 +9,7 @@
 // Plans cover ZeRO-3 prefetch and reduce-scatter behind the backward, ring attention with the
 // overlapped dK,dV hop, checkpoint and parameter/optimizer offload, all-gather KV, ZeRO-1/2 with
 // gradient accumulation, tensor parallel with and without SP (tiled vocab-parallel loss, shared KV
-// heads). Ulysses is not covered: the executor re-sends q, k, v, o in its backward, which the
-// simulator does not price (docs/VALIDATION.md).
+// heads), Ulysses and Ulysses x ring.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -57,6 +56,9 @@ const Case kCases[] = {
     {4, "tiny", 128, "tp=2,cp=2,cp_kind=zigzag,zero=1,tiled_loss=16"},
     {4, "tiny", 128, "tp=2,sp=0,dp=2,zero=3,recompute=full"},
     {2, "tiny-nope", 128, "tp=2,recompute=selective"},  // one KV head shared by both TP ranks
+    // Ulysses (the backward re-sends q, k, v, o with d(out)), Ulysses x ring
+    {4, "tiny", 128, "cp=4,cp_kind=ulysses,recompute=selective"},
+    {4, "tiny", 128, "cp=4,cp_kind=usp,ulysses=2,zero=3,dp=1,recompute=full"},
 };
 
 struct Task {
