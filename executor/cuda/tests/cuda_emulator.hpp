@@ -60,6 +60,8 @@ struct Fiber {
 // What launches check, and the schedule seed (0: blocks and threads in index order).
 struct Options {
   bool race_check = race::available();
+  unsigned race_blocks = 1;  // blocks checked per launch, the first ones of the schedule (0: all);
+                             // each checked access costs two signals, so checking is rationed
   bool limits = true;
   uint64_t seed = [] {
     const char* e = std::getenv("CTX_EMU_SEED");
@@ -91,14 +93,22 @@ inline BlockState*& state() {
 inline Fiber& me() { return *state()->current; }
 inline unsigned my_index() { return me().tid.x + me().tid.y * state()->block_dim.x; }
 
+// Each barrier starts with a compiler barrier: the epoch counters (which the race detector reads)
+// must not be bumped before the thread's shared-memory accesses that precede the barrier.
+#define CTX_EMU_COMPILER_BARRIER() asm volatile("" ::: "memory")
 inline void yield_as(Fiber::State st) {
   Fiber& f = me();
   f.state = st;
+  // a compiler barrier: the static __shared__ arrays never escape, so without it the compiler may
+  // move their loads and stores across the call (an order no GPU barrier allows)
+  CTX_EMU_COMPILER_BARRIER();
   swapcontext(&f.ctx, &state()->scheduler);
+  CTX_EMU_COMPILER_BARRIER();
 }
 
 // ---- the intrinsics the kernels use
 inline void syncthreads() {
+  CTX_EMU_COMPILER_BARRIER();
   me().block_gen++;
   yield_as(Fiber::block_wait);
 }
@@ -110,10 +120,12 @@ inline int syncthreads_or(int p) {
   return b.block_or[g % 2];
 }
 inline void syncwarp() {
+  CTX_EMU_COMPILER_BARRIER();
   me().warp_gen++;
   yield_as(Fiber::warp_wait);
 }
 inline void syncwarp_fence() {  // __syncwarp: a barrier that also orders the warp's memory accesses
+  CTX_EMU_COMPILER_BARRIER();
   me().fence_gen++;
   syncwarp();
 }
@@ -286,7 +298,16 @@ extern "C" {
 extern char __start_ctx_emu_shared[] __attribute__((weak));
 extern char __stop_ctx_emu_shared[] __attribute__((weak));
 }
+// A page defined before every kernel's __shared__ array: the linker lays the section out in reverse
+// order of definition, so it ends the section and the static arrays' pages hold nothing else
+// (checked at launch; otherwise static arrays go unchecked and static_checked() says so).
 namespace ctx_emu {
+__attribute__((section("ctx_emu_shared"), aligned(4096), used)) static char shared_guard[4096];
+inline bool& static_checked() {
+  static bool b = false;
+  return b;
+}
+
 
 // Launches `body` (a call of the kernel with its arguments) over grid x block threads, after
 // checking the launch limits; `kernel` names it in every report. static_smem: the kernel's
@@ -324,7 +345,7 @@ inline void launch(const std::string& kernel, Idx grid, Idx block, size_t smem_b
     if (__start_ctx_emu_shared && __stop_ctx_emu_shared > __start_ctx_emu_shared) {
       race::Region st;  // every __shared__ array starts a page (see __shared__ below)
       const uintptr_t lo = reinterpret_cast<uintptr_t>(__start_ctx_emu_shared) & ~(page - 1);
-      const uintptr_t hi = (reinterpret_cast<uintptr_t>(__stop_ctx_emu_shared) + page - 1) & ~(page - 1);
+      const uintptr_t hi = reinterpret_cast<uintptr_t>(shared_guard);
       st.base = reinterpret_cast<char*>(lo);
       st.bytes = hi - lo;
       st.tracked = __start_ctx_emu_shared;
@@ -332,7 +353,11 @@ inline void launch(const std::string& kernel, Idx grid, Idx block, size_t smem_b
       st.name = "static";
       // the handler's own state must not share a page with the static arrays
       const uintptr_t own = reinterpret_cast<uintptr_t>(&race::current());
-      if (own < lo || own >= hi) det.regions.push_back(std::move(st));
+      uintptr_t guard_end = hi + sizeof(shared_guard), stop = reinterpret_cast<uintptr_t>(__stop_ctx_emu_shared);
+      asm volatile("" : "+r"(guard_end), "+r"(stop));  // addresses, not objects: no folding of the comparison
+      static_checked() = guard_end == stop && hi > lo && (own < lo || own >= hi);
+      st.tracked_bytes = hi - reinterpret_cast<uintptr_t>(__start_ctx_emu_shared);
+      if (static_checked()) det.regions.push_back(std::move(st));
     }
     race::current() = &det;
   }
@@ -349,9 +374,11 @@ inline void launch(const std::string& kernel, Idx grid, Idx block, size_t smem_b
     }
   } restore{&det, check};
   state() = &b;
+  unsigned checked = 0;
   for (const Idx& bi : blocks) {
     b.block_idx = bi;
-    if (check) {
+    const bool check_block = check && (options().race_blocks == 0 || checked++ < options().race_blocks);
+    if (check_block) {
       det.block_x = bi.x;
       det.block_y = bi.y;
       for (auto& r : det.regions) r.words.assign(r.tracked_bytes / 4 + 1, {});
@@ -359,7 +386,7 @@ inline void launch(const std::string& kernel, Idx grid, Idx block, size_t smem_b
       det.protect(PROT_NONE);
     }
     run_block(b);
-    if (check) {
+    if (check_block) {
       det.armed = false;
       det.protect(PROT_READ | PROT_WRITE);
     }

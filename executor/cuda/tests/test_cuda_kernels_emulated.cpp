@@ -38,6 +38,14 @@ using ctx::exec::testing::randn;
 using ctx::exec::testing::upload;
 using ctx::exec::testing::zeros;
 
+// The launcher's shared-memory opt-in (attention.cu, attention_init): the largest head dim's need,
+// for each of the three attention kernels; launches above 48 KiB are refused without it.
+const bool kAttentionOptIn = [] {
+  const size_t most = std::max(dev::fwd_smem(dev::kMaxHeadDim), std::max(dev::dq_smem(dev::kMaxHeadDim), dev::dkdv_smem(dev::kMaxHeadDim)));
+  for (const char* k : {"attn_fwd_kernel", "attn_dq_kernel", "attn_dkdv_kernel"}) ctx_emu::set_max_dynamic_smem(k, most);
+  return true;
+}();
+
 unsigned blocks(int64_t n, int64_t threads) { return static_cast<unsigned>(std::max<int64_t>(1, (n + threads - 1) / threads)); }
 
 struct AttnInputs {
@@ -438,6 +446,108 @@ TEST(EmulatedCudaKernels, EmulatorReportsDivergentBarriers) {
                                  else __syncwarp();
                                }),
                std::logic_error);
+}
+
+// ---------------------------------------------------------------- what the emulator itself checks
+// Each check is proven by a planted bug it must report.
+
+// Options for one test, restored after it.
+struct WithOptions {
+  ctx_emu::Options saved = ctx_emu::options();
+  ~WithOptions() { ctx_emu::options() = saved; }
+};
+
+// Each thread writes its slot, then reads its neighbour's: racy without the barrier.
+void neighbour_kernel(float* out, bool barrier) {
+  CTX_DYNAMIC_SMEM(sh);
+  const unsigned t = threadIdx.x, n = blockDim.x;
+  sh[t] = static_cast<float>(t) + 1.0f;
+  if (barrier) __syncthreads();
+  out[blockIdx.x * n + t] = sh[(t + 1) % n];
+}
+// The same through a static __shared__ array.
+void neighbour_static_kernel(float* out, bool barrier) {
+  __shared__ float buf[64];
+  const unsigned t = threadIdx.x;
+  buf[t] = static_cast<float>(t) + 1.0f;
+  if (barrier) __syncthreads();
+  out[t] = buf[(t + 1) % 64];
+}
+// Lanes of one warp exchanging through shared memory: ordered by __syncwarp, racy without it.
+void warp_exchange_kernel(float* out, bool fence) {
+  CTX_DYNAMIC_SMEM(sh);
+  const unsigned t = threadIdx.x;
+  sh[t] = static_cast<float>(t);
+  if (fence) __syncwarp();
+  out[t] = sh[t ^ 1u];
+}
+// Every thread writes the same word: write-after-write.
+void same_word_kernel(float* out) {
+  CTX_DYNAMIC_SMEM(sh);
+  sh[0] = static_cast<float>(threadIdx.x);
+  __syncthreads();
+  out[threadIdx.x] = sh[0];
+}
+
+TEST(EmulatedCudaKernels, RaceDetectorReportsANeighbourReadWithoutBarrier) {
+  if (!ctx_emu::race::available()) GTEST_SKIP() << "the race detector needs Linux on x86-64";
+  WithOptions keep;
+  ctx_emu::options().race_blocks = 0;  // every block
+  for (uint64_t seed : {uint64_t{0}, uint64_t{7}}) {  // in index order and shuffled: the verdict is the same
+    ctx_emu::options().seed = seed;
+    SCOPED_TRACE("schedule seed " + std::to_string(seed));
+    std::vector<float> out(2 * 64);
+    try {
+      ctx_emu::launch("neighbour_race", {2, 1, 1}, {64, 1, 1}, 64 * sizeof(float),
+                      [&] { neighbour_kernel(out.data(), false); });
+      ADD_FAILURE() << "the race was not reported";
+    } catch (const ctx_emu::race::RaceError& e) {
+      EXPECT_NE(std::string(e.what()).find("neighbour_race"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("between threads"), std::string::npos) << e.what();
+      ASSERT_EQ(e.reports.size(), 2u * 64) << e.what();  // every word, in both blocks
+      for (const auto& r : e.reports) {
+        EXPECT_EQ(r.kernel, "neighbour_race");
+        EXPECT_EQ(r.region, "dynamic");
+        // word w is written by thread w and read by thread w - 1
+        const unsigned reader = static_cast<unsigned>((r.word + 63) % 64);
+        EXPECT_TRUE((r.first == r.word && r.second == reader) || (r.first == reader && r.second == r.word))
+            << r.str();
+      }
+    }
+    // the same kernel with the barrier is clean, and reads what the neighbour wrote
+    EXPECT_NO_THROW(ctx_emu::launch("neighbour_race", {2, 1, 1}, {64, 1, 1}, 64 * sizeof(float),
+                                    [&] { neighbour_kernel(out.data(), true); }));
+    for (unsigned t = 0; t < 128; ++t) EXPECT_EQ(out[t], static_cast<float>((t % 64 + 1) % 64) + 1.0f);
+  }
+}
+
+TEST(EmulatedCudaKernels, RaceDetectorCoversStaticSharedArraysWarpFencesAndWriteWrite) {
+  if (!ctx_emu::race::available()) GTEST_SKIP() << "the race detector needs Linux on x86-64";
+  WithOptions keep;
+  std::vector<float> out(64);
+  EXPECT_NO_THROW(ctx_emu::launch("neighbour_static", {1, 1, 1}, {64, 1, 1}, 0,
+                                  [&] { neighbour_static_kernel(out.data(), true); }));
+  ASSERT_TRUE(ctx_emu::static_checked()) << "the static __shared__ arrays' section is not laid out as expected";
+  try {
+    ctx_emu::launch("neighbour_static", {1, 1, 1}, {64, 1, 1}, 0, [&] { neighbour_static_kernel(out.data(), false); });
+    ADD_FAILURE() << "the race on the static array was not reported";
+  } catch (const ctx_emu::race::RaceError& e) {
+    EXPECT_EQ(e.reports.front().region, "static") << e.what();
+    EXPECT_EQ(e.reports.size(), 64u) << e.what();
+  }
+  EXPECT_NO_THROW(ctx_emu::launch("warp_exchange", {1, 1, 1}, {64, 1, 1}, 64 * sizeof(float),
+                                  [&] { warp_exchange_kernel(out.data(), true); }));
+  EXPECT_THROW(ctx_emu::launch("warp_exchange", {1, 1, 1}, {64, 1, 1}, 64 * sizeof(float),
+                               [&] { warp_exchange_kernel(out.data(), false); }),
+               ctx_emu::race::RaceError);
+  try {
+    ctx_emu::launch("same_word", {1, 1, 1}, {32, 1, 1}, sizeof(float), [&] { same_word_kernel(out.data()); });
+    ADD_FAILURE() << "the write-after-write race was not reported";
+  } catch (const ctx_emu::race::RaceError& e) {
+    ASSERT_EQ(e.reports.size(), 1u) << e.what();
+    EXPECT_STREQ(e.reports[0].kind, "write-after-write");
+    EXPECT_EQ(e.reports[0].word, 0u);
+  }
 }
 
 }  // namespace
