@@ -550,4 +550,54 @@ TEST(EmulatedCudaKernels, RaceDetectorCoversStaticSharedArraysWarpFencesAndWrite
   }
 }
 
+// sm_90 launch limits: over-limit launches are refused naming the kernel and the limit; the
+// launchers' own configurations pass.
+TEST(EmulatedCudaKernels, LaunchLimitsOfSm90AreChecked) {
+  auto refused = [](const std::function<void()>& f, const std::string& kernel, const std::string& limit) {
+    try {
+      f();
+      ADD_FAILURE() << "not refused: " << kernel << " (" << limit << ")";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(kernel), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(limit), std::string::npos) << e.what();
+    }
+  };
+  auto nothing = [] {};
+  refused([&] { ctx_emu::launch("too_many_threads", {1, 1, 1}, {2048, 1, 1}, 0, nothing); }, "too_many_threads",
+          "2048 threads per block > 1024");
+  refused([&] { ctx_emu::launch("deep_block", {1, 1, 1}, {1, 1, 128}, 0, nothing); }, "deep_block", "(1024,1024,64)");
+  refused([&] { ctx_emu::launch("tall_grid", {1, 65536, 1}, {32, 1, 1}, 0, nothing); }, "tall_grid",
+          "(2^31-1,65535,65535)");
+  refused([&] { ctx_emu::check_launch("wide_grid", {0x80000000u, 1, 1}, {32, 1, 1}, 0); }, "wide_grid",
+          "(2^31-1,65535,65535)");
+  // more than 48 KiB of dynamic shared memory needs the opt-in; 227 KiB is the most there is
+  refused([&] { ctx_emu::launch("no_opt_in", {1, 1, 1}, {32, 1, 1}, 64 * 1024, nothing); }, "no_opt_in",
+          "65536 bytes of dynamic shared memory > 49152");
+  refused([&] { ctx_emu::check_launch("static_and_dynamic", {1, 1, 1}, {32, 1, 1}, 48 * 1024, 256); },
+          "static_and_dynamic", "> 48896");
+  ctx_emu::set_max_dynamic_smem("opted_in", 100 * 1024);
+  EXPECT_NO_THROW(ctx_emu::launch("opted_in", {1, 1, 1}, {32, 1, 1}, 100 * 1024, nothing));
+  refused([&] { ctx_emu::launch("opted_in", {1, 1, 1}, {32, 1, 1}, 100 * 1024 + 4, nothing); }, "opted_in",
+          "the kernel's MaxDynamicSharedMemorySize");
+  refused([&] { ctx_emu::set_max_dynamic_smem("greedy", 227 * 1024 + 1); }, "greedy", "232448 bytes");
+  EXPECT_NO_THROW(ctx_emu::set_max_dynamic_smem("greedy", 227 * 1024));
+  // the attention launchers' geometry at head dim 256 (attention.cu), with the opt-in that
+  // attention_init makes (kAttentionOptIn here), for 1M query and key tokens and 8 KV heads
+  ASSERT_TRUE(kAttentionOptIn);
+  const int64_t t = 1 << 20, hkv = 8, d = dev::kMaxHeadDim;
+  EXPECT_NO_THROW(ctx_emu::check_launch("attn_fwd_kernel", {dev::row_blocks(t, 8), hkv, 1}, {dev::kBlockThreads, 1, 1},
+                                        dev::fwd_smem(d)));
+  EXPECT_NO_THROW(ctx_emu::check_launch("attn_dq_kernel", {dev::row_blocks(t, 8), hkv, 1}, {dev::kBlockThreads, 1, 1},
+                                        dev::dq_smem(d)));
+  EXPECT_NO_THROW(ctx_emu::check_launch("attn_dkdv_kernel", {dev::key_blocks(t), hkv, 1}, {dev::kBlockThreads, 1, 1},
+                                        dev::dkdv_smem(d)));
+  // without that opt-in, head dim 256 would be refused
+  EXPECT_GT(dev::dkdv_smem(d), size_t{48 * 1024});
+  refused([&] { ctx_emu::check_launch("attn_dkdv_kernel (no opt-in)", {1, 1, 1}, {dev::kBlockThreads, 1, 1}, dev::dkdv_smem(d)); },
+          "attn_dkdv_kernel (no opt-in)", "dynamic shared memory");
+  // the elementwise and reduce launchers (kernels_*.cu): 256-thread blocks, grids capped below 2^31
+  EXPECT_NO_THROW(ctx_emu::check_launch("xent_grad_kernel", {65535u * 16, 1, 1}, {dev::kRowThreads, 1, 1}, 0));
+  EXPECT_NO_THROW(ctx_emu::check_launch("attention_delta_kernel", {0x7fffffffu, 1, 1}, {dev::kRowThreads, 1, 1}, 0));
+}
+
 }  // namespace
