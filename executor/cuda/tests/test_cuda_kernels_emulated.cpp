@@ -600,4 +600,113 @@ TEST(EmulatedCudaKernels, LaunchLimitsOfSm90AreChecked) {
   EXPECT_NO_THROW(ctx_emu::check_launch("attention_delta_kernel", {0x7fffffffu, 1, 1}, {dev::kRowThreads, 1, 1}, 0));
 }
 
+// Randomised schedules: a result that depends on the order blocks or threads run in changes
+// under some seed; the real kernels give bit-identical results under every seed.
+void block_order_kernel(float* acc) {  // planted: non-atomic accumulation across blocks
+  if (threadIdx.x == 0) acc[0] = acc[0] * 3.0f + static_cast<float>(blockIdx.x);
+}
+void thread_order_kernel(float* last) { last[0] = static_cast<float>(threadIdx.x); }  // planted: last writer wins
+
+TEST(EmulatedCudaKernels, RandomisedScheduleExposesOrderDependence) {
+  WithOptions keep;
+  auto run = [](uint64_t seed, auto kernel, Idx grid, Idx block) {
+    ctx_emu::options().seed = seed;
+    float v = 0.0f;
+    ctx_emu::launch("order_dependent", grid, block, 0, [&] { kernel(&v); });
+    return v;
+  };
+  // in index order the planted kernels give what their author expected ...
+  const float blocks_in_order = run(0, block_order_kernel, {6, 1, 1}, {32, 1, 1});
+  float expect = 0.0f;
+  for (int b = 0; b < 6; ++b) expect = expect * 3.0f + static_cast<float>(b);
+  ASSERT_EQ(blocks_in_order, expect);
+  ASSERT_EQ(run(0, thread_order_kernel, {1, 1, 1}, {64, 1, 1}), 63.0f);
+  // ... and a check of that expectation fails under randomised order (seed in the message)
+  int block_failures = 0, thread_failures = 0;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    block_failures += run(seed, block_order_kernel, {6, 1, 1}, {32, 1, 1}) != expect;
+    thread_failures += run(seed, thread_order_kernel, {1, 1, 1}, {64, 1, 1}) != 63.0f;
+  }
+  EXPECT_GE(block_failures, 4) << "block order is not randomised";
+  EXPECT_GE(thread_failures, 4) << "thread order is not randomised";
+  // the same seed gives the same schedule (a failure can be replayed with CTX_EMU_SEED)
+  EXPECT_EQ(run(5, block_order_kernel, {6, 1, 1}, {32, 1, 1}), run(5, block_order_kernel, {6, 1, 1}, {32, 1, 1}));
+  // the seed is in the emulator's errors
+  ctx_emu::options().seed = 1234;
+  try {
+    ctx_emu::launch("divergent", {1, 1, 1}, {64, 1, 1}, 0, [] {
+      if (threadIdx.x < 16) __syncthreads();
+      else __syncwarp();
+    });
+    ADD_FAILURE() << "not refused";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("schedule seed 1234"), std::string::npos) << e.what();
+  }
+}
+
+TEST(EmulatedCudaKernels, RealKernelsAreBitIdenticalUnderRandomisedSchedules) {
+  WithOptions keep;
+  AttnInputs a(16, true);
+  const dev::Geo G = a.geo();
+  const int64_t rows = 9, h = 300, tokens = 200, hh = 33, vrows = 50;
+  auto x = randn(rows * h, 20), w = randn(h, 21);
+  std::vector<int32_t> keys(tokens), positions(tokens);
+  std::mt19937 r(48);
+  for (int64_t t = 0; t < tokens; ++t) keys[t] = static_cast<int32_t>(r() % vrows), positions[t] = static_cast<int32_t>(t);
+  std::stable_sort(positions.begin(), positions.end(), [&](int32_t p, int32_t q) { return keys[p] < keys[q]; });
+  std::sort(keys.begin(), keys.end());
+  auto dout = randn(tokens * hh, 50);
+  auto run_all = [&](uint64_t seed) {
+    ctx_emu::options().seed = seed;
+    std::vector<std::vector<float>> out;
+    std::vector<float> o(a.tq * a.hq * a.d, 0.0f), lse(a.tq * a.hq, -INFINITY);
+    for (int b = 0; b < 2; ++b) emu_forward(a, o, lse, b, a.range(b));
+    std::vector<float> delta(a.tq * a.hq, 0.5f), dq(o.size(), 0.0f), dk(a.tk * a.hkv * a.d, 0.0f), dv(dk);
+    ctx_emu::launch("attn_dq_kernel", {dev::row_blocks(a.tq, G.group), static_cast<unsigned>(a.hkv), 1},
+                    {dev::kBlockThreads, 1, 1}, dev::dq_smem(a.d), [&] {
+                      dev::attn_dq_kernel(dq.data(), a.q.data(), a.qi.data(), a.qd.data(), a.tq, a.ka.data(),
+                                          a.va.data(), a.k0.data(), a.d0.data(), a.tk, a.r0.data(), a.dout.data(),
+                                          lse.data(), delta.data(), G);
+                    });
+    ctx_emu::launch("attn_dkdv_kernel", {dev::key_blocks(a.tk), static_cast<unsigned>(a.hkv), 1},
+                    {dev::kBlockThreads, 1, 1}, dev::dkdv_smem(a.d), [&] {
+                      dev::attn_dkdv_kernel(dk.data(), dv.data(), a.q.data(), a.qi.data(), a.qd.data(), a.tq,
+                                            a.ka.data(), a.va.data(), a.k0.data(), a.d0.data(), a.tk, a.r0.data(),
+                                            a.dout.data(), lse.data(), delta.data(), G);
+                    });
+    std::vector<float> y(rows * h), rstd(rows);
+    ctx_emu::launch("rmsnorm_fwd_kernel", {static_cast<unsigned>(rows), 1, 1}, {dev::kRowThreads, 1, 1}, 0,
+                    [&] { dev::rmsnorm_fwd_kernel(y.data(), rstd.data(), x.data(), w.data(), h, 1e-5f); });
+    std::vector<double> partials(8);
+    ctx_emu::launch("sum_squares_partial", {8, 1, 1}, {dev::kRowThreads, 1, 1}, 0,
+                    [&] { dev::sum_squares_partial(partials.data(), x.data(), rows * h); });
+    std::vector<float> stat(3, 0.0f), dtable(vrows * hh, 0.0f);
+    ctx_emu::launch("sum_partials_into", {1, 1, 1}, {dev::kRowThreads, 1, 1}, 0,
+                    [&] { dev::sum_partials_into(&stat[dev::kStatGradNorm2], partials.data(), 8); });
+    ctx_emu::launch("embedding_bwd_sorted_kernel", {16, 1, 1}, {32, 1, 1}, 0, [&] {
+      dev::embedding_bwd_sorted_kernel(dtable.data(), dout.data(), keys.data(), positions.data(), tokens, hh, vrows);
+    });
+    return std::vector<std::vector<float>>{o, lse, dq, dk, dv, y, rstd, stat, dtable};
+  };
+  const auto in_order = run_all(0);
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    SCOPED_TRACE("schedule seed " + std::to_string(seed));
+    const auto shuffled = run_all(seed);
+    for (size_t k = 0; k < in_order.size(); ++k) EXPECT_EQ(in_order[k], shuffled[k]) << "output " << k;
+  }
+}
+
+// On any failure, the schedule seed the emulator ran with (CTX_EMU_SEED replays it).
+struct PrintSeedOnFailure : ::testing::EmptyTestEventListener {
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed()) std::printf("[ emulator ] schedule seed %llu (CTX_EMU_SEED=%llu replays it)\n",
+                                static_cast<unsigned long long>(ctx_emu::options().seed),
+                                static_cast<unsigned long long>(ctx_emu::options().seed));
+  }
+};
+const bool kSeedPrinter = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new PrintSeedOnFailure);
+  return true;
+}();
+
 }  // namespace
