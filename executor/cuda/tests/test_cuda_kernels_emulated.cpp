@@ -13,6 +13,7 @@
 #include "executor/cuda/attention_kernels.cuh"
 #include "executor/cuda/elementwise_kernels.cuh"
 #include "executor/cuda/reduce_kernels.cuh"
+#include "executor/cuda/tests/mma_emulator.hpp"
 //
 #include <gtest/gtest.h>
 
@@ -694,6 +695,106 @@ TEST(EmulatedCudaKernels, RealKernelsAreBitIdenticalUnderRandomisedSchedules) {
     const auto shuffled = run_all(seed);
     for (size_t k = 0; k < in_order.size(); ++k) EXPECT_EQ(in_order[k], shuffled[k]) << "output " << k;
   }
+}
+
+// mma.sync m16n8k16 (bf16 in, fp32 accumulate): fragments loaded with the PTX ISA's index
+// formulas give A*B + C; a planted fragment-index bug does not.
+struct MmaCase {
+  std::vector<uint16_t> A, B;  // A [16][16] row-major; B [16][8]: B[k * 8 + n]
+  std::vector<float> C;        // [16][8]
+  MmaCase() : A(256), B(128), C(128) {
+    auto a = randn(256, 60), b = randn(128, 61), c = randn(128, 62);
+    for (int i = 0; i < 256; ++i) A[i] = ctx_emu::mma::to_bf16(a[i]);
+    for (int i = 0; i < 128; ++i) B[i] = ctx_emu::mma::to_bf16(b[i]), C[i] = c[i];
+  }
+  // |D - reference| must be within 17 fp32 roundings (16 products added to C; the bf16 products
+  // are exact in fp32): 17 * 2^-24 * (|C| + sum |A B|), for any order of the additions
+  void expect_matches(const std::vector<float>& D, const std::string& what, bool want_match = true) const {
+    int bad = 0;
+    for (int m = 0; m < 16; ++m)
+      for (int n = 0; n < 8; ++n) {
+        double ref = C[m * 8 + n], mag = std::fabs(C[m * 8 + n]);
+        for (int k = 0; k < 16; ++k) {
+          const double p = static_cast<double>(ctx_emu::mma::from_bf16(A[m * 16 + k])) *
+                           static_cast<double>(ctx_emu::mma::from_bf16(B[k * 8 + n]));
+          ref += p;
+          mag += std::fabs(p);
+        }
+        const double tol = 17.0 * std::ldexp(1.0, -24) * mag;
+        if (std::fabs(D[m * 8 + n] - ref) > tol) {
+          ++bad;
+          if (want_match) ADD_FAILURE() << what << ": D[" << m << "][" << n << "] = " << D[m * 8 + n] << ", reference " << ref;
+        }
+      }
+    if (!want_match) EXPECT_GT(bad, 0) << what << ": the planted bug went unnoticed";
+  }
+};
+
+TEST(EmulatedCudaKernels, MmaM16n8k16Bf16FragmentsComputeTheProduct) {
+  namespace mma = ctx_emu::mma;
+  const MmaCase t;
+  // every element of A, B and C is held by exactly one (lane, index)
+  std::vector<int> seen_a(256), seen_b(128), seen_c(128);
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    for (unsigned i = 0; i < 8; ++i) ++seen_a[mma::a_row(lane, i) * 16 + mma::a_col(lane, i)];
+    for (unsigned i = 0; i < 4; ++i) ++seen_b[mma::b_row(lane, i) * 8 + mma::b_col(lane, i)];
+    for (unsigned i = 0; i < 4; ++i) ++seen_c[mma::c_row(lane, i) * 8 + mma::c_col(lane, i)];
+  }
+  for (int v : seen_a) ASSERT_EQ(v, 1);
+  for (int v : seen_b) ASSERT_EQ(v, 1);
+  for (int v : seen_c) ASSERT_EQ(v, 1);
+  // spot checks against the PTX ISA's figures: lane 5 (group 1, thread 1) holds A[1][2], A[1][3]
+  // in register 0, A[9][2..3] in register 1, A[1][10..11] in register 2, A[9][10..11] in register 3
+  EXPECT_EQ(mma::a_row(5, 0), 1u);
+  EXPECT_EQ(mma::a_col(5, 1), 3u);
+  EXPECT_EQ(mma::a_row(5, 2), 9u);
+  EXPECT_EQ(mma::a_col(5, 4), 10u);
+  EXPECT_EQ(mma::a_row(5, 7), 9u);
+  EXPECT_EQ(mma::b_row(5, 3), 11u);
+  EXPECT_EQ(mma::b_col(5, 0), 1u);
+  EXPECT_EQ(mma::c_row(5, 3), 9u);
+  EXPECT_EQ(mma::c_col(5, 3), 3u);
+  // (a) host side: the 32 lanes' fragments through the warp-collective operation
+  mma::FragA fa[32];
+  mma::FragB fb[32];
+  mma::FragC fc[32], fd[32];
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    fa[lane] = mma::load_a_fragment(t.A.data(), 16, lane);
+    fb[lane] = mma::load_b_fragment(t.B.data(), 8, lane);
+    fc[lane] = mma::load_c_fragment(t.C.data(), 8, lane);
+  }
+  mma::mma_m16n8k16_bf16(fa, fb, fc, fd);
+  std::vector<float> D(128);
+  for (unsigned lane = 0; lane < 32; ++lane) mma::store_c_fragment(D.data(), 8, lane, fd[lane]);
+  t.expect_matches(D, "host fragments");
+  // ... and inside an emulated kernel: one warp, each lane loading its own fragments
+  std::vector<float> Dk(128, 0.0f);
+  ctx_emu::launch("mma_tile", {1, 1, 1}, {32, 1, 1}, 0, [&] {
+    const unsigned lane = threadIdx.x % 32;
+    const mma::FragC d = mma::mma_sync(mma::load_a_fragment(t.A.data(), 16, lane),
+                                       mma::load_b_fragment(t.B.data(), 8, lane),
+                                       mma::load_c_fragment(t.C.data(), 8, lane));
+    mma::store_c_fragment(Dk.data(), 8, lane, d);
+  });
+  t.expect_matches(Dk, "kernel fragments");
+  // (b) planted: the two k-halves of A's registers swapped (registers 0,1 <-> 2,3)
+  mma::FragA swapped[32];
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    swapped[lane] = fa[lane];
+    std::swap(swapped[lane].r[0], swapped[lane].r[2]);
+    std::swap(swapped[lane].r[1], swapped[lane].r[3]);
+  }
+  mma::mma_m16n8k16_bf16(swapped, fb, fc, fd);
+  for (unsigned lane = 0; lane < 32; ++lane) mma::store_c_fragment(D.data(), 8, lane, fd[lane]);
+  t.expect_matches(D, "A's k-halves swapped", false);
+  // planted: B's column taken from threadID_in_group instead of groupID
+  mma::FragB bad_b[32];
+  for (unsigned lane = 0; lane < 32; ++lane)
+    for (unsigned i = 0; i < 4; ++i)
+      mma::set_half(bad_b[lane].r, i, t.B[mma::b_row(lane, i) * 8 + (lane % 4)]);
+  mma::mma_m16n8k16_bf16(fa, bad_b, fc, fd);
+  for (unsigned lane = 0; lane < 32; ++lane) mma::store_c_fragment(D.data(), 8, lane, fd[lane]);
+  t.expect_matches(D, "B's column from threadID_in_group", false);
 }
 
 // On any failure, the schedule seed the emulator ran with (CTX_EMU_SEED replays it).
