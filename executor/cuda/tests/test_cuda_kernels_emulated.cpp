@@ -1,9 +1,11 @@
 // The CUDA backend's kernel source (executor/cuda/*_kernels.cuh) executed on the CPU by the
 // emulator of the CUDA execution model (cuda_emulator.hpp) and compared with the CPU reference
 // backend. Label "cpu": runs everywhere, in CI. It verifies the kernels' indexing, masking, GQA
-// mapping, tiling, online-softmax merge and barrier uniformity; it says nothing about the GPU's
-// memory model, shared-memory limits, cuBLASLt, or speed (those are test_cuda_kernels, label gpu).
-// Launch geometry is the launchers' (row_blocks, key_blocks, *_smem, block sizes).
+// mapping, tiling, online-softmax merge and barrier uniformity, with the emulator's shared-memory
+// race detector, randomised block/thread order and sm_90 launch limits on (the tests at the end
+// prove each check with a planted bug, and the mma m16n8k16 fragment emulation); it says nothing
+// about the GPU's memory model, cuBLASLt, or speed (those are test_cuda_kernels, label gpu).
+// Launch geometry is the launchers' (row_blocks, key_blocks, *_smem, block sizes, the opt-in).
 //
 // Tolerances as in test_cuda_kernels.cpp (float32 on both sides; summation order differs).
 // The CPU backend is driven through its interface (upload, ops, download); the kernels run on
