@@ -60,8 +60,12 @@ struct Fiber {
 // What launches check, and the schedule seed (0: blocks and threads in index order).
 struct Options {
   bool race_check = race::available();
-  unsigned race_blocks = 1;  // blocks checked per launch, the first ones of the schedule (0: all);
-                             // each checked access costs two signals, so checking is rationed
+  // blocks checked per launch, the first ones of the schedule (0: all; CTX_EMU_RACE_BLOCKS sets
+  // it): each checked access costs two signals, so checking is rationed
+  unsigned race_blocks = [] {
+    const char* e = std::getenv("CTX_EMU_RACE_BLOCKS");
+    return e ? static_cast<unsigned>(std::strtoul(e, nullptr, 0)) : 1u;
+  }();
   bool limits = true;
   uint64_t seed = [] {
     const char* e = std::getenv("CTX_EMU_SEED");
