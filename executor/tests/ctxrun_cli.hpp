@@ -1,10 +1,12 @@
 // Test helper for the ctxrun CLI tests: a shell command with stdout and stderr captured together,
-// and the command line that runs ctxrun on N ranks (under mpirun, oversubscribed, when N > 1).
+// the command line that runs ctxrun on N ranks (under mpirun, oversubscribed, when N > 1), and the
+// plan case the parameterised ctxrun tests (memory fidelity, schedule) iterate over.
 // CTXRUN_BIN and MPIRUN come from the test's compile definitions.
 #pragma once
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <ostream>
 #include <string>
 
 namespace ctx::exec::testing {
@@ -29,6 +31,18 @@ inline std::string ctxrun(int ranks, const std::string& args) {
   if (ranks <= 1) return bin + " " + args;
   return std::string(MPIRUN) + " --allow-run-as-root --oversubscribe --bind-to none -np " + std::to_string(ranks) + " " +
          bin + " " + args;
+}
+
+// One ctxrun job of a parameterised test: ranks, model profile, tokens per sequence, plan.
+struct PlanCase {
+  int ranks;
+  const char* model;
+  int seq;
+  const char* plan;
+};
+
+inline std::ostream& operator<<(std::ostream& o, const PlanCase& c) {
+  return o << c.ranks << " ranks, " << c.model << ", seq " << c.seq << ", " << c.plan;
 }
 
 }  // namespace ctx::exec::testing

@@ -24,16 +24,7 @@ using nlohmann::json;
 
 namespace {
 
-struct Case {
-  int ranks;
-  const char* model;
-  int seq;
-  const char* plan;
-};
-
-std::ostream& operator<<(std::ostream& o, const Case& c) {
-  return o << c.ranks << " ranks, " << c.model << ", seq " << c.seq << ", " << c.plan;
-}
+using Case = ctx::exec::testing::PlanCase;
 
 // Each row exercises a different term of the model; the attention-heavy rows (cp=4 at 1024
 // tokens with a tiled MLP) put the peak in the attention backward, the others in the MLP backward.

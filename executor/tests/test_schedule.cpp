@@ -34,16 +34,7 @@ using namespace ctx;
 
 namespace {
 
-struct Case {
-  int ranks;
-  const char* model;
-  int seq;
-  const char* plan;
-};
-
-std::ostream& operator<<(std::ostream& o, const Case& c) {
-  return o << c.ranks << " ranks, " << c.model << ", seq " << c.seq << ", " << c.plan;
-}
+using Case = ctx::exec::testing::PlanCase;
 
 const Case kCases[] = {
     {4, "tiny", 128, "dp=2,cp=2,cp_kind=ring,zero=3,recompute=full,ckpt_offload=1"},
