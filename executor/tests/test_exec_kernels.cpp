@@ -353,6 +353,15 @@ void adamw_ref(double& w, double& m, double& v, double g, double gs, const AdamW
   const double vh = v / (1 - std::pow(double(a.beta2), double(a.step)));
   w -= a.lr * (mh / (std::sqrt(vh) + a.eps) + a.weight_decay * a.decay * w);
 }
+// AdamW's inputs: weights, first and second moments (non-negative), gradient; seeds seed..seed+3.
+struct AdamwInputs {
+  std::vector<float> w, m, v, g;
+};
+AdamwInputs adamw_inputs(int64_t n, uint64_t seed) {
+  AdamwInputs in{randn(n, seed), randn(n, seed + 1, 0.01f), randn(n, seed + 2, 0.01f), randn(n, seed + 3)};
+  for (auto& e : in.v) e = std::fabs(e);
+  return in;
+}
 }  // namespace
 
 // The clip decision is taken from the statistics tensor: a norm above clip scales the gradient by
@@ -360,8 +369,7 @@ void adamw_ref(double& w, double& m, double& v, double g, double gs, const AdamW
 TEST(ExecKernels, AdamwClipsFromTheNormInTheStatistics) {
   auto be = make_cpu_backend();
   const int64_t n = 200;
-  auto w0 = randn(n, 64), m0 = randn(n, 65, 0.01f), v0 = randn(n, 66, 0.01f), g = randn(n, 67);
-  for (auto& e : v0) e = std::fabs(e);
+  const auto [w0, m0, v0, g] = adamw_inputs(n, 64);
   AdamWArgs a;
   a.lr = 1e-2f;
   a.weight_decay = 0.1f;
@@ -389,8 +397,7 @@ TEST(ExecKernels, AdamwClipsFromTheNormInTheStatistics) {
 TEST(ExecKernels, AdamwSkipsTheStepWhenFlaggedOrTheNormIsNotFinite) {
   auto be = make_cpu_backend();
   const int64_t n = 64;
-  auto w0 = randn(n, 68), m0 = randn(n, 69, 0.01f), v0 = randn(n, 70, 0.01f), g = randn(n, 71);
-  for (auto& e : v0) e = std::fabs(e);
+  const auto [w0, m0, v0, g] = adamw_inputs(n, 68);
   AdamWArgs a;
   a.lr = 1e-2f;
   a.clip = 1.0f;
