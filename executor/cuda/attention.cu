@@ -7,6 +7,7 @@
 
 #include "executor/cuda/attention_kernels.cuh"
 #include "executor/cuda/cuda_check.hpp"
+#include "executor/cuda/launch.cuh"
 #include "executor/cuda/kernels.hpp"
 
 namespace ctx::exec::cuda::k {
@@ -45,7 +46,7 @@ void attention_forward(float* o, float* lse, const float* q, const float* k, con
   if (t.tq <= 0 || t.tk <= 0) return;
   attention_init();
   dim3 grid(row_blocks(t.tq, G.group), static_cast<unsigned>(G.hkv));
-  attn_fwd_kernel<<<grid, kWarps * 32, fwd_smem(G.d), s>>>(o, lse, q, t.q_index, t.q_doc, t.tq, k, v, t.k_index,
+  CTX_LAUNCH(grid, kWarps * 32, fwd_smem(G.d), s, attn_fwd_kernel)(o, lse, q, t.q_index, t.q_doc, t.tq, k, v, t.k_index,
                                                            t.k_doc, t.tk, t.kv_range, G);
   CTX_CUDA_LAUNCHED("attention_forward_block");
 }
@@ -57,11 +58,11 @@ void attention_backward(float* dq, float* dk, float* dv, const float* q, const f
   if (t.tq <= 0 || t.tk <= 0) return;
   attention_init();
   dim3 gq(row_blocks(t.tq, G.group), static_cast<unsigned>(G.hkv));
-  attn_dq_kernel<<<gq, kWarps * 32, dq_smem(G.d), s>>>(dq, q, t.q_index, t.q_doc, t.tq, k, v, t.k_index, t.k_doc, t.tk,
+  CTX_LAUNCH(gq, kWarps * 32, dq_smem(G.d), s, attn_dq_kernel)(dq, q, t.q_index, t.q_doc, t.tq, k, v, t.k_index, t.k_doc, t.tk,
                                                        t.kv_range, dout, lse, delta, G);
   CTX_CUDA_LAUNCHED("attention_backward_block dq");
   dim3 gk(key_blocks(t.tk), static_cast<unsigned>(G.hkv));
-  attn_dkdv_kernel<<<gk, kWarps * 32, dkdv_smem(G.d), s>>>(dk, dv, q, t.q_index, t.q_doc, t.tq, k, v, t.k_index,
+  CTX_LAUNCH(gk, kWarps * 32, dkdv_smem(G.d), s, attn_dkdv_kernel)(dk, dv, q, t.q_index, t.q_doc, t.tq, k, v, t.k_index,
                                                            t.k_doc, t.tk, t.kv_range, dout, lse, delta, G);
   CTX_CUDA_LAUNCHED("attention_backward_block dkdv");
 }

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "executor/cuda/cuda_check.hpp"
+#include "executor/cuda/launch.cuh"
 #include "executor/cuda/elementwise_kernels.cuh"
 #include "executor/cuda/kernels.hpp"
 
@@ -27,48 +28,48 @@ using namespace dev;
 
 void fill(float* p, float value, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  fill_kernel<<<blocks_for(n), kThreads, 0, s>>>(p, value, n);
+  CTX_LAUNCH(blocks_for(n), kThreads, 0, s, fill_kernel)(p, value, n);
   CTX_CUDA_LAUNCHED("fill");
 }
 void axpy(float* y, float alpha, const float* x, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  axpy_kernel<<<blocks_for(n), kThreads, 0, s>>>(y, alpha, x, n);
+  CTX_LAUNCH(blocks_for(n), kThreads, 0, s, axpy_kernel)(y, alpha, x, n);
   CTX_CUDA_LAUNCHED("axpy");
 }
 void scale(float* x, float alpha, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  scale_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, alpha, n);
+  CTX_LAUNCH(blocks_for(n), kThreads, 0, s, scale_kernel)(x, alpha, n);
   CTX_CUDA_LAUNCHED("scale");
 }
 void copy_cols(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t ncols, bool add,
                cudaStream_t s) {
   if (rows <= 0 || ncols <= 0) return;
-  copy_cols_kernel<<<blocks_for(rows * ncols), kThreads, 0, s>>>(dst, dst_ld, src, src_ld, rows, ncols, add);
+  CTX_LAUNCH(blocks_for(rows * ncols), kThreads, 0, s, copy_cols_kernel)(dst, dst_ld, src, src_ld, rows, ncols, add);
   CTX_CUDA_LAUNCHED(add ? "add_cols" : "copy_cols");
 }
 void rope(float* x, int64_t rows, int64_t heads, int64_t d, const int32_t* pos, const float* inv_freq, int64_t rot,
           float attn_scale, bool inverse, cudaStream_t s) {
   const int64_t half = rot / 2;
   if (rows <= 0 || half <= 0) return;
-  rope_kernel<<<blocks_for(rows * half), kThreads, 0, s>>>(x, rows, heads, d, pos, inv_freq, half, attn_scale,
+  CTX_LAUNCH(blocks_for(rows * half), kThreads, 0, s, rope_kernel)(x, rows, heads, d, pos, inv_freq, half, attn_scale,
                                                            inverse ? -1.0f : 1.0f);
   CTX_CUDA_LAUNCHED("rope");
 }
 void swiglu_forward(float* a, const float* gate, const float* up, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  swiglu_fwd_kernel<<<blocks_for(n), kThreads, 0, s>>>(a, gate, up, n);
+  CTX_LAUNCH(blocks_for(n), kThreads, 0, s, swiglu_fwd_kernel)(a, gate, up, n);
   CTX_CUDA_LAUNCHED("swiglu_forward");
 }
 void swiglu_backward(float* dgate, float* dup, const float* da, const float* gate, const float* up, int64_t n,
                      cudaStream_t s) {
   if (n <= 0) return;
-  swiglu_bwd_kernel<<<blocks_for(n), kThreads, 0, s>>>(dgate, dup, da, gate, up, n);
+  CTX_LAUNCH(blocks_for(n), kThreads, 0, s, swiglu_bwd_kernel)(dgate, dup, da, gate, up, n);
   CTX_CUDA_LAUNCHED("swiglu_backward");
 }
 void embedding_forward(float* out, const float* table, const int32_t* tok, int64_t tokens, int64_t h, int64_t v0,
                        int64_t vrows, cudaStream_t s) {
   if (tokens <= 0 || h <= 0) return;
-  embedding_fwd_kernel<<<blocks_for(tokens * h), kThreads, 0, s>>>(out, table, tok, tokens, h, v0, vrows);
+  CTX_LAUNCH(blocks_for(tokens * h), kThreads, 0, s, embedding_fwd_kernel)(out, table, tok, tokens, h, v0, vrows);
   CTX_CUDA_LAUNCHED("embedding_forward");
 }
 // Scratch layout: keys, positions, sorted keys, sorted positions (tokens int32 each, 256-byte
@@ -107,20 +108,20 @@ void embedding_backward(float* dtable, const float* dout, const int32_t* tok, in
   auto* spos = reinterpret_cast<int32_t*>(base + 3 * col);
   void* tmp = base + 4 * col;
   size_t tmp_bytes = cub_sort_bytes(tokens, vrows);
-  embedding_keys_kernel<<<blocks_for(tokens), kThreads, 0, s>>>(keys, pos, tok, tokens, v0, vrows);
+  CTX_LAUNCH(blocks_for(tokens), kThreads, 0, s, embedding_keys_kernel)(keys, pos, tok, tokens, v0, vrows);
   CTX_CUDA_LAUNCHED("embedding_backward keys");
   // LSD radix sort: stable, so the positions of one row stay in token order
   CTX_CUDA(cub::DeviceRadixSort::SortPairs(tmp, tmp_bytes, keys, skeys, pos, spos, static_cast<int>(tokens), 0,
                                            key_bits(vrows), s));
   const int64_t grid = tokens < 65535 * 16 ? tokens : 65535 * 16;  // blocks stride over the rest
-  embedding_bwd_sorted_kernel<<<static_cast<unsigned>(grid), 128, 0, s>>>(dtable, dout, skeys, spos, tokens, h, vrows);
+  CTX_LAUNCH(static_cast<unsigned>(grid), 128, 0, s, embedding_bwd_sorted_kernel)(dtable, dout, skeys, spos, tokens, h, vrows);
   CTX_CUDA_LAUNCHED("embedding_backward");
 }
 void adamw(float* master, float* m, float* v, const float* grad, const float* stats, float decay, int64_t n, float lr,
            float beta1, float beta2, float eps, float weight_decay, float clip, double bc1, double bc2,
            cudaStream_t s) {
   if (n <= 0) return;
-  adamw_kernel<<<blocks_for(n), kThreads, 0, s>>>(master, m, v, grad, stats, decay, n, lr, beta1, beta2, eps,
+  CTX_LAUNCH(blocks_for(n), kThreads, 0, s, adamw_kernel)(master, m, v, grad, stats, decay, n, lr, beta1, beta2, eps,
                                                   weight_decay, clip, bc1, bc2);
   CTX_CUDA_LAUNCHED("adamw");
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "executor/cuda/cuda_check.hpp"
+#include "executor/cuda/launch.cuh"
 #include "executor/cuda/kernels.hpp"
 #include "executor/cuda/reduce_kernels.cuh"
 
@@ -24,29 +25,29 @@ unsigned grid_for(int64_t n, int64_t cap) {
 
 void sum_squares(float* stat, double* partials, const float* x, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  sum_squares_partial<<<kReduceBlocks, kRowThreads, 0, s>>>(partials, x, n);
+  CTX_LAUNCH(kReduceBlocks, kRowThreads, 0, s, sum_squares_partial)(partials, x, n);
   CTX_CUDA_LAUNCHED("sum_squares");
-  sum_partials_into<<<1, kRowThreads, 0, s>>>(stat, partials, kReduceBlocks);
+  CTX_LAUNCH(1, kRowThreads, 0, s, sum_partials_into)(stat, partials, kReduceBlocks);
   CTX_CUDA_LAUNCHED("sum_squares");
 }
 void flag_nonfinite(float* stat, int* flag, const float* x, int64_t n, float code, cudaStream_t s) {
   if (n <= 0) return;
   CTX_CUDA(cudaMemsetAsync(flag, 0, sizeof(int), s));
-  nonfinite_kernel<<<grid_for(n, 4096), kRowThreads, 0, s>>>(flag, x, n);
+  CTX_LAUNCH(grid_for(n, 4096), kRowThreads, 0, s, nonfinite_kernel)(flag, x, n);
   CTX_CUDA_LAUNCHED("flag_nonfinite");
-  flag_finish_kernel<<<1, 32, 0, s>>>(stat, flag, code);
+  CTX_LAUNCH(1, 32, 0, s, flag_finish_kernel)(stat, flag, code);
   CTX_CUDA_LAUNCHED("flag_nonfinite");
 }
 void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t rows, int64_t h, float eps,
                      cudaStream_t s) {
   if (rows <= 0) return;
-  rmsnorm_fwd_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(y, rstd, x, w, h, eps);
+  CTX_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, rmsnorm_fwd_kernel)(y, rstd, x, w, h, eps);
   CTX_CUDA_LAUNCHED("rmsnorm_forward");
 }
 void rmsnorm_backward_dx(float* dx, const float* dy, const float* x, const float* rstd, const float* w, int64_t rows,
                          int64_t h, cudaStream_t s) {
   if (rows <= 0) return;
-  rmsnorm_bwd_dx_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(dx, dy, x, rstd, w, h);
+  CTX_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, rmsnorm_bwd_dx_kernel)(dx, dy, x, rstd, w, h);
   CTX_CUDA_LAUNCHED("rmsnorm_backward");
 }
 int64_t rmsnorm_dw_chunks(int64_t rows) { return rows < kDwChunks ? (rows < 1 ? 1 : rows) : kDwChunks; }
@@ -55,39 +56,39 @@ void rmsnorm_backward_dw(float* dw, float* scratch, const float* dy, const float
   if (rows <= 0 || h <= 0) return;
   const int64_t chunks = rmsnorm_dw_chunks(rows), per = (rows + chunks - 1) / chunks;
   dim3 grid(static_cast<unsigned>((h + kRowThreads - 1) / kRowThreads), static_cast<unsigned>(chunks));
-  rmsnorm_dw_partial<<<grid, kRowThreads, 0, s>>>(scratch, dy, x, rstd, rows, h, per);
+  CTX_LAUNCH(grid, kRowThreads, 0, s, rmsnorm_dw_partial)(scratch, dy, x, rstd, rows, h, per);
   CTX_CUDA_LAUNCHED("rmsnorm_backward dw");
-  rmsnorm_dw_finish<<<grid.x, kRowThreads, 0, s>>>(dw, scratch, chunks, h);
+  CTX_LAUNCH(grid.x, kRowThreads, 0, s, rmsnorm_dw_finish)(dw, scratch, chunks, h);
   CTX_CUDA_LAUNCHED("rmsnorm_backward dw");
 }
 void row_max(float* out, const float* logits, int64_t rows, int64_t cols, int64_t valid, cudaStream_t s) {
   if (rows <= 0) return;
-  row_max_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(out, logits, cols, valid);
+  CTX_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, row_max_kernel)(out, logits, cols, valid);
   CTX_CUDA_LAUNCHED("row_max");
 }
 void sumexp_and_target(float* out, const float* logits, const float* mx, const int32_t* target, int64_t rows,
                        int64_t cols, int64_t valid, int64_t v0, cudaStream_t s) {
   if (rows <= 0) return;
-  sumexp_target_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(out, logits, mx, target, cols, valid, v0);
+  CTX_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, sumexp_target_kernel)(out, logits, mx, target, cols, valid, v0);
   CTX_CUDA_LAUNCHED("sumexp_and_target");
 }
 void xent_finish(float* lse, float* loss_stat, const float* mx, const float* se, const int32_t* target, int64_t rows,
                  cudaStream_t s) {
   if (rows <= 0) return;
-  xent_finish_kernel<<<1, kRowThreads, 0, s>>>(lse, loss_stat, mx, se, target, rows);
+  CTX_LAUNCH(1, kRowThreads, 0, s, xent_finish_kernel)(lse, loss_stat, mx, se, target, rows);
   CTX_CUDA_LAUNCHED("xent_finish");
 }
 void xent_grad_inplace(float* logits, const float* lse, const int32_t* target, float weight, int64_t rows,
                        int64_t cols, int64_t valid, int64_t v0, cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return;
-  xent_grad_kernel<<<grid_for(rows * cols, 65535 * 16), kRowThreads, 0, s>>>(logits, lse, target, weight, rows, cols,
+  CTX_LAUNCH(grid_for(rows * cols, 65535 * 16), kRowThreads, 0, s, xent_grad_kernel)(logits, lse, target, weight, rows, cols,
                                                                           valid, v0);
   CTX_CUDA_LAUNCHED("xent_grad_inplace");
 }
 void attention_delta(float* delta, const float* dout, const float* o, int64_t rows, int64_t d, cudaStream_t s) {
   if (rows <= 0) return;
   const int64_t threads = rows * 32;
-  attention_delta_kernel<<<grid_for(threads, INT32_MAX), kRowThreads, 0, s>>>(delta, dout, o, rows, d);
+  CTX_LAUNCH(grid_for(threads, INT32_MAX), kRowThreads, 0, s, attention_delta_kernel)(delta, dout, o, rows, d);
   CTX_CUDA_LAUNCHED("attention_delta");
 }
 
