@@ -1,6 +1,6 @@
 // A CPU emulator of the CUDA execution model, for running the backend's kernel source
 // (executor/cuda/*_kernels.cuh) in tests on machines without a GPU. Each block runs its threads
-// as cooperative fibers (ucontext) on one OS thread; __syncthreads, __syncthreads_or, warp
+// as cooperative fibers (a register switch on x86-64, ucontext elsewhere) on one OS thread; __syncthreads, __syncthreads_or, warp
 // shuffles, __any_sync and __syncwarp are barriers over the block or the warp. A fiber runs
 // until it reaches a barrier (or exits), then the next runnable fiber runs: between barriers the
 // threads of a block run one after another, never interleaved within a barrier interval. Blocks
@@ -32,6 +32,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <random>
 #include <cstdint>
 #include <cstring>
@@ -48,9 +49,35 @@ struct Idx {
   unsigned x = 0, y = 0, z = 0;
 };
 
+// Switching between fibers. x86-64: a hand-written switch of the callee-saved registers, the
+// stack pointer, MXCSR and the x87 control word (tens of nanoseconds; glibc's swapcontext also
+// saves the signal mask, a system call per switch, which made a launch of 16K threads cost a
+// second). Elsewhere: ucontext.
+#if defined(__x86_64__)
+#define CTX_EMU_FAST_SWITCH 1
+// Saves the registers on the current stack, stores its pointer in *from, continues on `to`.
+__attribute__((naked, noinline)) static void ctx_emu_switch(void** /*from*/, void* /*to*/) {
+  asm volatile(
+      "pushq %rbp\n\tpushq %rbx\n\tpushq %r12\n\tpushq %r13\n\tpushq %r14\n\tpushq %r15\n\t"
+      "subq $8, %rsp\n\tstmxcsr (%rsp)\n\tfnstcw 4(%rsp)\n\t"
+      "movq %rsp, (%rdi)\n\tmovq %rsi, %rsp\n\t"
+      "ldmxcsr (%rsp)\n\tfldcw 4(%rsp)\n\taddq $8, %rsp\n\t"
+      "popq %r15\n\tpopq %r14\n\tpopq %r13\n\tpopq %r12\n\tpopq %rbx\n\tpopq %rbp\n\tret\n\t");
+}
+#endif
+
+// Fiber stacks, kept across launches (allocating and zeroing 256 KiB per thread per launch cost
+// more than the kernels): stack(i) is the i-th stack of this OS thread.
+inline char* fiber_stack(size_t i, size_t bytes) {
+  thread_local std::vector<std::unique_ptr<char[]>> pool;
+  while (pool.size() <= i) pool.emplace_back(new char[bytes]);
+  return pool[i].get();
+}
+constexpr size_t kFiberStackBytes = 256 * 1024;
+
 struct Fiber {
   ucontext_t ctx{};
-  std::vector<char> stack;
+  void* sp = nullptr;  // CTX_EMU_FAST_SWITCH: the saved stack pointer
   Idx tid;
   enum State { run, warp_wait, block_wait, done } state = run;
   unsigned warp_gen = 0, block_gen = 0;
@@ -85,6 +112,7 @@ struct BlockState {
   int block_or[2] = {0, 0};                     // __syncthreads_or accumulators by generation
   std::function<void()> body;
   ucontext_t scheduler{};
+  void* scheduler_sp = nullptr;
   Fiber* current = nullptr;
   std::string kernel;
   std::mt19937_64 rng;
@@ -106,7 +134,11 @@ inline void yield_as(Fiber::State st) {
   // a compiler barrier: the static __shared__ arrays never escape, so without it the compiler may
   // move their loads and stores across the call (an order no GPU barrier allows)
   CTX_EMU_COMPILER_BARRIER();
+#if CTX_EMU_FAST_SWITCH
+  ctx_emu_switch(&f.sp, state()->scheduler_sp);
+#else
   swapcontext(&f.ctx, &state()->scheduler);
+#endif
   CTX_EMU_COMPILER_BARRIER();
 }
 
@@ -163,6 +195,10 @@ inline bool any_sync(unsigned, bool p) {
 inline void fiber_entry() {
   state()->body();
   me().state = Fiber::done;  // uc_link returns to the scheduler
+#if CTX_EMU_FAST_SWITCH
+  ctx_emu_switch(&me().sp, state()->scheduler_sp);
+  __builtin_trap();  // a finished fiber is never resumed
+#endif
 }
 
 // Runs one block to completion; throws when the threads deadlock on divergent barriers.
@@ -174,15 +210,30 @@ inline void run_block(BlockState& b) {
   b.block_or[0] = b.block_or[1] = 0;
   for (unsigned t = 0; t < n; ++t) {
     Fiber& f = b.fibers[t];
-    f.stack.resize(256 * 1024);
+    char* stack = fiber_stack(t, kFiberStackBytes);
     f.tid = {t % b.block_dim.x, t / b.block_dim.x, 0};
     f.state = Fiber::run;
     f.warp_gen = f.block_gen = f.fence_gen = 0;
+#if CTX_EMU_FAST_SWITCH
+    // the frame ctx_emu_switch pops: MXCSR and x87 control word, six registers, then the return
+    // address (fiber_entry) and a null return address for it (16-byte alignment as after a call)
+    auto top = (reinterpret_cast<uintptr_t>(stack) + kFiberStackBytes) & ~uintptr_t{15};
+    auto* frame = reinterpret_cast<uint64_t*>(top) - 9;
+    uint32_t mxcsr = 0;
+    uint16_t fcw = 0;
+    asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(mxcsr), "=m"(fcw));
+    frame[0] = static_cast<uint64_t>(mxcsr) | (static_cast<uint64_t>(fcw) << 32);
+    for (int r = 1; r <= 6; ++r) frame[r] = 0;
+    frame[7] = reinterpret_cast<uint64_t>(&fiber_entry);
+    frame[8] = 0;
+    f.sp = frame;
+#else
     getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack.data();
-    f.ctx.uc_stack.ss_size = f.stack.size();
+    f.ctx.uc_stack.ss_sp = stack;
+    f.ctx.uc_stack.ss_size = kFiberStackBytes;
     f.ctx.uc_link = &b.scheduler;
     makecontext(&f.ctx, fiber_entry, 0);
+#endif
   }
   std::vector<unsigned> order(n);
   for (unsigned t = 0; t < n; ++t) order[t] = t;
@@ -193,7 +244,11 @@ inline void run_block(BlockState& b) {
       Fiber& f = b.fibers[t];
       if (f.state != Fiber::run) continue;
       b.current = &f;
+#if CTX_EMU_FAST_SWITCH
+      ctx_emu_switch(&b.scheduler_sp, f.sp);
+#else
       swapcontext(&b.scheduler, &f.ctx);
+#endif
       b.current = nullptr;
       ran = true;
     }
