@@ -1,6 +1,6 @@
 // The NCCL communicator: the view-level Comm (executor/comm.hpp) on NCCL, for the CUDA backend's
-// memory. Compiles everywhere NCCL is installed; not wired into ctxrun yet; untested on GPUs
-// (docs/CUDA.md).
+// memory. Compiles everywhere NCCL is installed; compiles, untested on GPU (docs/CUDA.md); the
+// watchdog's policy is tested on the CPU (tests/test_nccl_watchdog.cpp).
 //
 //   bootstrap   one NCCL communicator per process group, made from that group's HostComm (an MPI
 //               sub-group from CommWorld::split, or the one-rank world): the group's rank 0
@@ -21,22 +21,38 @@
 //   host path   host_allreduce_max/sum and barrier wait for both streams, then run on the
 //               HostComm (MPI): they are the blocking control path (flags, step counters), a few
 //               scalars per step, where a device round trip would buy nothing.
-//   errors      every host-path call, wait() in blocking mode and the destructor check
-//               ncclCommGetAsyncError; CTXPLAN_NCCL_BLOCKING=1 makes every collective and wait()
-//               wait on the host, with a timeout (CTXPLAN_NCCL_TIMEOUT_S, default 600 s) that
-//               aborts the communicator and names the operation and the rank (debugging a hang).
+//   failures    every communicator is non-blocking (ncclConfig_t blocking = 0, so no NCCL call
+//               can hang the host: a call that answers ncclInProgress is settled by polling
+//               ncclCommGetAsyncError under the timeout) and is watched by the process's NCCL
+//               watchdog (nccl_watchdog.hpp): a thread polls each communicator's asynchronous
+//               error and its oldest unfinished operation (events recorded before and after it
+//               on the communicator's stream). An error, or an operation that has run longer
+//               than CTXPLAN_NCCL_TIMEOUT_S (default 300 s) since it started on the device,
+//               aborts every communicator (ncclCommAbort) and ends the process with exit code 1
+//               and one message naming the operation, the group, the rank and how long it ran.
+//               CTXPLAN_NCCL_BLOCKING=1 additionally makes every collective and wait() wait on
+//               the host (debugging: the failing call is then on the stack).
 //   lifetimes   a buffer passed to isend/irecv must stay allocated until wait() (the caching
 //               allocator orders reuse by the compute stream only).
 #pragma once
 #include <memory>
+#include <string>
 
 #include "executor/backend.hpp"
 #include "executor/comm.hpp"
 
 namespace ctx::exec {
+namespace cuda {
 
 // A Comm over the process group of `host` for a process whose CUDA backend is `be`. Collective
-// over the group (every member calls it). Throws when `be` is not the CUDA backend.
+// over the group (every member calls it). `group_name` (e.g. "dp", "cp ring") names the group in
+// failure messages. Throws when `be` is not the CUDA backend.
+std::unique_ptr<Comm> make_nccl_comm(Backend& be, std::unique_ptr<HostComm> host, const std::string& group_name = "");
+
+}  // namespace cuda
+
+// The old entry point (cuda_backend.cpp): cuda::make_nccl_comm with no group name. Defined only
+// in the real build (not when the emulated build renames namespace cuda).
 std::unique_ptr<Comm> make_nccl_comm(Backend& be, std::unique_ptr<HostComm> host);
 
 }  // namespace ctx::exec
