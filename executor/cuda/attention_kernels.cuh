@@ -1,5 +1,10 @@
-// Device code of the flash-style blockwise attention (float32, head_dim <= 256); launchers in
-// attention.cu. Also run by the CPU emulator in the tests (executor/cuda/tests/cuda_emulator.hpp).
+// Device code of the flash-style blockwise attention (head_dim <= 256); launchers in
+// attention.cu. Storage: each kernel is a template on the storage type of its inputs T (q, k, v,
+// dout) and of its output (o; dq; dk and dv), each float or uint16_t (bf16 bits): tiles are
+// widened into float shared memory on load, all arithmetic is float (as the fp32 kernel's), and a
+// bf16 output is read, updated in float and rounded once per call (bf16_device.cuh), as the CPU
+// reference does (backend.hpp). Inputs and outputs may differ: under context parallelism the
+// merged output and dQ accumulate in fp32 buffers while q, k, v are bf16. lse and delta are f32. Also run by the CPU emulator in the tests (executor/cuda/tests/cuda_emulator.hpp).
 //
 // Rows and GQA. For KV head g the query rows are the (token i, query head h) pairs with
 // h / group == g, flattened as R = i * group + (h - g * group). A thread block owns 16 such rows
@@ -32,6 +37,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "executor/cuda/bf16_device.cuh"
 #include "executor/cuda/kernels.hpp"
 #include "executor/cuda/warp_common.cuh"
 
@@ -61,14 +67,14 @@ __device__ inline bool row_of(int64_t R, int64_t rows, const Geo& G, int64_t g, 
   return true;
 }
 
-// Loads `n` rows (of `d` floats, source row stride `src_ld`, from row pointers computed by `at`)
-// into shared memory with destination stride `ld`; rows past the end are zero.
+// Loads `n` rows (of `d` values, float or bf16, widened to float, from row pointers computed by
+// `at`) into shared memory with destination stride `stride`; rows past the end are zero.
 template <typename At>
-__device__ void load_rows(float* dst, int ld, int n, int64_t d, At at) {
+__device__ void load_rows(float* dst, int stride, int n, int64_t d, At at) {
   for (int t = threadIdx.x; t < n * d; t += blockDim.x) {
     const int r = t / static_cast<int>(d), e = t % static_cast<int>(d);
-    const float* src = at(r);
-    dst[r * ld + e] = src ? src[e] : 0.0f;
+    const auto* src = at(r);
+    dst[r * stride + e] = src ? ld(src, e) : 0.0f;
   }
 }
 
@@ -142,9 +148,10 @@ __device__ inline void add_tile_product(float (&acc)[kPerWarp][kMaxC], const flo
   }
 }
 
-__global__ void __launch_bounds__(kWarps * 32) attn_fwd_kernel(float* o, float* lse, const float* q,
+template <typename T, typename TO>
+__global__ void __launch_bounds__(kWarps * 32) attn_fwd_kernel(TO* o, float* lse, const T* q,
                                                                const int64_t* q_index, const int32_t* q_doc, int64_t tq,
-                                                               const float* k, const float* v, const int64_t* k_index,
+                                                               const T* k, const T* v, const int64_t* k_index,
                                                                const int32_t* k_doc, int64_t tk,
                                                                const int32_t* kv_range, Geo G) {
   CTX_DYNAMIC_SMEM(smem);
@@ -163,7 +170,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_fwd_kernel(float* o, float* 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nc = (d + 31) / 32;
 
-  load_rows(Qs, d, kOwn, d, [&](int r) -> const float* {
+  load_rows(Qs, d, kOwn, d, [&](int r) -> const T* {
     int64_t i, h;
     return row_of(R0 + r, rows, G, g, i, h) ? q + (i * G.hq + h) * G.d : nullptr;
   });
@@ -192,8 +199,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_fwd_kernel(float* o, float* 
   for (int64_t t0 = t_begin; t0 < t_end; t0 += kTile) {
     if (!key_tile_visible(Ki, Kd, Qi, Qd, Qlo, Qhi, t0, tk, k_index, k_doc)) continue;  // e.g. causal: keys after every query
     const int64_t kv_ld = G.hkv * G.d;
-    load_rows(Ks, kld, kTile, d, [&](int j) -> const float* { return t0 + j < tk ? k + (t0 + j) * kv_ld + g * G.d : nullptr; });
-    load_rows(Vs, d, kTile, d, [&](int j) -> const float* { return t0 + j < tk ? v + (t0 + j) * kv_ld + g * G.d : nullptr; });
+    load_rows(Ks, kld, kTile, d, [&](int j) -> const T* { return t0 + j < tk ? k + (t0 + j) * kv_ld + g * G.d : nullptr; });
+    load_rows(Vs, d, kTile, d, [&](int j) -> const T* { return t0 + j < tk ? v + (t0 + j) * kv_ld + g * G.d : nullptr; });
     __syncthreads();
 
     const int64_t kidx = Ki[lane], kj = t0 + lane;
@@ -242,7 +249,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_fwd_kernel(float* o, float* 
     if (!valid[rr] || l[rr] == 0.0f) continue;  // no visible key in this block
     const float blk = m[rr] + logf(l[rr]);
     const int64_t row = qi[rr] * G.hq + qh[rr];
-    float* orow = o + row * G.d;
+    TO* orow = o + row * G.d;
     const float old = lse[row];
     float w_old, w_new, nl;
     if (old == -INFINITY) {
@@ -258,7 +265,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_fwd_kernel(float* o, float* 
 #pragma unroll
     for (int c = 0; c < kMaxC; ++c) {
       const int e = c * 32 + lane;
-      if (c < nc && e < d) orow[e] = old == -INFINITY ? acc[rr][c] / l[rr] : orow[e] * w_old + acc[rr][c] * w_new;
+      if (c < nc && e < d)
+        st(orow, e, old == -INFINITY ? acc[rr][c] / l[rr] : ld(orow, e) * w_old + acc[rr][c] * w_new);
     }
     __syncwarp();
     if (lane == 0) lse[row] = nl;
@@ -266,11 +274,12 @@ __global__ void __launch_bounds__(kWarps * 32) attn_fwd_kernel(float* o, float* 
 }
 
 // ---------------------------------------------------------------- backward: dq
-__global__ void __launch_bounds__(kWarps * 32) attn_dq_kernel(float* dq, const float* q, const int64_t* q_index,
-                                                              const int32_t* q_doc, int64_t tq, const float* k,
-                                                              const float* v, const int64_t* k_index,
+template <typename T, typename TQ>
+__global__ void __launch_bounds__(kWarps * 32) attn_dq_kernel(TQ* dq, const T* q, const int64_t* q_index,
+                                                              const int32_t* q_doc, int64_t tq, const T* k,
+                                                              const T* v, const int64_t* k_index,
                                                               const int32_t* k_doc, int64_t tk,
-                                                              const int32_t* kv_range, const float* dout,
+                                                              const int32_t* kv_range, const T* dout,
                                                               const float* lse, const float* delta, Geo G) {
   CTX_DYNAMIC_SMEM(smem);
   const int d = static_cast<int>(G.d), kld = d + 1;
@@ -288,7 +297,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_dq_kernel(float* dq, const f
   const int64_t g = blockIdx.y, rows = tq * G.group, R0 = static_cast<int64_t>(blockIdx.x) * kOwn;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nc = (d + 31) / 32;
-  auto qrow_ptr = [&](int r, const float* base) -> const float* {
+  auto qrow_ptr = [&](int r, const T* base) -> const T* {
     int64_t i, h;
     return row_of(R0 + r, rows, G, g, i, h) ? base + (i * G.hq + h) * G.d : nullptr;
   };
@@ -320,8 +329,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_dq_kernel(float* dq, const f
   for (int64_t t0 = t_begin; t0 < t_end; t0 += kTile) {
     if (!key_tile_visible(Ki, Kd, Qi, Qd, Qlo, Qhi, t0, tk, k_index, k_doc)) continue;
     const int64_t kv_ld = G.hkv * G.d;
-    load_rows(Ks, kld, kTile, d, [&](int j) -> const float* { return t0 + j < tk ? k + (t0 + j) * kv_ld + g * G.d : nullptr; });
-    load_rows(Vs, kld, kTile, d, [&](int j) -> const float* { return t0 + j < tk ? v + (t0 + j) * kv_ld + g * G.d : nullptr; });
+    load_rows(Ks, kld, kTile, d, [&](int j) -> const T* { return t0 + j < tk ? k + (t0 + j) * kv_ld + g * G.d : nullptr; });
+    load_rows(Vs, kld, kTile, d, [&](int j) -> const T* { return t0 + j < tk ? v + (t0 + j) * kv_ld + g * G.d : nullptr; });
     __syncthreads();
 
     const int64_t kidx = Ki[lane], kj = t0 + lane;
@@ -359,22 +368,23 @@ __global__ void __launch_bounds__(kWarps * 32) attn_dq_kernel(float* dq, const f
 #pragma unroll
   for (int rr = 0; rr < kPerWarp; ++rr) {
     if (!valid[rr]) continue;
-    float* dqrow = dq + (qi[rr] * G.hq + qh[rr]) * G.d;
+    TQ* dqrow = dq + (qi[rr] * G.hq + qh[rr]) * G.d;
 #pragma unroll
     for (int c = 0; c < kMaxC; ++c) {
       const int e = c * 32 + lane;
-      if (c < nc && e < d) dqrow[e] += acc[rr][c];
+      if (c < nc && e < d) st(dqrow, e, ld(dqrow, e) + acc[rr][c]);
     }
   }
 }
 
 // ---------------------------------------------------------------- backward: dk, dv
-__global__ void __launch_bounds__(kWarps * 32) attn_dkdv_kernel(float* dk, float* dv, const float* q,
+template <typename T, typename TKV>
+__global__ void __launch_bounds__(kWarps * 32) attn_dkdv_kernel(TKV* dk, TKV* dv, const T* q,
                                                                 const int64_t* q_index, const int32_t* q_doc,
-                                                                int64_t tq, const float* k, const float* v,
+                                                                int64_t tq, const T* k, const T* v,
                                                                 const int64_t* k_index, const int32_t* k_doc,
                                                                 int64_t tk, const int32_t* kv_range,
-                                                                const float* dout, const float* lse,
+                                                                const T* dout, const float* lse,
                                                                 const float* delta, Geo G) {
   CTX_DYNAMIC_SMEM(smem);
   const int d = static_cast<int>(G.d), qld = d + 1;
@@ -395,8 +405,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_dkdv_kernel(float* dk, float
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nc = (d + 31) / 32;
   const int64_t kv_ld = G.hkv * G.d;
-  load_rows(Ks, d, kOwn, d, [&](int j) -> const float* { return J0 + j < tk ? k + (J0 + j) * kv_ld + g * G.d : nullptr; });
-  load_rows(Vs, d, kOwn, d, [&](int j) -> const float* { return J0 + j < tk ? v + (J0 + j) * kv_ld + g * G.d : nullptr; });
+  load_rows(Ks, d, kOwn, d, [&](int j) -> const T* { return J0 + j < tk ? k + (J0 + j) * kv_ld + g * G.d : nullptr; });
+  load_rows(Vs, d, kOwn, d, [&](int j) -> const T* { return J0 + j < tk ? v + (J0 + j) * kv_ld + g * G.d : nullptr; });
 
   bool kvalid[kPerWarp];
   int64_t kidx[kPerWarp];
@@ -444,7 +454,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_dkdv_kernel(float* dk, float
       }
     }
     if (!__syncthreads_or(see)) continue;  // no query of this tile sees a key of this block
-    auto qrow_ptr = [&](int r, const float* base) -> const float* {
+    auto qrow_ptr = [&](int r, const T* base) -> const T* {
       int64_t i, h;
       return row_of(R0 + r, rows, G, g, i, h) ? base + (i * G.hq + h) * G.d : nullptr;
     };
@@ -505,14 +515,14 @@ __global__ void __launch_bounds__(kWarps * 32) attn_dkdv_kernel(float* dk, float
   for (int kk = 0; kk < kPerWarp; ++kk) {
     if (!kvalid[kk]) continue;
     const int64_t j = J0 + warp * kPerWarp + kk;
-    float* dkrow = dk + j * kv_ld + g * G.d;
-    float* dvrow = dv + j * kv_ld + g * G.d;
+    TKV* dkrow = dk + j * kv_ld + g * G.d;
+    TKV* dvrow = dv + j * kv_ld + g * G.d;
 #pragma unroll
     for (int c = 0; c < kMaxC; ++c) {
       const int e = c * 32 + lane;
       if (c < nc && e < d) {
-        dkrow[e] += dka[kk][c];
-        dvrow[e] += dva[kk][c];
+        st(dkrow, e, ld(dkrow, e) + dka[kk][c]);
+        st(dvrow, e, ld(dvrow, e) + dva[kk][c]);
       }
     }
   }

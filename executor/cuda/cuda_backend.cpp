@@ -3,6 +3,14 @@
 // view's dtype and shape, takes its device pointer and launches on the backend's stream. Nothing
 // is staged: token data arrives through upload, and every tensor is the backend's own memory.
 //
+// bf16 (issue 13): every op takes f32 or bf16 views where the interface does (backend.hpp), with
+// the CPU reference's semantics: bf16 stored round-to-nearest-even, an op widens its bf16 inputs,
+// computes in fp32 exactly as for f32 and rounds its outputs once. The kernels are templates on
+// their storage types (kernels.hpp), dispatched here from the views' dtypes. Where one kernel
+// parameter stands for several tensors (SwiGLU's, RMSNorm's x, w, y, attention's q, k, v, dout)
+// and the views mix f32 and bf16, the op runs on f32 temporaries (Widened below), which is the
+// reference's own procedure, so the numerics do not change.
+//
 // Status: compiles, untested on GPU (docs/CUDA.md).
 #include "executor/cuda/cuda_backend.hpp"
 
@@ -17,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "executor/bf16.hpp"
 #include "executor/comm.hpp"
 #include "executor/cuda/caching_allocator.hpp"
 #ifdef CTXPLAN_HAVE_NCCL
@@ -30,6 +39,7 @@ namespace ctx::exec {
 namespace {
 
 using cuda::CachingAllocator;
+using cuda::k::bf16_bits;
 using cuda::GemmType;
 using cuda::LtGemm;
 
@@ -59,6 +69,29 @@ static_assert(kStatLossSum == 0 && kStatNonFinite == 1 && kStatGradNorm2 == 2 &&
 
 void need(bool ok, const char* op, const std::string& what) {
   if (!ok) throw std::invalid_argument(std::string("cuda backend: ") + op + ": " + what);
+}
+bool is_float(DType t) { return t == DType::f32 || t == DType::bf16; }
+void need_float(const View& v, const char* op) {
+  need(is_float(v.dtype()), op, std::string("expects a float tensor (f32 or bf16), got ") + to_string(v.dtype()));
+}
+// Calls f(float{}) or f(bf16_bits{}) by a float view's dtype: the kernels' storage type.
+template <class F>
+void by_dtype(const View& v, const char* op, F&& f) {
+  need_float(v, op);
+  if (v.dtype() == DType::f32) f(float{});
+  else f(bf16_bits{});
+}
+// Whether the (non-empty) float views share one dtype; *dt gets it.
+bool one_dtype(std::initializer_list<View> vs, const char* op, DType* dt) {
+  bool first = true, same = true;
+  for (const View& v : vs) {
+    if (!v) continue;
+    need_float(v, op);
+    if (first) *dt = v.dtype();
+    else same = same && v.dtype() == *dt;
+    first = false;
+  }
+  return same;
 }
 
 class CudaBackend final : public Backend {
@@ -124,8 +157,18 @@ class CudaBackend final : public Backend {
 
   // ---- the host boundary. cudaMemcpyAsync from pageable host memory returns once the source
   // has been copied to the driver's staging buffer, so the caller may reuse `src` at once; the
-  // copy to the tensor stays in stream order.
-  void upload(View dst, const float* src) override { copy_in(dst, src, f32(dst, "upload"), "upload (float)"); }
+  // copy to the tensor stays in stream order. bf16 tensors are converted on the host (f32_to_bf16,
+  // executor/bf16.hpp: the CPU backend's rounding, bit for bit) into a buffer the copy stages.
+  void upload(View dst, const float* src) override {
+    need_float(dst, "upload");
+    if (dst.dtype() == DType::f32) {
+      copy_in(dst, src, raw(dst), "upload (float)");
+      return;
+    }
+    std::vector<uint16_t> bits(static_cast<size_t>(dst.numel()));
+    for (size_t i = 0; i < bits.size(); ++i) bits[i] = f32_to_bf16(src[i]);
+    copy_in(dst, bits.data(), raw(dst), "upload (float into bf16)");
+  }
   void upload(View dst, const int32_t* src) override {
     need(dst.dtype() == DType::i32, "upload", std::string("int32 data into a ") + to_string(dst.dtype()) + " tensor");
     copy_in(dst, src, raw(dst), "upload (int32)");
@@ -135,25 +178,47 @@ class CudaBackend final : public Backend {
     copy_in(dst, src, raw(dst), "upload (int64)");
   }
   void download(float* dst, View src) override {
-    const float* p = f32(src, "download");
+    need_float(src, "download");
+    if (src.dtype() == DType::f32) {
+      if (src.numel() > 0)
+        CTX_CUDA(cudaMemcpyAsync(dst, raw(src), static_cast<size_t>(src.bytes()), cudaMemcpyDefault, stream_));
+      synchronize();
+      return;
+    }
+    std::vector<uint16_t> bits(static_cast<size_t>(src.numel()));
     if (src.numel() > 0)
-      CTX_CUDA(cudaMemcpyAsync(dst, p, static_cast<size_t>(src.bytes()), cudaMemcpyDefault, stream_));
+      CTX_CUDA(cudaMemcpyAsync(bits.data(), raw(src), static_cast<size_t>(src.bytes()), cudaMemcpyDefault, stream_));
     synchronize();
+    for (size_t i = 0; i < bits.size(); ++i) dst[i] = bf16_to_f32(bits[i]);
   }
   void synchronize() override { CTX_CUDA(cudaStreamSynchronize(stream_)); }
 
   // ---- data movement
   void copy(View dst, View src) override {
-    refuse_bf16(dst, "copy");
-    refuse_bf16(src, "copy");
     need(dst.numel() == src.numel(), "copy", "element counts differ");
-    need(dst.dtype() == src.dtype(), "copy", std::string("from ") + to_string(src.dtype()) + " to " +
-                                                 to_string(dst.dtype()) + " (only f32 <-> bf16 converts)");
+    if (dst.dtype() != src.dtype()) {  // f32 <-> bf16: widen, or round once to nearest even
+      need(is_float(dst.dtype()) && is_float(src.dtype()), "copy",
+           std::string("from ") + to_string(src.dtype()) + " to " + to_string(dst.dtype()) +
+               " (only f32 <-> bf16 converts)");
+      if (dst.numel() == 0) return;
+      const void* s = raw(src);
+      if (overlap(dst, src)) {  // views of one tensor: convert from a copy of the source
+        void* tmp = scratch(static_cast<size_t>(src.bytes()));
+        CTX_CUDA(cudaMemcpyAsync(tmp, s, static_cast<size_t>(src.bytes()), cudaMemcpyDefault, stream_));
+        s = tmp;
+      }
+      if (dst.dtype() == DType::bf16)
+        cuda::k::convert(static_cast<bf16_bits*>(raw(dst)), static_cast<const float*>(s), dst.numel(), stream_);
+      else
+        cuda::k::convert(static_cast<float*>(raw(dst)), static_cast<const bf16_bits*>(s), dst.numel(), stream_);
+      done();
+      return;
+    }
     if (dst.numel() == 0 || dst.same_memory(src)) return;
     const size_t bytes = static_cast<size_t>(dst.bytes());
     const char* s = static_cast<const char*>(raw(src));
     char* d = static_cast<char*>(raw(dst));
-    if (d < s + bytes && s < d + bytes) {  // overlapping views of one tensor: memmove through scratch
+    if (overlap(dst, src)) {  // overlapping views of one tensor: memmove through scratch
       void* tmp = scratch(bytes);
       CTX_CUDA(cudaMemcpyAsync(tmp, s, bytes, cudaMemcpyDefault, stream_));
       CTX_CUDA(cudaMemcpyAsync(d, tmp, bytes, cudaMemcpyDefault, stream_));
@@ -163,27 +228,39 @@ class CudaBackend final : public Backend {
     done();
   }
   void zero(View x) override {
-    refuse_bf16(x, "zero");
     if (x.numel() == 0) return;
     const Where w = where_is(raw(x));
-    if (w == Where::pinned_host)  // pinned host tensors: a kernel writes them through the mapping
-      cuda::k::fill(static_cast<float*>(raw(x)), 0.0f, x.bytes() / 4, stream_);  // every dtype here is 4k bytes
-    else
+    if (w == Where::pinned_host) {  // pinned host tensors: a kernel writes them through the mapping
+      if (x.dtype() == DType::bf16) cuda::k::fill(static_cast<bf16_bits*>(raw(x)), 0.0f, x.numel(), stream_);
+      else cuda::k::fill(static_cast<float*>(raw(x)), 0.0f, x.bytes() / 4, stream_);  // f32, i32, i64: 4k bytes
+    } else {
       CTX_CUDA(cudaMemsetAsync(raw(x), 0, static_cast<size_t>(x.bytes()), stream_));
+    }
     done();
   }
   void fill(View x, float value) override {
-    float* p = f32(x, "fill");
-    cuda::k::fill(p, value, x.numel(), stream_);
+    by_dtype(x, "fill", [&](auto t) {
+      using T = decltype(t);
+      cuda::k::fill(ptr<T>(x), value, x.numel(), stream_);
+    });
     done();
   }
   void axpy(View y, float alpha, View x) override {
     need(x.numel() == y.numel(), "axpy", "element counts differ");
-    cuda::k::axpy(f32(y, "axpy"), alpha, f32(x, "axpy"), y.numel(), stream_);
+    by_dtype(y, "axpy", [&](auto ty) {
+      by_dtype(x, "axpy", [&](auto tx) {
+        using TY = decltype(ty);
+        using TX = decltype(tx);
+        cuda::k::axpy(ptr<TY>(y), alpha, ptr<TX>(x), y.numel(), stream_);
+      });
+    });
     done();
   }
   void scale(View x, float alpha) override {
-    cuda::k::scale(f32(x, "scale"), alpha, x.numel(), stream_);
+    by_dtype(x, "scale", [&](auto t) {
+      using T = decltype(t);
+      cuda::k::scale(ptr<T>(x), alpha, x.numel(), stream_);
+    });
     done();
   }
   void copy_cols(View dst, int64_t dc, View src, int64_t sc, int64_t n) override {
@@ -191,9 +268,9 @@ class CudaBackend final : public Backend {
     need(dst.dtype() == src.dtype(), "copy_cols", "dtypes differ");
     if (dst.rows() == 0 || n == 0) return;
     if (dst.dtype() == DType::f32) {
-      cuda::k::copy_cols(f32(dst, "copy_cols") + dc, dst.cols(), f32(src, "copy_cols") + sc, src.cols(), dst.rows(), n,
-                         false, stream_);
-    } else {  // token data (i32/i64): a strided byte copy
+      cuda::k::copy_cols(ptr<float>(dst) + dc, dst.cols(), ptr<float>(src) + sc, src.cols(), dst.rows(), n, false,
+                         stream_);
+    } else {  // bf16 (as stored, bit for bit, as the reference's memcpy) and token data: a strided byte copy
       const size_t e = static_cast<size_t>(dtype_bytes(dst.dtype()));
       CTX_CUDA(cudaMemcpy2DAsync(static_cast<char*>(raw(dst)) + dc * e, dst.cols() * e,
                                  static_cast<const char*>(raw(src)) + sc * e, src.cols() * e, n * e,
@@ -203,28 +280,51 @@ class CudaBackend final : public Backend {
   }
   void add_cols(View dst, int64_t dc, View src, int64_t sc, int64_t n) override {
     check_cols("add_cols", dst, dc, src, sc, n);
-    float* d = f32(dst, "add_cols");
-    const float* s = f32(src, "add_cols");
-    cuda::k::copy_cols(d + dc, dst.cols(), s + sc, src.cols(), dst.rows(), n, true, stream_);
+    by_dtype(dst, "add_cols", [&](auto td) {
+      by_dtype(src, "add_cols", [&](auto ts) {
+        using TD = decltype(td);
+        using TS = decltype(ts);
+        cuda::k::copy_cols(ptr<TD>(dst) + dc, dst.cols(), ptr<TS>(src) + sc, src.cols(), dst.rows(), n, true, stream_);
+      });
+    });
     done();
   }
 
-  // ---- GEMM
+  // ---- GEMM. A and B of one dtype run on cuBLASLt as they are: f32 (exact, or tf32 when asked),
+  // bf16 with fp32 accumulation into a bf16 C (rounded once) or an f32 C (weight gradients).
+  // Other mixes (A f32 x B bf16: the logits gradient times the head weights; or a bf16 C under
+  // f32 A, B) widen their bf16 operands into f32 temporaries and run the fp32 GEMM, rounding a
+  // bf16 C once at the end: cuBLASLt has no mixed A/B types, and this is what the CPU reference
+  // computes (bf16 values are exact in fp32, products and sums in fp32), so the numerics stay
+  // equal to it -- at the cost of one widening pass over the bf16 operand.
   void gemm(bool ta, bool tb, float alpha, View a, View b, float beta, View c) override {
     const int64_t m = c.rows(), n = c.cols(), k = ta ? a.rows() : a.cols();
     need((ta ? a.cols() : a.rows()) == m, "gemm", "op(A) rows differ from C rows");
     need(tb ? (b.rows() == n && b.cols() == k) : (b.rows() == k && b.cols() == n), "gemm", "op(B) is not [k, n]");
-    const float* A = f32(a, "gemm");
-    const float* B = f32(b, "gemm");
-    float* C = f32(c, "gemm");
+    need_float(a, "gemm");
+    need_float(b, "gemm");
+    need_float(c, "gemm");
     if (m <= 0 || n <= 0) return;
     if (k <= 0 || alpha == 0.0f) {  // C = beta C, as the reference does when there is nothing to add
-      if (beta == 0.0f) CTX_CUDA(cudaMemsetAsync(C, 0, static_cast<size_t>(c.bytes()), stream_));
-      else if (beta != 1.0f) cuda::k::scale(C, beta, m * n, stream_);
+      if (beta == 0.0f) CTX_CUDA(cudaMemsetAsync(raw(c), 0, static_cast<size_t>(c.bytes()), stream_));
+      else if (beta != 1.0f) scale(c, beta);
       done();
       return;
     }
-    gemm_->run(opts_.tf32 ? GemmType::tf32 : GemmType::fp32, ta, tb, m, n, k, alpha, A, B, beta, C, stream_);
+    const DType ab = a.dtype();
+    GemmType type;
+    if (ab == DType::f32 && b.dtype() == DType::f32 && c.dtype() == DType::f32) {
+      type = opts_.tf32 ? GemmType::tf32 : GemmType::fp32;
+    } else if (ab == DType::bf16 && b.dtype() == DType::bf16) {
+      type = c.dtype() == DType::bf16 ? GemmType::bf16 : GemmType::bf16_f32;
+    } else {
+      Widened w(*this);
+      const View A = w.in(a), B = w.in(b), C = beta != 0.0f ? w.in(c) : w.out(c);
+      gemm(ta, tb, alpha, A, B, beta, C);
+      w.commit(c, C);
+      return;
+    }
+    gemm_->run(type, ta, tb, m, n, k, alpha, raw(a), raw(b), beta, raw(c), stream_);
     done();
   }
 
@@ -233,21 +333,41 @@ class CudaBackend final : public Backend {
     const int64_t rows = x.rows(), h = x.cols();
     need(!y || y.numel() == x.numel(), "rmsnorm_forward", "y and x differ in size");
     need(rstd.numel() == rows && w.numel() == h, "rmsnorm_forward", "rstd must be [rows] and w [h]");
-    cuda::k::rmsnorm_forward(y ? f32(y, "rmsnorm_forward") : nullptr, f32(rstd, "rmsnorm_forward"),
-                             f32(x, "rmsnorm_forward"), f32(w, "rmsnorm_forward"), rows, h, eps, stream_);
+    float* RS = f32(rstd, "rmsnorm_forward");
+    DType dt = DType::f32;
+    if (!one_dtype({y, x, w}, "rmsnorm_forward", &dt)) {
+      Widened wd(*this);
+      const View Y = y ? wd.out(y) : y;
+      rmsnorm_forward(Y, rstd, wd.in(x), wd.in(w), eps);
+      if (y) wd.commit(y, Y);
+      return;
+    }
+    by_dtype(x, "rmsnorm_forward", [&](auto t) {
+      using T = decltype(t);
+      cuda::k::rmsnorm_forward(y ? ptr<T>(y) : nullptr, RS, ptr<T>(x), ptr<T>(w), rows, h, eps, stream_);
+    });
     done();
   }
   void rmsnorm_backward(View dx, View dw, View dy, View x, View rstd, View w) override {
     const int64_t rows = x.rows(), h = x.cols();
     need(dx.numel() == x.numel() && dy.numel() == x.numel(), "rmsnorm_backward", "dx, dy and x differ in size");
     need(dw.numel() == h && w.numel() == h && rstd.numel() == rows, "rmsnorm_backward", "dw, w must be [h], rstd [rows]");
-    float *DX = f32(dx, "rmsnorm_backward"), *DW = f32(dw, "rmsnorm_backward");
-    const float *DY = f32(dy, "rmsnorm_backward"), *X = f32(x, "rmsnorm_backward");
-    const float *RS = f32(rstd, "rmsnorm_backward"), *W = f32(w, "rmsnorm_backward");
+    float *DW = f32(dw, "rmsnorm_backward"), *RS = f32(rstd, "rmsnorm_backward");
+    DType dt = DType::f32;
+    if (!one_dtype({dx, dy, x, w}, "rmsnorm_backward", &dt)) {
+      Widened wd(*this);
+      const View DX = wd.out(dx);
+      rmsnorm_backward(DX, dw, wd.in(dy), wd.in(x), rstd, wd.in(w));
+      wd.commit(dx, DX);
+      return;
+    }
     if (rows <= 0) return;
     float* partial = static_cast<float*>(scratch(sizeof(float) * cuda::k::rmsnorm_dw_chunks(rows) * h));
-    cuda::k::rmsnorm_backward_dx(DX, DY, X, RS, W, rows, h, stream_);
-    cuda::k::rmsnorm_backward_dw(DW, partial, DY, X, RS, rows, h, stream_);
+    by_dtype(x, "rmsnorm_backward", [&](auto t) {
+      using T = decltype(t);
+      cuda::k::rmsnorm_backward_dx(ptr<T>(dx), ptr<T>(dy), ptr<T>(x), RS, ptr<T>(w), rows, h, stream_);
+      cuda::k::rmsnorm_backward_dw(DW, partial, ptr<T>(dy), ptr<T>(x), RS, rows, h, stream_);
+    });
     done();
   }
   void rope(View x, int64_t heads, int64_t d, View pos, View inv_freq, int64_t rot, float attn_scale,
@@ -255,55 +375,100 @@ class CudaBackend final : public Backend {
     const int64_t rows = x.rows();
     need(x.cols() == heads * d, "rope", "x must be [rows, heads * head_dim]");
     need(pos.numel() == rows && inv_freq.numel() >= rot / 2, "rope", "pos must be [rows] and inv_freq [rot/2]");
-    float* X = f32(x, "rope");
     const int32_t* P = i32(pos, "rope");
     const float* F = f32(inv_freq, "rope");
+    need_float(x, "rope");
     if (rows <= 0 || rot < 2) return;
-    cuda::k::rope(X, rows, heads, d, P, F, rot, attn_scale, inverse, stream_);
+    by_dtype(x, "rope", [&](auto t) {
+      using T = decltype(t);
+      cuda::k::rope(ptr<T>(x), rows, heads, d, P, F, rot, attn_scale, inverse, stream_);
+    });
     done();
   }
   void swiglu_forward(View a, View gate, View up) override {
     need(a.numel() == gate.numel() && a.numel() == up.numel(), "swiglu_forward", "sizes differ");
-    cuda::k::swiglu_forward(f32(a, "swiglu_forward"), f32(gate, "swiglu_forward"), f32(up, "swiglu_forward"),
-                            a.numel(), stream_);
+    DType dt = DType::f32;
+    if (!one_dtype({a, gate, up}, "swiglu_forward", &dt)) {
+      Widened wd(*this);
+      const View A = wd.out(a);
+      swiglu_forward(A, wd.in(gate), wd.in(up));
+      wd.commit(a, A);
+      return;
+    }
+    by_dtype(a, "swiglu_forward", [&](auto t) {
+      using T = decltype(t);
+      cuda::k::swiglu_forward(ptr<T>(a), ptr<T>(gate), ptr<T>(up), a.numel(), stream_);
+    });
     done();
   }
   void swiglu_backward(View dgate, View dup, View da, View gate, View up) override {
     const int64_t n = da.numel();
     need(dgate.numel() == n && dup.numel() == n && gate.numel() == n && up.numel() == n, "swiglu_backward",
          "sizes differ");
-    cuda::k::swiglu_backward(f32(dgate, "swiglu_backward"), f32(dup, "swiglu_backward"), f32(da, "swiglu_backward"),
-                             f32(gate, "swiglu_backward"), f32(up, "swiglu_backward"), n, stream_);
+    DType dt = DType::f32;
+    if (!one_dtype({dgate, dup, da, gate, up}, "swiglu_backward", &dt)) {
+      Widened wd(*this);
+      const View DG = wd.out(dgate), DU = wd.out(dup);
+      swiglu_backward(DG, DU, wd.in(da), wd.in(gate), wd.in(up));
+      wd.commit(dgate, DG);
+      wd.commit(dup, DU);
+      return;
+    }
+    by_dtype(da, "swiglu_backward", [&](auto t) {
+      using T = decltype(t);
+      cuda::k::swiglu_backward(ptr<T>(dgate), ptr<T>(dup), ptr<T>(da), ptr<T>(gate), ptr<T>(up), n, stream_);
+    });
     done();
   }
   void embedding_forward(View out, View table, View tok, int64_t v0) override {
     const int64_t tokens = tok.numel(), h = out.cols();
     need(out.rows() == tokens && table.cols() == h, "embedding_forward", "out must be [tokens, h], table [rows, h]");
-    cuda::k::embedding_forward(f32(out, "embedding_forward"), f32(table, "embedding_forward"),
-                               i32(tok, "embedding_forward"), tokens, h, v0, table.rows(), stream_);
+    need(out.dtype() == table.dtype(), "embedding_forward", "out must have the table's dtype");
+    const int32_t* T_ = i32(tok, "embedding_forward");
+    by_dtype(table, "embedding_forward", [&](auto t) {
+      using T = decltype(t);
+      cuda::k::embedding_forward(ptr<T>(out), ptr<T>(table), T_, tokens, h, v0, table.rows(), stream_);
+    });
     done();
   }
   void embedding_backward(View dtable, View dout, View tok, int64_t v0) override {
     const int64_t tokens = tok.numel(), h = dtable.cols(), vrows = dtable.rows();
     need(dout.rows() == tokens && dout.cols() == h, "embedding_backward", "dout must be [tokens, h]");
     float* DT = f32(dtable, "embedding_backward");
-    const float* DO = f32(dout, "embedding_backward");
-    const int32_t* T = i32(tok, "embedding_backward");
+    const int32_t* T_ = i32(tok, "embedding_backward");
+    need_float(dout, "embedding_backward");
     if (tokens <= 0 || vrows <= 0) return;
     void* tmp = scratch(cuda::k::embedding_backward_scratch_bytes(tokens, vrows));
-    cuda::k::embedding_backward(DT, DO, T, tokens, h, v0, vrows, tmp, stream_);
+    by_dtype(dout, "embedding_backward", [&](auto t) {
+      using T = decltype(t);
+      cuda::k::embedding_backward(DT, ptr<T>(dout), T_, tokens, h, v0, vrows, tmp, stream_);
+    });
     done();
   }
 
-  // ---- attention
+  // ---- attention: q, k, v (and dout) share a storage type T, each output has its own (o; dq;
+  // dk with dv), so the context-parallel fp32 accumulators under bf16 inputs need no widening.
   void attention_forward_block(View o, View lse, View q, TokenRefs qt, View k, View v, const KeyBlock& kb,
                                const AttnShape& s) override {
-    const auto t = tokens("attention_forward_block", q, qt, k, kb, s);
-    need(o.numel() == q.numel() && lse.numel() == t.tq * s.q_heads, "attention_forward_block",
-         "o must be q's shape and lse [tq, q_heads]");
-    cuda::k::attention_forward(f32(o, "attention_forward_block"), f32(lse, "attention_forward_block"),
-                               f32(q, "attention_forward_block"), f32(k, "attention_forward_block"),
-                               f32(v, "attention_forward_block"), t, dims(s), stream_);
+    static const char* op = "attention_forward_block";
+    const auto t = tokens(op, q, qt, k, kb, s);
+    need(o.numel() == q.numel() && lse.numel() == t.tq * s.q_heads && v.numel() == k.numel(), op,
+         "o must be q's shape, v k's, and lse [tq, q_heads]");
+    float* L = f32(lse, op);
+    need_float(o, op);
+    DType dt = DType::f32;
+    if (!one_dtype({q, k, v}, op, &dt)) {
+      Widened wd(*this);
+      attention_forward_block(o, lse, wd.in(q), qt, wd.in(k), wd.in(v), kb, s);
+      return;
+    }
+    by_dtype(q, op, [&](auto ti) {
+      by_dtype(o, op, [&](auto to) {
+        using T = decltype(ti);
+        using TO = decltype(to);
+        cuda::k::attention_forward(ptr<TO>(o), L, ptr<T>(q), ptr<T>(k), ptr<T>(v), t, dims(s), stream_);
+      });
+    });
     done();
   }
   void attention_backward_block(View dq, View dk, View dv, View q, TokenRefs qt, View k, View v, const KeyBlock& kb,
@@ -314,20 +479,51 @@ class CudaBackend final : public Backend {
              v.numel() == k.numel(),
          op, "dq, dout must be q's shape and dk, dv, v k's");
     need(lse.numel() == t.tq * s.q_heads && delta.numel() == t.tq * s.q_heads, op, "lse, delta must be [tq, q_heads]");
-    cuda::k::attention_backward(f32(dq, op), f32(dk, op), f32(dv, op), f32(q, op), f32(k, op), f32(v, op), t,
-                                f32(dout, op), f32(lse, op), f32(delta, op), dims(s), stream_);
+    const float *L = f32(lse, op), *D = f32(delta, op);
+    need_float(dq, op);
+    need_float(dk, op);
+    need_float(dv, op);
+    DType dt = DType::f32;
+    if (!one_dtype({q, k, v, dout}, op, &dt) || dk.dtype() != dv.dtype()) {
+      Widened wd(*this);
+      const bool kv_mixed = dk.dtype() != dv.dtype();
+      const View DK = kv_mixed ? wd.in(dk) : dk, DV = kv_mixed ? wd.in(dv) : dv;
+      attention_backward_block(dq, DK, DV, wd.in(q), qt, wd.in(k), wd.in(v), kb, wd.in(dout), lse, delta, s);
+      if (kv_mixed) {
+        wd.commit(dk, DK);
+        wd.commit(dv, DV);
+      }
+      return;
+    }
+    by_dtype(q, op, [&](auto ti) {
+      by_dtype(dq, op, [&](auto tq) {
+        by_dtype(dk, op, [&](auto tkv) {
+          using T = decltype(ti);
+          using TQ = decltype(tq);
+          using TKV = decltype(tkv);
+          cuda::k::attention_backward(ptr<TQ>(dq), ptr<TKV>(dk), ptr<TKV>(dv), ptr<T>(q), ptr<T>(k), ptr<T>(v), t,
+                                      ptr<T>(dout), L, D, dims(s), stream_);
+        });
+      });
+    });
     done();
   }
   void attention_delta(View delta, View dout, View o, const AttnShape& s) override {
     const int64_t rows = dout.rows() * s.q_heads;
     need(dout.cols() == s.q_heads * s.head_dim && o.numel() == dout.numel() && delta.numel() == rows,
          "attention_delta", "dout, o must be [tq, q_heads*d] and delta [tq, q_heads]");
-    cuda::k::attention_delta(f32(delta, "attention_delta"), f32(dout, "attention_delta"), f32(o, "attention_delta"),
-                             rows, s.head_dim, stream_);
+    float* D = f32(delta, "attention_delta");
+    by_dtype(dout, "attention_delta", [&](auto td) {
+      by_dtype(o, "attention_delta", [&](auto to) {
+        using TD = decltype(td);
+        using TO = decltype(to);
+        cuda::k::attention_delta(D, ptr<TD>(dout), ptr<TO>(o), rows, s.head_dim, stream_);
+      });
+    });
     done();
   }
 
-  // ---- cross-entropy pieces
+  // ---- cross-entropy pieces (f32 logits shards, as the interface says)
   void row_max(View out, View logits, int64_t valid) override {
     need(out.numel() == logits.rows() && valid <= logits.cols(), "row_max", "out must be [rows], valid <= cols");
     cuda::k::row_max(f32(out, "row_max"), f32(logits, "row_max"), logits.rows(), logits.cols(), valid, stream_);
@@ -362,12 +558,14 @@ class CudaBackend final : public Backend {
   // ---- step statistics and the optimizer: everything stays on the device
   void flag_nonfinite(View stats, View x, float code) override {
     float* st = stats_ptr(stats, "flag_nonfinite");
-    const float* X = f32(x, "flag_nonfinite");
     int* flag = reinterpret_cast<int*>(static_cast<double*>(reduce_) + cuda::k::kReduceBlocks);
-    cuda::k::flag_nonfinite(st + kStatNonFinite, flag, X, x.numel(), code, stream_);
+    by_dtype(x, "flag_nonfinite", [&](auto t) {
+      using T = decltype(t);
+      cuda::k::flag_nonfinite(st + kStatNonFinite, flag, ptr<T>(x), x.numel(), code, stream_);
+    });
     done();
   }
-  void sum_squares(View stats, View x) override {
+  void sum_squares(View stats, View x) override {  // x f32, as in the reference (gradients are f32)
     float* st = stats_ptr(stats, "sum_squares");
     cuda::k::sum_squares(st + kStatGradNorm2, static_cast<double*>(reduce_), f32(x, "sum_squares"), x.numel(), stream_);
     done();
@@ -434,15 +632,41 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  [[noreturn]] static void bf16_refused(const char* op) {
-    throw std::invalid_argument(std::string("cuda backend: ") + op +
-                                ": bf16 tensors are not implemented yet (float32 only; issue 13)");
+  // Mixed f32/bf16 operands of a kernel parameter that has one storage type: each bf16 view is
+  // widened into an f32 temporary (Mem::workspace, through the caching allocator; in() loads it,
+  // out() does not), the op runs on the f32 views, and commit() rounds a bf16 output back once.
+  // That is the CPU reference's own procedure (cpu_backend.cpp: in/out/commit), so the numerics
+  // are the reference's. The temporaries are released when the op has been queued; the allocator
+  // hands their blocks only to work queued later on the stream, so that is safe.
+  class Widened {
+   public:
+    explicit Widened(CudaBackend& be) : be_(be) {}
+    View in(const View& v) { return wide(v, true); }
+    View out(const View& v) { return wide(v, false); }
+    void commit(const View& orig, const View& w) {
+      if (orig.dtype() == DType::bf16) be_.copy(orig, w);
+    }
+
+   private:
+    View wide(const View& v, bool load) {
+      if (v.dtype() != DType::bf16) return v;
+      tmp_.push_back(be_.alloc(v.rows(), v.cols(), DType::f32, Mem::workspace));
+      if (load) be_.copy(tmp_.back(), v);
+      return tmp_.back().view();
+    }
+    CudaBackend& be_;
+    std::vector<Tensor> tmp_;
+  };
+
+  template <typename T>
+  static T* ptr(const View& v) {
+    return static_cast<T*>(raw(v));
   }
-  static void refuse_bf16(const View& v, const char* op) {
-    if (v.dtype() == DType::bf16) bf16_refused(op);
+  static bool overlap(const View& a, const View& b) {
+    const char *pa = static_cast<const char*>(raw(a)), *pb = static_cast<const char*>(raw(b));
+    return pa < pb + b.bytes() && pb < pa + a.bytes();
   }
   static void dtype_is(const View& v, DType want, const char* op) {
-    if (v.dtype() == DType::bf16 && want != DType::bf16) bf16_refused(op);
     if (v.dtype() != want)
       throw std::invalid_argument(std::string("cuda backend: ") + op + ": expected a " + to_string(want) +
                                   " tensor, got " + to_string(v.dtype()));
@@ -464,8 +688,6 @@ class CudaBackend final : public Backend {
     return f32(stats, op);
   }
   static void check_cols(const char* op, const View& dst, int64_t dc, const View& src, int64_t sc, int64_t n) {
-    refuse_bf16(dst, op);
-    refuse_bf16(src, op);
     need(dst.rows() == src.rows(), op, "row counts differ");
     need(dc >= 0 && sc >= 0 && n >= 0 && dc + n <= dst.cols() && sc + n <= src.cols(), op,
          "column range outside a view");
@@ -491,8 +713,7 @@ class CudaBackend final : public Backend {
   }
 
   template <typename T>
-  void copy_in(const View& dst, const T* src, void* d, const char* op) {
-    refuse_bf16(dst, op);
+  void copy_in(const View& dst, const T* src, void* d, const char*) {
     if (dst.numel() <= 0) return;
     CTX_CUDA(cudaMemcpyAsync(d, src, static_cast<size_t>(dst.bytes()), cudaMemcpyDefault, stream_));
     done();

@@ -2,8 +2,9 @@
 // attention as a flash-style kernel (attention.cu), a caching allocator under the unchanged
 // ledger. Since issue 12 tensors are opaque and strategy code never touches their memory on the
 // host, so device memory is plain cudaMalloc and no call waits for the device except download,
-// synchronize and read_times. Storage is float32 only for now: every op given a bf16 view throws
-// std::invalid_argument (bf16 tensor-core kernels are issue 13).
+// synchronize and read_times. Storage is f32 or bf16 wherever the interface allows it
+// (backend.hpp), with the CPU reference's bf16 semantics: bf16 widened on load, fp32 arithmetic,
+// outputs rounded once to nearest even; GEMMs in bf16 on cuBLASLt with fp32 accumulation (issue 13).
 //
 // Status: compiles, untested on GPU. Nothing here has yet run on a GPU (docs/CUDA.md, "What is
 // verified"); the kernel source runs on a CPU emulator in the tests.

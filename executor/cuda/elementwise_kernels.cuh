@@ -1,32 +1,51 @@
 // Device code of the elementwise and gather/scatter kernels (launchers: kernels_elementwise.cu).
 // Kept apart from the launchers so the same source also runs under the CPU emulator of the CUDA
 // execution model in the tests (executor/cuda/tests/cuda_emulator.hpp).
+//
+// Storage types: every kernel that touches a floating-point tensor is a template on its storage
+// type(s) T in {float, uint16_t (bf16 bits)}; it reads through dev::ld (bf16 widened to float),
+// computes in float exactly as the float instantiation does, and writes through dev::st (rounded
+// once, to nearest even: bf16_device.cuh, bit for bit executor/bf16.hpp). So the float
+// instantiation is the fp32 kernel unchanged, and the bf16 one is the CPU reference's bf16
+// procedure (widen inputs, compute in fp32, round outputs once). Tensors that are f32 by the
+// interface (backend.hpp: dtable, AdamW's ranges, the statistics) stay float.
 #pragma once
 #include <cmath>
 #include <cstdint>
+
+#include "executor/cuda/bf16_device.cuh"
 
 namespace ctx::exec::cuda::dev {
 
 #define GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
-__global__ void fill_kernel(float* p, float v, int64_t n) { GRID_STRIDE(i, n) p[i] = v; }
-__global__ void axpy_kernel(float* y, float a, const float* x, int64_t n) { GRID_STRIDE(i, n) y[i] += a * x[i]; }
-__global__ void scale_kernel(float* x, float a, int64_t n) { GRID_STRIDE(i, n) x[i] *= a; }
+template <typename T>
+__global__ void fill_kernel(T* p, float v, int64_t n) { GRID_STRIDE(i, n) st(p, i, v); }
+template <typename TY, typename TX>
+__global__ void axpy_kernel(TY* y, float a, const TX* x, int64_t n) { GRID_STRIDE(i, n) st(y, i, ld(y, i) + a * ld(x, i)); }
+template <typename T>
+__global__ void scale_kernel(T* x, float a, int64_t n) { GRID_STRIDE(i, n) st(x, i, ld(x, i) * a); }
+// f32 <-> bf16 conversion (Backend::copy between dtypes): widen, or round once to nearest even.
+template <typename TD, typename TS>
+__global__ void convert_kernel(TD* dst, const TS* src, int64_t n) { GRID_STRIDE(i, n) st(dst, i, ld(src, i)); }
 
 // Column ranges of two row-major matrices (the pointers already offset to the first column):
-// dst[r * dld + c] = (or +=) src[r * sld + c]. Backs copy_cols and add_cols.
-__global__ void copy_cols_kernel(float* dst, int64_t dld, const float* src, int64_t sld, int64_t rows, int64_t cols,
+// dst[r * dld + c] = (or +=) src[r * sld + c]. Backs copy_cols and add_cols (whose dst and src
+// may differ in dtype: the sum in float, rounded once into a bf16 dst).
+template <typename TD, typename TS>
+__global__ void copy_cols_kernel(TD* dst, int64_t dld, const TS* src, int64_t sld, int64_t rows, int64_t cols,
                                  bool add) {
   GRID_STRIDE(i, rows * cols) {
     int64_t r = i / cols, c = i % cols;
-    dst[r * dld + c] = add ? dst[r * dld + c] + src[r * sld + c] : src[r * sld + c];
+    st(dst, r * dld + c, add ? ld(dst, r * dld + c) + ld(src, r * sld + c) : ld(src, r * sld + c));
   }
 }
 
 // One thread per (row, rotated pair i): the angle in double (positions reach millions; a float
 // angle would lose whole radians), then the same rotation for every head of the row.
-__global__ void rope_kernel(float* x, int64_t rows, int64_t heads, int64_t d, const int32_t* pos, const float* inv_freq,
+template <typename T>
+__global__ void rope_kernel(T* x, int64_t rows, int64_t heads, int64_t d, const int32_t* pos, const float* inv_freq,
                             int64_t half, float attn_scale, float sign) {
   GRID_STRIDE(t, rows * half) {
     int64_t r = t / half, i = t % half;
@@ -36,40 +55,44 @@ __global__ void rope_kernel(float* x, int64_t rows, int64_t heads, int64_t d, co
     float c = static_cast<float>(cd) * attn_scale;
     float s = static_cast<float>(sd) * attn_scale * sign;
     for (int64_t hh = 0; hh < heads; ++hh) {
-      float* xh = x + (r * heads + hh) * d;
-      float x1 = xh[i], x2 = xh[i + half];
-      xh[i] = x1 * c - x2 * s;
-      xh[i + half] = x2 * c + x1 * s;
+      T* xh = x + (r * heads + hh) * d;
+      float x1 = ld(xh, i), x2 = ld(xh, i + half);
+      st(xh, i, x1 * c - x2 * s);
+      st(xh, i + half, x2 * c + x1 * s);
     }
   }
 }
 
-__global__ void swiglu_fwd_kernel(float* a, const float* gate, const float* up, int64_t n) {
+template <typename T>
+__global__ void swiglu_fwd_kernel(T* a, const T* gate, const T* up, int64_t n) {
   GRID_STRIDE(i, n) {
-    float g = gate[i];
+    float g = ld(gate, i);
     float sig = 1.0f / (1.0f + expf(-g));
-    a[i] = g * sig * up[i];
+    st(a, i, g * sig * ld(up, i));
   }
 }
 
-__global__ void swiglu_bwd_kernel(float* dgate, float* dup, const float* da, const float* gate, const float* up,
-                                  int64_t n) {
+template <typename T>
+__global__ void swiglu_bwd_kernel(T* dgate, T* dup, const T* da, const T* gate, const T* up, int64_t n) {
   GRID_STRIDE(i, n) {
-    float g = gate[i];
+    float g = ld(gate, i);
     float sig = 1.0f / (1.0f + expf(-g));
     float silu = g * sig;
-    float u = up[i], d = da[i];  // read before writing: dgate/dup may alias gate/up
-    dup[i] = d * silu;
-    dgate[i] = d * u * sig * (1.0f + g * (1.0f - sig));
+    float u = ld(up, i), d = ld(da, i);  // read before writing: dgate/dup may alias gate/up
+    st(dup, i, d * silu);
+    st(dgate, i, d * u * sig * (1.0f + g * (1.0f - sig)));
   }
 }
 
-__global__ void embedding_fwd_kernel(float* out, const float* table, const int32_t* tok, int64_t tokens, int64_t h,
+// out and table share the storage type: rows are copied as stored (bit for bit, as the reference's
+// memcpy), zero bits for tokens of other shards.
+template <typename T>
+__global__ void embedding_fwd_kernel(T* out, const T* table, const int32_t* tok, int64_t tokens, int64_t h,
                                      int64_t v0, int64_t vrows) {
   GRID_STRIDE(i, tokens * h) {
     int64_t t = i / h, e = i % h;
     int64_t r = static_cast<int64_t>(tok[t]) - v0;
-    out[i] = (r >= 0 && r < vrows) ? table[r * h + e] : 0.0f;
+    out[i] = (r >= 0 && r < vrows) ? table[r * h + e] : T(0);
   }
 }
 
@@ -88,14 +111,16 @@ __global__ void embedding_keys_kernel(int32_t* keys, int32_t* positions, const i
 }
 // Blocks stride over the sorted tokens; a block acts only on the first token of a run of equal
 // keys (the branch is uniform over the block: every thread reads the same two keys).
-__global__ void embedding_bwd_sorted_kernel(float* dtable, const float* dout, const int32_t* keys,
+// dtable is f32 (the interface's); dout f32 or bf16, widened.
+template <typename T>
+__global__ void embedding_bwd_sorted_kernel(float* dtable, const T* dout, const int32_t* keys,
                                             const int32_t* positions, int64_t tokens, int64_t h, int64_t vrows) {
   for (int64_t u = blockIdx.x; u < tokens; u += gridDim.x) {
     const int32_t row = keys[u];
     if (row >= vrows || (u > 0 && keys[u - 1] == row)) continue;
     for (int64_t e = threadIdx.x; e < h; e += blockDim.x) {
       float acc = dtable[static_cast<int64_t>(row) * h + e];
-      for (int64_t p = u; p < tokens && keys[p] == row; ++p) acc += dout[static_cast<int64_t>(positions[p]) * h + e];
+      for (int64_t p = u; p < tokens && keys[p] == row; ++p) acc += ld(dout, static_cast<int64_t>(positions[p]) * h + e);
       dtable[static_cast<int64_t>(row) * h + e] = acc;
     }
   }

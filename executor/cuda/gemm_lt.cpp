@@ -39,7 +39,9 @@ const LtGemm::Plan& LtGemm::plan_for(const Key& key) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   const GemmType type = static_cast<GemmType>(key.type);
-  const cudaDataType_t storage = type == GemmType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const bool bf16_ab = type == GemmType::bf16 || type == GemmType::bf16_f32;
+  const cudaDataType_t storage = bf16_ab ? CUDA_R_16BF : CUDA_R_32F;                  // A and B
+  const cudaDataType_t c_storage = type == GemmType::bf16 ? CUDA_R_16BF : CUDA_R_32F;  // C and D
   const cublasComputeType_t compute = type == GemmType::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   Plan p;
   CTX_CUBLAS(cublasLtMatmulDescCreate(&p.op, compute, CUDA_R_32F));
@@ -56,7 +58,7 @@ const LtGemm::Plan& LtGemm::plan_for(const Key& key) {
   else CTX_CUBLAS(cublasLtMatrixLayoutCreate(&p.b, storage, n, k, static_cast<int64_t>(n)));
   if (key.ta) CTX_CUBLAS(cublasLtMatrixLayoutCreate(&p.a, storage, m, k, static_cast<int64_t>(m)));
   else CTX_CUBLAS(cublasLtMatrixLayoutCreate(&p.a, storage, k, m, static_cast<int64_t>(k)));
-  CTX_CUBLAS(cublasLtMatrixLayoutCreate(&p.c, storage, n, m, static_cast<int64_t>(n)));
+  CTX_CUBLAS(cublasLtMatrixLayoutCreate(&p.c, c_storage, n, m, static_cast<int64_t>(n)));
 
   cublasLtMatmulPreference_t pref = nullptr;
   CTX_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));

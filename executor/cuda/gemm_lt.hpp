@@ -14,7 +14,13 @@
 
 namespace ctx::exec::cuda {
 
-enum class GemmType { fp32, tf32, bf16 };  // storage/compute: fp32/fp32, fp32/tf32 tensor cores, bf16/fp32
+// storage (A and B / C and D) and compute: fp32/fp32 with fp32 FMA; fp32/fp32 on tf32 tensor cores;
+// bf16/bf16 with fp32 accumulation (the result rounded once into bf16 D); bf16 A, B with fp32 C, D
+// and fp32 accumulation (weight gradients accumulating in fp32). Every type uses
+// CUBLAS_COMPUTE_32F (tf32: _FAST_TF32) with fp32 alpha and beta; cuBLASLt lists bf16 A/B with
+// C/D either bf16 or fp32 for that compute type. It has no mixed f32/bf16 A and B: the backend
+// widens such an operand first (cuda_backend.cpp, gemm).
+enum class GemmType { fp32, tf32, bf16, bf16_f32 };
 
 class LtGemm {
  public:
@@ -24,7 +30,8 @@ class LtGemm {
   LtGemm& operator=(const LtGemm&) = delete;
 
   // C[m,n] = alpha op(A) op(B) + beta C with contiguous row-major operands of `type`'s storage
-  // (float for fp32/tf32, __nv_bfloat16 for bf16); alpha and beta are host floats. m, n, k > 0.
+  // (float for fp32/tf32; bf16 bits for A and B of bf16 and bf16_f32; bf16 C for bf16, float C
+  // for bf16_f32); alpha and beta are host floats. m, n, k > 0.
   void run(GemmType type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
            const void* b, float beta, void* c, cudaStream_t stream);
   size_t cached_plans() const { return plans_.size(); }

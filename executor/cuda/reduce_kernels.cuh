@@ -1,10 +1,17 @@
 // Device code of the reduction kernels (launchers: kernels_reduce.cu); also run by the CPU
 // emulator in the tests (executor/cuda/tests/cuda_emulator.hpp).
+//
+// Storage types as in elementwise_kernels.cuh: the kernels that read activations (the non-finite
+// flag, RMSNorm, attention delta) are templates on T in {float, uint16_t (bf16 bits)}, reading
+// through dev::ld and writing through dev::st (rounded once); the float instantiations are the
+// fp32 kernels unchanged. rstd, dw, the cross-entropy pieces, the statistics and sum_squares are
+// f32 by the interface (backend.hpp) and stay float.
 #pragma once
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
 
+#include "executor/cuda/bf16_device.cuh"
 #include "executor/cuda/warp_common.cuh"
 
 namespace ctx::exec::cuda::dev {
@@ -49,10 +56,11 @@ __global__ void sum_partials_into(float* stat, const double* partials, int count
   if (threadIdx.x == 0) *stat += static_cast<float>(s);
 }
 
-__global__ void nonfinite_kernel(int* flag, const float* x, int64_t n) {
+template <typename T>
+__global__ void nonfinite_kernel(int* flag, const T* x, int64_t n) {
   bool bad = false;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    bad |= !isfinite(x[i]);
+    bad |= !isfinite(ld(x, i));
   if (__any_sync(kFull, bad) && (threadIdx.x & 31) == 0) *flag = 1;
 }
 // After nonfinite_kernel: the step statistic keeps the largest code of a flagged tensor.
@@ -60,42 +68,56 @@ __global__ void flag_finish_kernel(float* stat, const int* flag, float code) {
   if (threadIdx.x == 0 && blockIdx.x == 0 && *flag != 0) *stat = fmaxf(*stat, code);
 }
 
-__global__ void rmsnorm_fwd_kernel(float* y, float* rstd, const float* x, const float* w, int64_t h, float eps) {
+// The static shared scratch of the templated row reductions, declared in a plain function: GCC
+// places a function template's static locals in their own COMDAT sections, outside the emulator's
+// shared-memory section (cuda_emulator.hpp), where the race detector would not see them.
+__device__ double* row_scratch_d() {
   __shared__ double sh[32];
+  return sh;
+}
+
+template <typename T>
+__global__ void rmsnorm_fwd_kernel(T* y, float* rstd, const T* x, const T* w, int64_t h, float eps) {
+  double* sh = row_scratch_d();
   const int64_t r = blockIdx.x;
-  const float* xr = x + r * h;
+  const T* xr = x + r * h;
   double ss = 0;
-  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
+    const float xi = ld(xr, i);
+    ss += static_cast<double>(xi) * xi;
+  }
   ss = block_sum(ss, sh);
   const float s = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(h) + eps));
   if (threadIdx.x == 0) rstd[r] = s;
   if (y)
-    for (int64_t i = threadIdx.x; i < h; i += blockDim.x) y[r * h + i] = xr[i] * s * w[i];
+    for (int64_t i = threadIdx.x; i < h; i += blockDim.x) st(y, r * h + i, ld(xr, i) * s * ld(w, i));
 }
 
 // dx_i = s w_i dy_i - x_i s^3/h sum_j w_j dy_j x_j (the reference's formula and rounding order)
-__global__ void rmsnorm_bwd_dx_kernel(float* dx, const float* dy, const float* x, const float* rstd, const float* w,
-                                      int64_t h) {
-  __shared__ double sh[32];
+template <typename T>
+__global__ void rmsnorm_bwd_dx_kernel(T* dx, const T* dy, const T* x, const float* rstd, const T* w, int64_t h) {
+  double* sh = row_scratch_d();
   const int64_t r = blockIdx.x;
-  const float* xr = x + r * h;
-  const float* dyr = dy + r * h;
+  const T* xr = x + r * h;
+  const T* dyr = dy + r * h;
   const float s = rstd[r];
   double dot = 0;
-  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) dot += static_cast<double>(w[i]) * dyr[i] * xr[i];
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x)
+    dot += static_cast<double>(ld(w, i)) * ld(dyr, i) * ld(xr, i);
   dot = block_sum(dot, sh);
   const float c = static_cast<float>(dot) * s * s * s / static_cast<float>(h);
-  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) dx[r * h + i] = s * w[i] * dyr[i] - xr[i] * c;
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) st(dx, r * h + i, s * ld(w, i) * ld(dyr, i) - ld(xr, i) * c);
 }
 
 constexpr int64_t kDwChunks = 64;
-__global__ void rmsnorm_dw_partial(float* scratch, const float* dy, const float* x, const float* rstd, int64_t rows,
+template <typename T>
+__global__ void rmsnorm_dw_partial(float* scratch, const T* dy, const T* x, const float* rstd, int64_t rows,
                                    int64_t h, int64_t per) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, chunk = blockIdx.y;
   if (i >= h) return;
   const int64_t r0 = chunk * per, r1 = r0 + per < rows ? r0 + per : rows;
   float acc = 0;
-  for (int64_t r = r0; r < r1; ++r) acc += dy[r * h + i] * x[r * h + i] * rstd[r];
+  for (int64_t r = r0; r < r1; ++r) acc += ld(dy, r * h + i) * ld(x, r * h + i) * rstd[r];
   scratch[chunk * h + i] = acc;
 }
 __global__ void rmsnorm_dw_finish(float* dw, const float* scratch, int64_t chunks, int64_t h) {
@@ -160,12 +182,14 @@ __global__ void xent_grad_kernel(float* logits, const float* lse, const int32_t*
 }
 
 // One warp per (token, head) row: delta = sum_e dout*o.
-__global__ void attention_delta_kernel(float* delta, const float* dout, const float* o, int64_t rows, int64_t d) {
+// dout and o may differ in storage (o can be a merged fp32 accumulator under bf16).
+template <typename TD, typename TO>
+__global__ void attention_delta_kernel(float* delta, const TD* dout, const TO* o, int64_t rows, int64_t d) {
   const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (r >= rows) return;  // whole warps leave together (rows are warp-aligned)
   double acc = 0;
-  for (int64_t e = lane; e < d; e += 32) acc += static_cast<double>(dout[r * d + e]) * o[r * d + e];
+  for (int64_t e = lane; e < d; e += 32) acc += static_cast<double>(ld(dout, r * d + e)) * ld(o, r * d + e);
   acc = warp_sum(acc);
   if (lane == 0) delta[r] = static_cast<float>(acc);
 }

@@ -10,6 +10,18 @@
 // Tolerances as in test_cuda_kernels.cpp (float32 on both sides; summation order differs).
 // The CPU backend is driven through its interface (upload, ops, download); the kernels run on
 // host vectors.
+//
+// bf16 (the *Bf16* tests): every kernel's bf16 instantiation (storage uint16_t) against the CPU
+// backend driven with bf16 tensors, on the same bf16 inputs (both sides round the same floats to
+// nearest even). Both widen, compute in fp32 and round each output once, so:
+//   - kernels doing the reference's float operations in its order (fill, axpy, scale, the f32 <->
+//     bf16 conversion, copy/add_cols, RoPE, SwiGLU, embedding): bit-identical (0 ulps);
+//   - reductions and attention, whose fp32 sums run in another order: the fp32 tolerance of the
+//     f32 test, then at most 1 bf16 ulp of the result (two fp32 values a few fp32 ulps apart can
+//     round to neighbouring bf16 values); 2 ulps where a bf16 output is read back and updated by a
+//     second call (o merged over two key blocks, dq/dk/dv accumulated over two), since the first
+//     call's 1-ulp difference is carried into the second.
+// Each check prints how many elements were bit-identical and the largest difference in ulps.
 #include "executor/cuda/tests/cuda_emulator.hpp"  // first: maps the CUDA spellings
 //
 #include "executor/cuda/attention_kernels.cuh"
@@ -25,6 +37,7 @@
 #include <tuple>
 
 #include "executor/backend.hpp"
+#include "executor/bf16.hpp"
 #include "executor/tests/kernel_test_util.hpp"
 
 using namespace ctx;
@@ -41,11 +54,68 @@ using ctx::exec::testing::randn;
 using ctx::exec::testing::upload;
 using ctx::exec::testing::zeros;
 
+// ---- bf16 on the host: the values as the backends store them (executor/bf16.hpp)
+using Bits = std::vector<uint16_t>;
+Bits bits(const std::vector<float>& v) {
+  Bits b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
+  return b;
+}
+std::vector<float> wide(const Bits& b) {
+  std::vector<float> v(b.size());
+  for (size_t i = 0; i < b.size(); ++i) v[i] = bf16_to_f32(b[i]);
+  return v;
+}
+// The spacing of bf16 numbers at |x| (2^(e-7) for |x| in [2^e, 2^(e+1)); 0 at 0).
+double bf16_ulp(double x) {
+  if (x == 0 || !std::isfinite(x)) return 0;
+  int e = 0;
+  std::frexp(std::fabs(x), &e);  // |x| in [2^(e-1), 2^e)
+  return std::ldexp(1.0, e - 8);
+}
+// Element-wise |got - want| <= atol + rtol |want| + ulps * ulp(the larger of the two); prints how
+// many elements are bit-identical and the largest difference in bf16 ulps.
+void expect_bf16_close(const std::vector<float>& want, const std::vector<float>& got, double rtol, double atol,
+                       int ulps, const std::string& what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  size_t identical = 0, at = 0;
+  double worst = 0, worst_ulps = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double w = want[i], g = got[i];
+    if (std::isinf(w) || std::isinf(g) || std::isnan(w)) {
+      EXPECT_TRUE(w == g || (std::isnan(w) && std::isnan(g))) << what << " element " << i << ": " << g << " vs " << w;
+      identical += w == g || (std::isnan(w) && std::isnan(g));
+      continue;
+    }
+    if (w == g) {
+      ++identical;
+      continue;
+    }
+    const double u = bf16_ulp(std::max(std::fabs(w), std::fabs(g)));
+    const double excess = std::fabs(g - w) - (atol + rtol * std::fabs(w) + ulps * u);
+    worst_ulps = std::max(worst_ulps, u > 0 ? std::fabs(g - w) / u : INFINITY);
+    if (excess > worst || std::isnan(g)) {
+      worst = std::isnan(g) ? INFINITY : excess;
+      at = i;
+    }
+  }
+  std::printf("[ bf16     ] %s: %zu of %zu bit-identical, largest difference %.3g ulps\n", what.c_str(), identical,
+              want.size(), worst_ulps);
+  EXPECT_LE(worst, 0.0) << what << ": element " << at << " is " << got[at] << ", reference " << want[at] << " (rtol "
+                        << rtol << ", atol " << atol << ", " << ulps << " bf16 ulps)";
+}
+// A bf16 tensor of the CPU backend holding v (rounded by upload).
+Tensor upload_bf16(Backend& be, const std::vector<float>& v, int64_t rows, int64_t cols) {
+  return upload(be, v, rows, cols, DType::bf16);
+}
+
 // The launcher's shared-memory opt-in (attention.cu, attention_init): the largest head dim's need,
-// for each of the three attention kernels; launches above 48 KiB are refused without it.
+// for each of the three attention kernels and each storage instantiation this file launches;
+// launches above 48 KiB are refused without it.
 const bool kAttentionOptIn = [] {
   const size_t most = std::max(dev::fwd_smem(dev::kMaxHeadDim), std::max(dev::dq_smem(dev::kMaxHeadDim), dev::dkdv_smem(dev::kMaxHeadDim)));
-  for (const char* k : {"attn_fwd_kernel", "attn_dq_kernel", "attn_dkdv_kernel"}) ctx_emu::set_max_dynamic_smem(k, most);
+  for (const char* k : {"attn_fwd_kernel", "attn_dq_kernel", "attn_dkdv_kernel"})
+    for (const char* t : {"", "<bf16,bf16>", "<bf16,f32>"}) ctx_emu::set_max_dynamic_smem(std::string(k) + t, most);
   return true;
 }();
 
@@ -108,16 +178,17 @@ struct AttnInputs {
 };
 
 // The same inputs in the CPU backend's tensors.
+// dt: the dtype of q, dout, k and v (bf16: rounded by upload, as bits() rounds them).
 struct CpuAttn {
   Tensor q, qi, qd, dout, k[2], v[2], ki[2], kd[2], range[2];
-  CpuAttn(Backend& be, const AttnInputs& a) {
-    q = upload(be, a.q, a.tq, a.hq * a.d);
-    dout = upload(be, a.dout, a.tq, a.hq * a.d);
+  CpuAttn(Backend& be, const AttnInputs& a, DType dt = DType::f32) {
+    q = upload(be, a.q, a.tq, a.hq * a.d, dt);
+    dout = upload(be, a.dout, a.tq, a.hq * a.d, dt);
     qi = upload(be, a.qi);
     qd = upload(be, a.qd);
     for (int b = 0; b < 2; ++b) {
-      k[b] = upload(be, a.k(b), a.tk, a.hkv * a.d);
-      v[b] = upload(be, a.v(b), a.tk, a.hkv * a.d);
+      k[b] = upload(be, a.k(b), a.tk, a.hkv * a.d, dt);
+      v[b] = upload(be, a.v(b), a.tk, a.hkv * a.d, dt);
       ki[b] = upload(be, a.ki(b));
       kd[b] = upload(be, a.kd(b));
       range[b] = upload(be, a.range(b), a.tq, 2);
@@ -439,6 +510,275 @@ TEST(EmulatedCudaKernels, ElementwiseAndEmbeddingKernelsMatchCpu) {
   ctx_emu::launch("copy_cols_kernel", {1, 1, 1}, {64, 1, 1}, 0,
                   [&] { dev::copy_cols_kernel(enarrow.data(), 13, ewide.data() + 5, 40, 7, 4, false); });
   expect_close(download(*cpu, tnarrow), enarrow, 0, 0, "copy_cols");
+}
+
+// ---------------------------------------------------------------- bf16 storage
+// The bf16 instantiations (uint16_t storage) against the CPU backend with bf16 tensors; the
+// tolerances are explained at the top of this file.
+
+TEST(EmulatedCudaKernels, ElementwiseAndEmbeddingKernelsBf16MatchCpuBf16) {
+  auto cpu = make_cpu_backend();
+  const int64_t n = 300;
+  auto xv = randn(n, 140), yv = randn(n, 141);
+  Bits x = bits(xv), y = bits(yv);
+  // fill (the value rounded once), axpy and scale on bf16, axpy with mixed dtypes
+  Tensor ty = upload_bf16(*cpu, yv, 1, n), tx = upload_bf16(*cpu, xv, 1, n), tyf = upload(*cpu, yv);
+  cpu->axpy(ty, 0.75f, tx);
+  ctx_emu::launch("axpy_kernel<bf16,bf16>", {2, 1, 1}, {64, 1, 1}, 0, [&] { dev::axpy_kernel(y.data(), 0.75f, x.data(), n); });
+  expect_bf16_close(download(*cpu, ty), wide(y), 0, 0, 0, "axpy bf16 += bf16");
+  std::vector<float> yf = yv;
+  cpu->axpy(tyf, -0.3f, tx);
+  ctx_emu::launch("axpy_kernel<f32,bf16>", {2, 1, 1}, {64, 1, 1}, 0, [&] { dev::axpy_kernel(yf.data(), -0.3f, x.data(), n); });
+  expect_close(download(*cpu, tyf), yf, 0, 0, "axpy f32 += bf16");
+  cpu->axpy(ty, 1.5f, tyf);
+  ctx_emu::launch("axpy_kernel<bf16,f32>", {2, 1, 1}, {64, 1, 1}, 0, [&] { dev::axpy_kernel(y.data(), 1.5f, yf.data(), n); });
+  expect_bf16_close(download(*cpu, ty), wide(y), 0, 0, 0, "axpy bf16 += f32");
+  cpu->scale(ty, -1.7f);
+  ctx_emu::launch("scale_kernel<bf16>", {2, 1, 1}, {64, 1, 1}, 0, [&] { dev::scale_kernel(y.data(), -1.7f, n); });
+  expect_bf16_close(download(*cpu, ty), wide(y), 0, 0, 0, "scale bf16");
+  cpu->fill(ty.flat(10, 20), 0.1f);
+  ctx_emu::launch("fill_kernel<bf16>", {1, 1, 1}, {32, 1, 1}, 0, [&] { dev::fill_kernel(y.data() + 10, 0.1f, 20); });
+  expect_bf16_close(download(*cpu, ty), wide(y), 0, 0, 0, "fill bf16");
+  // copy between dtypes: f32 -> bf16 rounds (ties, NaN and infinities included), bf16 -> f32 widens
+  std::vector<float> special = randn(n, 142, 100.0f);
+  special[0] = bf16_to_f32(0x3f80) + std::ldexp(1.0f, -8);  // 1 + half an ulp: a tie, to even (1)
+  special[1] = bf16_to_f32(0x3f81) + std::ldexp(1.0f, -8);  // a tie, to even (0x3f82)
+  special[2] = std::numeric_limits<float>::quiet_NaN();
+  special[3] = -std::numeric_limits<float>::infinity();
+  special[4] = 3.4e38f;  // rounds up to infinity
+  special[5] = 1e-40f;   // subnormal
+  Tensor tsf = upload(*cpu, special), tsb = zeros(*cpu, 1, n, DType::bf16), tback = zeros(*cpu, 1, n);
+  Bits eb(n);
+  std::vector<float> eback(n);
+  cpu->copy(tsb, tsf);
+  ctx_emu::launch("convert_kernel<bf16,f32>", {2, 1, 1}, {64, 1, 1}, 0, [&] { dev::convert_kernel(eb.data(), special.data(), n); });
+  expect_bf16_close(download(*cpu, tsb), wide(eb), 0, 0, 0, "copy f32 -> bf16");
+  EXPECT_EQ(eb[0], 0x3f80);
+  EXPECT_EQ(eb[1], 0x3f82);
+  cpu->copy(tback, tsb);
+  ctx_emu::launch("convert_kernel<f32,bf16>", {2, 1, 1}, {64, 1, 1}, 0, [&] { dev::convert_kernel(eback.data(), eb.data(), n); });
+  expect_bf16_close(download(*cpu, tback), eback, 0, 0, 0, "copy bf16 -> f32");
+  // add_cols into bf16 from bf16 and from f32, into f32 from bf16; copy_cols of bf16
+  auto wv = randn(7 * 40, 143), nv = randn(7 * 13, 144);
+  Bits w = bits(wv), nb = bits(nv);
+  std::vector<float> wf = wv;
+  Tensor tw = upload_bf16(*cpu, wv, 7, 40), tn = upload_bf16(*cpu, nv, 7, 13), twf = upload(*cpu, wv, 7, 40);
+  cpu->add_cols(tw, 30, tn, 2, 10);
+  ctx_emu::launch("copy_cols_kernel<bf16,bf16>", {1, 1, 1}, {64, 1, 1}, 0,
+                  [&] { dev::copy_cols_kernel(w.data() + 30, 40, nb.data() + 2, 13, 7, 10, true); });
+  expect_bf16_close(download(*cpu, tw), wide(w), 0, 0, 0, "add_cols bf16 += bf16");
+  cpu->add_cols(tw, 0, twf, 5, 12);
+  ctx_emu::launch("copy_cols_kernel<bf16,f32>", {1, 1, 1}, {64, 1, 1}, 0,
+                  [&] { dev::copy_cols_kernel(w.data(), 40, wf.data() + 5, 40, 7, 12, true); });
+  expect_bf16_close(download(*cpu, tw), wide(w), 0, 0, 0, "add_cols bf16 += f32");
+  cpu->add_cols(twf, 1, tn, 0, 13);
+  ctx_emu::launch("copy_cols_kernel<f32,bf16>", {1, 1, 1}, {64, 1, 1}, 0,
+                  [&] { dev::copy_cols_kernel(wf.data() + 1, 40, nb.data(), 13, 7, 13, true); });
+  expect_close(download(*cpu, twf), wf, 0, 0, "add_cols f32 += bf16");
+  cpu->copy_cols(tn, 0, tw, 5, 4);
+  ctx_emu::launch("copy_cols_kernel<bf16,bf16>", {1, 1, 1}, {64, 1, 1}, 0,
+                  [&] { dev::copy_cols_kernel(nb.data(), 13, w.data() + 5, 40, 7, 4, false); });
+  expect_bf16_close(download(*cpu, tn), wide(nb), 0, 0, 0, "copy_cols bf16");
+  // RoPE on bf16 at large positions, forward then inverse (each call rounds once)
+  const int64_t rows = 9, heads = 3, d = 16, rot = 12;
+  auto rv = randn(rows * heads * d, 145);
+  Bits r = bits(rv);
+  std::vector<int32_t> pos = {0, 1, 7, 1000, 65535, 131071, 524287, 1000000, 3};
+  std::vector<float> inv_freq(rot / 2);
+  for (int64_t i = 0; i < rot / 2; ++i) inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / rot));
+  Tensor tr = upload_bf16(*cpu, rv, rows, heads * d), tp = upload(*cpu, pos), tf = upload(*cpu, inv_freq);
+  for (bool inverse : {false, true}) {
+    cpu->rope(tr, heads, d, tp, tf, rot, 1.1f, inverse);
+    ctx_emu::launch("rope_kernel<bf16>", {1, 1, 1}, {32, 1, 1}, 0, [&] {
+      dev::rope_kernel(r.data(), rows, heads, d, pos.data(), inv_freq.data(), rot / 2, 1.1f, inverse ? -1.0f : 1.0f);
+    });
+    expect_bf16_close(download(*cpu, tr), wide(r), 0, 0, 0, inverse ? "rope bf16 inverse" : "rope bf16");
+  }
+  // SwiGLU on bf16
+  auto gv = randn(n, 146, 4.0f), uv = randn(n, 147), dav = randn(n, 148);
+  Bits g = bits(gv), u = bits(uv), da = bits(dav), a(n), dg(n), du(n);
+  Tensor tg = upload_bf16(*cpu, gv, 1, n), tu = upload_bf16(*cpu, uv, 1, n), tda = upload_bf16(*cpu, dav, 1, n),
+         ta = zeros(*cpu, 1, n, DType::bf16), tdg = zeros(*cpu, 1, n, DType::bf16), tdu = zeros(*cpu, 1, n, DType::bf16);
+  cpu->swiglu_forward(ta, tg, tu);
+  ctx_emu::launch("swiglu_fwd_kernel<bf16>", {2, 1, 1}, {64, 1, 1}, 0, [&] { dev::swiglu_fwd_kernel(a.data(), g.data(), u.data(), n); });
+  expect_bf16_close(download(*cpu, ta), wide(a), 0, 0, 0, "swiglu forward bf16");
+  cpu->swiglu_backward(tdg, tdu, tda, tg, tu);
+  ctx_emu::launch("swiglu_bwd_kernel<bf16>", {2, 1, 1}, {64, 1, 1}, 0,
+                  [&] { dev::swiglu_bwd_kernel(dg.data(), du.data(), da.data(), g.data(), u.data(), n); });
+  expect_bf16_close(download(*cpu, tdg), wide(dg), 0, 0, 0, "swiglu dgate bf16");
+  expect_bf16_close(download(*cpu, tdu), wide(du), 0, 0, 0, "swiglu dup bf16");
+  // embedding: a bf16 table gathered as stored; the f32 table gradient from a bf16 dout
+  const int64_t hh = 33, v0 = 10, vrows = 50, tokens = 200;
+  std::mt19937 rng(148);
+  std::vector<int32_t> tok(tokens);
+  for (auto& t : tok) t = static_cast<int32_t>(rng() % 80);
+  auto tablev = randn(vrows * hh, 149), doutv = randn(tokens * hh, 150), dtable = randn(vrows * hh, 151);
+  Bits table = bits(tablev), dout = bits(doutv), eout(tokens * hh);
+  Tensor ttok = upload(*cpu, tok), ttable = upload_bf16(*cpu, tablev, vrows, hh),
+         tdout = upload_bf16(*cpu, doutv, tokens, hh), tdtable = upload(*cpu, dtable, vrows, hh),
+         tout = zeros(*cpu, tokens, hh, DType::bf16);
+  cpu->embedding_forward(tout, ttable, ttok, v0);
+  ctx_emu::launch("embedding_fwd_kernel<bf16>", {4, 1, 1}, {64, 1, 1}, 0,
+                  [&] { dev::embedding_fwd_kernel(eout.data(), table.data(), tok.data(), tokens, hh, v0, vrows); });
+  expect_bf16_close(download(*cpu, tout), wide(eout), 0, 0, 0, "embedding forward bf16");
+  cpu->embedding_backward(tdtable, tdout, ttok, v0);
+  std::vector<int32_t> keys(tokens), positions(tokens);
+  ctx_emu::launch("embedding_keys_kernel", {2, 1, 1}, {64, 1, 1}, 0,
+                  [&] { dev::embedding_keys_kernel(keys.data(), positions.data(), tok.data(), tokens, v0, vrows); });
+  std::vector<std::pair<int32_t, int32_t>> kp(tokens);
+  for (int64_t t = 0; t < tokens; ++t) kp[t] = {keys[t], positions[t]};
+  std::stable_sort(kp.begin(), kp.end(), [](auto& p, auto& q) { return p.first < q.first; });
+  for (int64_t t = 0; t < tokens; ++t) std::tie(keys[t], positions[t]) = kp[t];
+  auto edtable = dtable;
+  ctx_emu::launch("embedding_bwd_sorted_kernel<bf16>", {16, 1, 1}, {32, 1, 1}, 0, [&] {
+    dev::embedding_bwd_sorted_kernel(edtable.data(), dout.data(), keys.data(), positions.data(), tokens, hh, vrows);
+  });
+  expect_close(download(*cpu, tdtable), edtable, 0, 0, "embedding backward from bf16 dout (bit-identical)");
+}
+
+TEST(EmulatedCudaKernels, RmsNormDeltaAndNonFiniteFlagBf16MatchCpuBf16) {
+  auto cpu = make_cpu_backend();
+  const int64_t rows = 9, h = 300;
+  auto xv = randn(rows * h, 160), wv = randn(h, 161), dyv = randn(rows * h, 162), dw0 = randn(h, 163, 0.1f);
+  Bits x = bits(xv), w = bits(wv), dy = bits(dyv), y(rows * h), dx(rows * h);
+  Tensor tx = upload_bf16(*cpu, xv, rows, h), tw = upload_bf16(*cpu, wv, 1, h), tdy = upload_bf16(*cpu, dyv, rows, h),
+         tdw = upload(*cpu, dw0), ty = zeros(*cpu, rows, h, DType::bf16), tr = zeros(*cpu, rows, 1),
+         tdx = zeros(*cpu, rows, h, DType::bf16);
+  std::vector<float> er(rows), edw = dw0;
+  cpu->rmsnorm_forward(ty, tr, tx, tw, 1e-5f);
+  ctx_emu::launch("rmsnorm_fwd_kernel<bf16>", {static_cast<unsigned>(rows), 1, 1}, {dev::kRowThreads, 1, 1}, 0,
+                  [&] { dev::rmsnorm_fwd_kernel(y.data(), er.data(), x.data(), w.data(), h, 1e-5f); });
+  expect_bf16_close(download(*cpu, ty), wide(y), 1e-5, 1e-6, 1, "rmsnorm y bf16");
+  expect_close(download(*cpu, tr), er, 1e-6, 0, "rmsnorm rstd (f32) from bf16 x");
+  cpu->rmsnorm_backward(tdx, tdw, tdy, tx, tr, tw);
+  ctx_emu::launch("rmsnorm_bwd_dx_kernel<bf16>", {static_cast<unsigned>(rows), 1, 1}, {dev::kRowThreads, 1, 1}, 0,
+                  [&] { dev::rmsnorm_bwd_dx_kernel(dx.data(), dy.data(), x.data(), er.data(), w.data(), h); });
+  expect_bf16_close(download(*cpu, tdx), wide(dx), 1e-5, 1e-6, 1, "rmsnorm dx bf16");
+  const int64_t chunks = std::min<int64_t>(rows, dev::kDwChunks), per = (rows + chunks - 1) / chunks;
+  std::vector<float> scratch(chunks * h);
+  ctx_emu::launch("rmsnorm_dw_partial<bf16>", {blocks(h, dev::kRowThreads), static_cast<unsigned>(chunks), 1},
+                  {dev::kRowThreads, 1, 1}, 0,
+                  [&] { dev::rmsnorm_dw_partial(scratch.data(), dy.data(), x.data(), er.data(), rows, h, per); });
+  ctx_emu::launch("rmsnorm_dw_finish", {blocks(h, dev::kRowThreads), 1, 1}, {dev::kRowThreads, 1, 1}, 0,
+                  [&] { dev::rmsnorm_dw_finish(edw.data(), scratch.data(), chunks, h); });
+  expect_close(download(*cpu, tdw), edw, 1e-5, 1e-5, "rmsnorm dw (f32) from bf16 dy, x");
+  // attention delta from bf16 dout with a bf16 o, and with an f32 o (a merged fp32 accumulator)
+  const int64_t arows = 40, d = 20;
+  auto dov = randn(arows * d, 164), ov = randn(arows * d, 165);
+  Bits dob = bits(dov), ob = bits(ov);
+  Tensor tdo = upload_bf16(*cpu, dov, arows, d), to = upload_bf16(*cpu, ov, arows, d), tof = upload(*cpu, ov, arows, d),
+         tdelta = zeros(*cpu, arows, 1);
+  const AttnShape s1{1, 1, d, 1.0f};
+  std::vector<float> edelta(arows);
+  cpu->attention_delta(tdelta, tdo, to, s1);
+  ctx_emu::launch("attention_delta_kernel<bf16,bf16>", {blocks(arows * 32, 256), 1, 1}, {256, 1, 1}, 0,
+                  [&] { dev::attention_delta_kernel(edelta.data(), dob.data(), ob.data(), arows, d); });
+  expect_close(download(*cpu, tdelta), edelta, 1e-5, 1e-6, "attention delta (bf16 dout, bf16 o)");
+  cpu->attention_delta(tdelta, tdo, tof, s1);
+  ctx_emu::launch("attention_delta_kernel<bf16,f32>", {blocks(arows * 32, 256), 1, 1}, {256, 1, 1}, 0,
+                  [&] { dev::attention_delta_kernel(edelta.data(), dob.data(), ov.data(), arows, d); });
+  expect_close(download(*cpu, tdelta), edelta, 1e-5, 1e-6, "attention delta (bf16 dout, f32 o)");
+  // the non-finite flag over bf16 values: finite, then a NaN, then an infinity (bf16 keeps both)
+  std::vector<float> st = {0, 0, 0};
+  Tensor stats = upload(*cpu, st);
+  for (int kind = 0; kind < 3; ++kind) {
+    auto z = xv;
+    if (kind == 1) z[777] = std::numeric_limits<float>::quiet_NaN();
+    if (kind == 2) z[5] = std::numeric_limits<float>::infinity();
+    Bits zb = bits(z);
+    Tensor tz = upload_bf16(*cpu, z, rows, h);
+    cpu->flag_nonfinite(stats, tz, 2.0f + kind);
+    int flag = 0;
+    ctx_emu::launch("nonfinite_kernel<bf16>", {2, 1, 1}, {dev::kRowThreads, 1, 1}, 0,
+                    [&] { dev::nonfinite_kernel(&flag, zb.data(), rows * h); });
+    ctx_emu::launch("flag_finish_kernel", {1, 1, 1}, {32, 1, 1}, 0,
+                    [&] { dev::flag_finish_kernel(&st[dev::kStatNonFinite], &flag, 2.0f + kind); });
+    expect_close(download(*cpu, stats), st, 0, 0, "non-finite flag over bf16, case " + std::to_string(kind));
+  }
+  EXPECT_EQ(st[dev::kStatNonFinite], 4.0f);
+}
+
+// Attention with bf16 q, k, v, dout: o, dq, dk, dv in bf16 (rounded once per call), and in f32
+// (the context-parallel accumulators under bf16); lse and delta f32. Forward over two key blocks
+// merged; backward over both blocks into the same outputs.
+TEST(EmulatedCudaKernels, AttentionBf16MatchesCpuBf16) {
+  auto cpu = make_cpu_backend();
+  const AttnCase cases[] = {{20, false, false}, {256, true, false}, {20, false, true}};
+  for (auto [d, small, late] : cases) {
+    AttnInputs a(d, small, late);
+    CpuAttn c(*cpu, a, DType::bf16);
+    const AttnShape s = a.shape();
+    const dev::Geo G = a.geo();
+    const std::string tag = " (head_dim " + std::to_string(d) + (late ? ", late" : "") + ")";
+    const Bits q = bits(a.q), dout = bits(a.dout), kk[2] = {bits(a.ka), bits(a.kb)}, vv[2] = {bits(a.va), bits(a.vb)};
+    // forward, bf16 o and (on the same inputs) an f32 o
+    Tensor o = zeros(*cpu, a.tq, a.hq * d, DType::bf16), of = zeros(*cpu, a.tq, a.hq * d),
+           lse = cpu->alloc(a.tq, a.hq, DType::f32, Mem::workspace), lsef = cpu->alloc(a.tq, a.hq, DType::f32, Mem::workspace);
+    cpu->fill(lse, -INFINITY);
+    cpu->fill(lsef, -INFINITY);
+    Bits eo(a.tq * a.hq * d, 0);
+    std::vector<float> eof(eo.size(), 0.0f), el(a.tq * a.hq, -INFINITY), elf = el;
+    for (int b = 0; b < 2; ++b) {
+      cpu->attention_forward_block(o, lse, c.q, c.qt(), c.k[b], c.v[b], c.kb(b), s);
+      cpu->attention_forward_block(of, lsef, c.q, c.qt(), c.k[b], c.v[b], c.kb(b), s);
+      const Idx grid{dev::row_blocks(a.tq, G.group), static_cast<unsigned>(a.hkv), 1};
+      ctx_emu::launch("attn_fwd_kernel<bf16,bf16>", grid, {dev::kBlockThreads, 1, 1}, dev::fwd_smem(d), [&] {
+        dev::attn_fwd_kernel(eo.data(), el.data(), q.data(), a.qi.data(), a.qd.data(), a.tq, kk[b].data(), vv[b].data(),
+                             a.ki(b).data(), a.kd(b).data(), a.tk, a.range(b).data(), G);
+      });
+      ctx_emu::launch("attn_fwd_kernel<bf16,f32>", grid, {dev::kBlockThreads, 1, 1}, dev::fwd_smem(d), [&] {
+        dev::attn_fwd_kernel(eof.data(), elf.data(), q.data(), a.qi.data(), a.qd.data(), a.tq, kk[b].data(),
+                             vv[b].data(), a.ki(b).data(), a.kd(b).data(), a.tk, a.range(b).data(), G);
+      });
+      const std::string blk = " after block " + std::to_string(b) + tag;
+      expect_close(download(*cpu, lse), el, 1e-4, 2e-5, "lse (bf16 inputs)" + blk);
+      expect_bf16_close(download(*cpu, o), wide(eo), 1e-4, 2e-5, b + 1, "o bf16" + blk);
+      expect_close(download(*cpu, lsef), elf, 1e-4, 2e-5, "lse (f32 o)" + blk);
+      expect_close(download(*cpu, of), eof, 1e-4, 2e-5, "o f32 from bf16 inputs" + blk);
+    }
+    // backward from the CPU's lse and delta (so only the backward is compared)
+    Tensor delta = zeros(*cpu, a.tq, a.hq);
+    cpu->attention_delta(delta, c.dout, o, s);
+    const auto hl = download(*cpu, lse), hd = download(*cpu, delta);
+    auto dq0 = randn(a.tq * a.hq * d, 170, 0.1f), dk0 = randn(a.tk * a.hkv * d, 171, 0.1f),
+         dv0 = randn(a.tk * a.hkv * d, 172, 0.1f);
+    Tensor dq = upload_bf16(*cpu, dq0, a.tq, a.hq * d), dk = upload_bf16(*cpu, dk0, a.tk, a.hkv * d),
+           dv = upload_bf16(*cpu, dv0, a.tk, a.hkv * d), dqf = upload(*cpu, dq0, a.tq, a.hq * d),
+           dkf = upload(*cpu, dk0, a.tk, a.hkv * d), dvf = upload(*cpu, dv0, a.tk, a.hkv * d);
+    Bits edq = bits(dq0), edk = bits(dk0), edv = bits(dv0);
+    std::vector<float> edqf = dq0, edkf = dk0, edvf = dv0;
+    for (int b = 0; b < 2; ++b) {
+      cpu->attention_backward_block(dq, dk, dv, c.q, c.qt(), c.k[b], c.v[b], c.kb(b), c.dout, lse, delta, s);
+      cpu->attention_backward_block(dqf, dkf, dvf, c.q, c.qt(), c.k[b], c.v[b], c.kb(b), c.dout, lse, delta, s);
+      const Idx gq{dev::row_blocks(a.tq, G.group), static_cast<unsigned>(a.hkv), 1},
+          gk{dev::key_blocks(a.tk), static_cast<unsigned>(a.hkv), 1};
+      ctx_emu::launch("attn_dq_kernel<bf16,bf16>", gq, {dev::kBlockThreads, 1, 1}, dev::dq_smem(d), [&] {
+        dev::attn_dq_kernel(edq.data(), q.data(), a.qi.data(), a.qd.data(), a.tq, kk[b].data(), vv[b].data(),
+                            a.ki(b).data(), a.kd(b).data(), a.tk, a.range(b).data(), dout.data(), hl.data(), hd.data(), G);
+      });
+      ctx_emu::launch("attn_dkdv_kernel<bf16,bf16>", gk, {dev::kBlockThreads, 1, 1}, dev::dkdv_smem(d), [&] {
+        dev::attn_dkdv_kernel(edk.data(), edv.data(), q.data(), a.qi.data(), a.qd.data(), a.tq, kk[b].data(),
+                              vv[b].data(), a.ki(b).data(), a.kd(b).data(), a.tk, a.range(b).data(), dout.data(),
+                              hl.data(), hd.data(), G);
+      });
+      ctx_emu::launch("attn_dq_kernel<bf16,f32>", gq, {dev::kBlockThreads, 1, 1}, dev::dq_smem(d), [&] {
+        dev::attn_dq_kernel(edqf.data(), q.data(), a.qi.data(), a.qd.data(), a.tq, kk[b].data(), vv[b].data(),
+                            a.ki(b).data(), a.kd(b).data(), a.tk, a.range(b).data(), dout.data(), hl.data(), hd.data(), G);
+      });
+      ctx_emu::launch("attn_dkdv_kernel<bf16,f32>", gk, {dev::kBlockThreads, 1, 1}, dev::dkdv_smem(d), [&] {
+        dev::attn_dkdv_kernel(edkf.data(), edvf.data(), q.data(), a.qi.data(), a.qd.data(), a.tq, kk[b].data(),
+                              vv[b].data(), a.ki(b).data(), a.kd(b).data(), a.tk, a.range(b).data(), dout.data(),
+                              hl.data(), hd.data(), G);
+      });
+      const std::string blk = " after block " + std::to_string(b) + tag;
+      expect_bf16_close(download(*cpu, dq), wide(edq), 1e-4, 2e-5, b + 1, "dq bf16" + blk);
+      expect_bf16_close(download(*cpu, dk), wide(edk), 1e-4, 2e-5, b + 1, "dk bf16" + blk);
+      expect_bf16_close(download(*cpu, dv), wide(edv), 1e-4, 2e-5, b + 1, "dv bf16" + blk);
+      expect_close(download(*cpu, dqf), edqf, 1e-4, 2e-5, "dq f32 from bf16 inputs" + blk);
+      expect_close(download(*cpu, dkf), edkf, 1e-4, 2e-5, "dk f32 from bf16 inputs" + blk);
+      expect_close(download(*cpu, dvf), edvf, 1e-4, 2e-5, "dv f32 from bf16 inputs" + blk);
+    }
+  }
 }
 
 TEST(EmulatedCudaKernels, EmulatorReportsDivergentBarriers) {
