@@ -16,6 +16,9 @@
 #include "costmodel/profile_store.hpp"
 #ifdef CTXPLAN_HAVE_CUDA
 #include "executor/cuda/cuda_backend.hpp"
+#ifdef CTXPLAN_HAVE_CUDA_EMULATED
+#include "executor/cuda/emulated/cuda_emulated.hpp"
+#endif
 #endif
 #include "executor/checkpoint.hpp"
 #include "executor/report.hpp"
@@ -83,9 +86,10 @@ int run(int argc, char** argv, CommWorld& world) {
   app.add_option("--debug-nan", o.debug_nan, "fault injection for tests: STEP:LAYER poisons that layer's output");
   app.add_option("--backend", o.backend,
                  "cpu (Eigen reference; bf16 stored, fp32 arithmetic) | cpu-guarded (tensor memory unreadable by the "
-                 "host outside the backend) | cpu-deferred (every op and message on a worker thread) | cuda (float32 "
-                 "only; compiles, untested on GPU)")
-      ->check(CLI::IsMember({"cpu", "cpu-guarded", "cpu-deferred", "cuda"}));
+                 "host outside the backend) | cpu-deferred (every op and message on a worker thread) | cuda (compiles, "
+                 "untested on GPU) | cuda-emulated (the CUDA backend's host code and kernels on CPU test doubles of "
+                 "the CUDA runtime, cuBLASLt and NCCL: slow, for tests)")
+      ->check(CLI::IsMember({"cpu", "cpu-guarded", "cpu-deferred", "cuda", "cuda-emulated"}));
   app.add_option("--schedule-trace", o.schedule_trace,
                  "write rank 0's first-step schedule (tasks per stream in the simulator's names) to this JSON file");
   app.add_option("--debug-fail", o.debug_fail, "fault injection for tests: RANK:STEP fails that rank at that step");
@@ -136,7 +140,7 @@ int run(int argc, char** argv, CommWorld& world) {
   // the fit check prices the runtime this backend really is (its profile, at the plan's precision)
   const std::string runtime_name = ctxrun_runtime_for_backend(o.backend);
   const RuntimeProfile runtime = resolve_runtime(prof, runtime_name);
-  if (o.backend == "cuda" && plan.precision != Precision::fp32)
+  if (o.backend.rfind("cuda", 0) == 0 && plan.precision != Precision::fp32)
     throw InputError("--backend", "", "cuda: the CUDA backend runs float32 only today (bf16 kernels are issue 13); "
                                       "add precision=fp32 to the plan or use a cpu backend");
   Prediction pred = predict(model, cluster, runtime, plan, seq);
@@ -179,6 +183,13 @@ int run(int argc, char** argv, CommWorld& world) {
     backend = make_cuda_backend(cuda_device_for_local_rank(), cuda_options);
 #else
     throw InputError("--backend", "", "cuda: this ctxrun was built without CUDA (configure with -DCTXPLAN_WITH_CUDA=ON)");
+#endif
+  } else if (o.backend == "cuda-emulated") {
+#ifdef CTXPLAN_HAVE_CUDA_EMULATED
+    backend = make_cuda_emulated_backend(0);  // device memory, NCCL communicators (emulated)
+#else
+    throw InputError("--backend", "", "cuda-emulated: this ctxrun was built without the CUDA toolkit's headers, or not "
+                                      "on x86-64 Linux (the emulator's fibers need it)");
 #endif
   } else {
     CpuMode mode = CpuMode::plain;
