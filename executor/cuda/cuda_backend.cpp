@@ -617,7 +617,7 @@ class CudaBackend final : public Backend {
   // host-staged communicator, which needs managed memory (host_address refuses cudaMalloc memory).
   std::unique_ptr<Comm> make_comm(std::unique_ptr<HostComm> group) override {
 #ifdef CTXPLAN_HAVE_NCCL
-    return make_nccl_comm(*this, std::move(group));
+    return cuda::make_nccl_comm(*this, std::move(group), "");
 #else
     return Backend::make_comm(std::move(group));
 #endif
