@@ -11,6 +11,16 @@
 //   attention (tiles of 32 keys vs one key at a time in the online softmax): 1e-4 relative + 2e-5 absolute
 //   data movement, embedding (same additions in the same order): exact
 //   training losses after 3 steps: 1e-4 relative
+//
+// bf16 (the *Bf16* tests): both backends hold the same bf16 values (upload rounds to nearest even
+// on both sides), widen, compute in fp32 and round each output once, so a bf16 result is the fp32
+// tolerance above plus at most 1 bf16 ulp of the result (fp32 values differing by summation order
+// or FMA contraction can round to neighbouring bf16 numbers), 2 ulps where a bf16 output is read
+// and updated by a second call. bf16 GEMMs: cuBLASLt's tensor cores multiply bf16 values exactly
+// and accumulate in fp32 as Eigen does on the widened values, so the fp32 GEMM tolerance plus
+// 1 ulp. Data movement of bf16 (copy_cols, embedding gather, conversions) is exact. Three bf16
+// training steps of the tiny model: loss within 5e-3 relative, gradient norm within 5e-2 (a
+// 1-ulp activation difference, 2^-8 relative, can appear at any op and propagates).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -81,6 +91,37 @@ class CudaVsCpu : public ::testing::Test {
   void same(const Two& x, double rtol, double atol, const std::string& what) {
     expect_close(download(*c_, x[0]), download(*g_, x[1]), rtol, atol, what);
   }
+  // bf16 tensors on both sides holding v (rounded by each backend's upload).
+  Two two_bf16(const std::vector<float>& v, int64_t rows, int64_t cols) {
+    return {{upload(*c_, v, rows, cols, DType::bf16), upload(*g_, v, rows, cols, DType::bf16)}};
+  }
+  Two two_zeros_as(int64_t rows, int64_t cols, DType dt) {
+    Two r;
+    for (int i = 0; i < 2; ++i) {
+      r.t[i] = be(i).alloc(rows, cols, dt, Mem::workspace);
+      be(i).zero(r.t[i]);
+    }
+    return r;
+  }
+  // |gpu - cpu| <= atol + rtol |cpu| + ulps bf16 ulps of the larger (see the tolerances above).
+  void same_bf16(const Two& x, double rtol, double atol, int ulps, const std::string& what) {
+    const auto want = download(*c_, x[0]), got = download(*g_, x[1]);
+    ASSERT_EQ(want.size(), got.size()) << what;
+    size_t identical = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double w = want[i], g = got[i];
+      if (w == g || (std::isnan(w) && std::isnan(g))) {
+        ++identical;
+        continue;
+      }
+      int e = 0;
+      std::frexp(std::max(std::fabs(w), std::fabs(g)), &e);
+      const double ulp = std::isfinite(w) && std::isfinite(g) ? std::ldexp(1.0, e - 8) : 0.0;
+      ASSERT_LE(std::fabs(g - w), atol + rtol * std::fabs(w) + ulps * ulp)
+          << what << ": element " << i << " is " << g << ", reference " << w << " (" << ulps << " bf16 ulps)";
+    }
+    std::printf("[ bf16     ] %s: %zu of %zu bit-identical\n", what.c_str(), identical, want.size());
+  }
   Backend* g_ = nullptr;
   std::unique_ptr<Backend> c_;
 };
@@ -126,14 +167,189 @@ TEST_F(CudaVsCpu, DataMovementAndStepStatisticsMatchCpu) {
   both([&](Backend& b, int i) { b.embedding_forward(emb[i], table[i], tj[i], 1); });
   same(emb, 0, 0, "embedding rows picked by int32 ids moved with copy_cols");
   EXPECT_EQ(download(*g_, emb[1])[4], download(*g_, table[1])[8 * 4]) << "id 9 is row 8 of a table starting at 1";
-  // bf16 is issue 13: refused with the reason
-  Tensor h = g_->alloc(1, 10, DType::bf16, Mem::workspace);
-  try {
-    g_->zero(h);
-    ADD_FAILURE() << "a bf16 tensor was accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("issue 13"), std::string::npos) << e.what();
+}
+
+// bf16 storage (issue 13): the host boundary, conversions, the elementwise ops and data movement,
+// with mixed dtypes where the interface allows them.
+TEST_F(CudaVsCpu, Bf16DataMovementAndElementwiseMatchCpuBf16) {
+  auto x = randn(5001, 130, 3.0f), y = randn(5001, 131);
+  x[0] = std::numeric_limits<float>::quiet_NaN();
+  x[1] = -std::numeric_limits<float>::infinity();
+  x[2] = 3.4e38f;  // rounds to infinity
+  Two tx = two_bf16(x, 1, 5001), ty = two_bf16(y, 1, 5001), tf = two(y);
+  same_bf16(tx, 0, 0, 0, "upload/download bf16 (round to nearest even on the host)");
+  Two conv = two_zeros_as(1, 5001, DType::bf16), back = two_zeros(1, 5001);
+  both([&](Backend& b, int i) { b.copy(conv[i], tf[i]); });
+  same_bf16(conv, 0, 0, 0, "copy f32 -> bf16");
+  both([&](Backend& b, int i) { b.copy(back[i], tx[i]); });
+  same(back, 0, 0, "copy bf16 -> f32");
+  both([&](Backend& b, int i) { b.copy(conv[i].flat(1, 2000), conv[i].flat(0, 2000)); });
+  same_bf16(conv, 0, 0, 0, "overlapping bf16 copy");
+  both([&](Backend& b, int i) { b.axpy(ty[i], 0.75f, tf[i]); });
+  same_bf16(ty, 0, 0, 1, "axpy bf16 += f32");  // FMA contraction on the GPU: one rounding fewer before bf16
+  both([&](Backend& b, int i) { b.axpy(tf[i], -0.5f, ty[i]); });
+  same(tf, 1e-6, 1e-7, "axpy f32 += bf16");
+  both([&](Backend& b, int i) { b.scale(ty[i], -1.5f); });
+  same_bf16(ty, 0, 0, 0, "scale bf16");
+  both([&](Backend& b, int i) { b.fill(ty[i].flat(0, 100), 0.1f); });
+  both([&](Backend& b, int i) { b.zero(ty[i].flat(100, 51)); });  // odd element count and offset
+  same_bf16(ty, 0, 0, 0, "fill and zero bf16");
+  {
+    Two stats = two(std::vector<float>{0, 0, 0});
+    both([&](Backend& b, int i) { b.flag_nonfinite(stats[i], ty[i], 2.0f); });
+    both([&](Backend& b, int i) { b.flag_nonfinite(stats[i], tx[i], 5.0f); });
+    same(stats, 0, 0, "non-finite flag over bf16");
+    EXPECT_EQ(download(*g_, stats[1])[kStatNonFinite], 5.0f);
   }
+  Two tw = two_bf16(randn(7 * 40, 132), 7, 40), tn = two_bf16(randn(7 * 13, 133), 7, 13), twf = two(randn(7 * 40, 134), 7, 40);
+  both([&](Backend& b, int i) { b.copy_cols(tn[i], 2, tw[i], 5, 9); });
+  same_bf16(tn, 0, 0, 0, "copy_cols bf16");
+  both([&](Backend& b, int i) { b.add_cols(tw[i], 30, tn[i], 0, 10); });
+  same_bf16(tw, 0, 0, 0, "add_cols bf16 += bf16");
+  both([&](Backend& b, int i) { b.add_cols(tw[i], 0, twf[i], 3, 11); });
+  same_bf16(tw, 0, 0, 0, "add_cols bf16 += f32");
+  both([&](Backend& b, int i) { b.add_cols(twf[i], 1, tn[i], 0, 13); });
+  same(twf, 0, 0, "add_cols f32 += bf16");
+  // a pinned host bf16 tensor (offloaded states) written by kernels
+  Tensor h = g_->alloc_host(1, 11, DType::bf16, HostMem::optimizer);
+  g_->zero(h);
+  g_->fill(h.flat(0, 3), 1.5f);
+  std::vector<float> want(11, 0.0f);
+  std::fill(want.begin(), want.begin() + 3, 1.5f);
+  EXPECT_EQ(download(*g_, h), want);
+}
+
+// bf16 GEMMs: A, B bf16 into a bf16 C and into an f32 C (weight gradients, beta 1), A f32 x B bf16
+// (the logits gradient times the head weights) into bf16 and f32 C, all four transposes.
+TEST_F(CudaVsCpu, Bf16GemmsMatchCpuBf16) {
+  const int64_t m = 37, n = 53, k = 29;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      const std::string tag = " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb);
+      auto av = randn(m * k, 140 + ta), bv = randn(k * n, 142 + tb), cv = randn(m * n, 144);
+      const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+      Two a = two_bf16(av, ar, ac), b = two_bf16(bv, br, bc), af = two(av, ar, ac);
+      Two c = two_bf16(cv, m, n), cf = two(cv, m, n);
+      const double atol = 1e-5 * k * 16;
+      both([&](Backend& be_, int i) { be_.gemm(ta, tb, 0.7f, a[i], b[i], 0.0f, c[i]); });
+      same_bf16(c, 1e-5, atol, 1, "gemm bf16 x bf16 -> bf16" + tag);
+      both([&](Backend& be_, int i) { be_.gemm(ta, tb, 0.7f, a[i], b[i], 1.0f, cf[i]); });
+      same(cf, 1e-5, atol, "gemm bf16 x bf16 += f32" + tag);
+      both([&](Backend& be_, int i) { be_.gemm(ta, tb, 0.7f, af[i], b[i], 0.5f, c[i]); });
+      same_bf16(c, 1e-5, atol, 1, "gemm f32 x bf16 -> bf16 (widened)" + tag);
+      both([&](Backend& be_, int i) { be_.gemm(ta, tb, 0.7f, af[i], b[i], 1.0f, cf[i]); });
+      same(cf, 1e-5, atol, "gemm f32 x bf16 += f32 (widened)" + tag);
+    }
+}
+
+// RMSNorm, RoPE, SwiGLU and the embedding on bf16 activations and weights (rstd, dw, dtable f32).
+TEST_F(CudaVsCpu, Bf16ModelKernelsMatchCpuBf16) {
+  const int64_t rows = 70, h = 300;
+  Two x = two_bf16(randn(rows * h, 150), rows, h), w = two_bf16(randn(h, 151), 1, h),
+      dy = two_bf16(randn(rows * h, 152), rows, h), dw = two(randn(h, 153, 0.1f)),
+      y = two_zeros_as(rows, h, DType::bf16), rstd = two_zeros(rows, 1), dx = two_zeros_as(rows, h, DType::bf16);
+  both([&](Backend& b, int i) { b.rmsnorm_forward(y[i], rstd[i], x[i], w[i], 1e-5f); });
+  same_bf16(y, 1e-5, 1e-6, 1, "rmsnorm y bf16");
+  same(rstd, 1e-6, 0, "rmsnorm rstd from bf16 x");
+  both([&](Backend& b, int i) { b.rmsnorm_backward(dx[i], dw[i], dy[i], x[i], rstd[i], w[i]); });
+  same_bf16(dx, 1e-5, 1e-6, 1, "rmsnorm dx bf16");
+  same(dw, 1e-5, 1e-5, "rmsnorm dw (f32) from bf16");
+  Two wf = two(randn(h, 151));  // an f32 weight with bf16 x, y: the widening path
+  both([&](Backend& b, int i) { b.rmsnorm_forward(y[i], rstd[i], x[i], wf[i], 1e-5f); });
+  same_bf16(y, 1e-5, 1e-6, 1, "rmsnorm y bf16 with an f32 weight (widened)");
+  const int64_t rrows = 9, heads = 3, d = 16, rot = 12;
+  std::vector<int32_t> pos = {0, 1, 7, 1000, 65535, 131071, 524287, 1000000, 3};
+  std::vector<float> inv_freq(rot / 2);
+  for (int64_t i = 0; i < rot / 2; ++i) inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / rot));
+  Two r = two_bf16(randn(rrows * heads * d, 154), rrows, heads * d), p = two(pos), f = two(inv_freq);
+  for (bool inverse : {false, true}) {
+    both([&](Backend& b, int i) { b.rope(r[i], heads, d, p[i], f[i], rot, 1.1f, inverse); });
+    same_bf16(r, 1e-5, 1e-6, 1, inverse ? "rope bf16 inverse" : "rope bf16");
+  }
+  const int64_t n = 4097;
+  Two g = two_bf16(randn(n, 155, 4.0f), 1, n), u = two_bf16(randn(n, 156), 1, n), da = two_bf16(randn(n, 157), 1, n),
+      a = two_zeros_as(1, n, DType::bf16), dg = two_zeros_as(1, n, DType::bf16), du = two_zeros_as(1, n, DType::bf16);
+  both([&](Backend& b, int i) { b.swiglu_forward(a[i], g[i], u[i]); });
+  same_bf16(a, 1e-5, 1e-6, 1, "swiglu forward bf16");
+  both([&](Backend& b, int i) { b.swiglu_backward(dg[i], du[i], da[i], g[i], u[i]); });
+  same_bf16(dg, 1e-5, 1e-6, 1, "swiglu dgate bf16");
+  same_bf16(du, 1e-5, 1e-6, 1, "swiglu dup bf16");
+  const int64_t eh = 33, v0 = 10, vrows = 50, tokens = 200;
+  std::mt19937 rng(158);
+  std::vector<int32_t> tok(tokens);
+  for (auto& t : tok) t = static_cast<int32_t>(rng() % 80);
+  Two tt = two(tok), table = two_bf16(randn(vrows * eh, 159), vrows, eh), dout = two_bf16(randn(tokens * eh, 160), tokens, eh),
+      dtable = two(randn(vrows * eh, 161), vrows, eh), out = two_zeros_as(tokens, eh, DType::bf16);
+  both([&](Backend& b, int i) { b.embedding_forward(out[i], table[i], tt[i], v0); });
+  same_bf16(out, 0, 0, 0, "embedding forward bf16");
+  both([&](Backend& b, int i) { b.embedding_backward(dtable[i], dout[i], tt[i], v0); });
+  same(dtable, 0, 0, "embedding backward from bf16 dout (bit-identical)");
+}
+
+// Attention on bf16 q, k, v, dout: bf16 o, dq, dk, dv, and the fp32 accumulators of context
+// parallelism (o, dq f32 with bf16 inputs), over two key blocks with documents, GQA and hulls.
+TEST_F(CudaVsCpu, Bf16AttentionMatchesCpuBf16) {
+  const int64_t d = 64, hq = 8, hkv = 2, tq = 70, tk = 45;
+  AttnShape s{hq, hkv, d, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))};
+  std::vector<int64_t> qi(tq), k0(tk), k1(tk);
+  std::vector<int32_t> qd(tq), d0(tk), d1(tk);
+  for (int64_t i = 0; i < tq; ++i) {
+    qi[i] = i < 35 ? 40 + i : 75 + (tq - 1 - i);
+    qd[i] = static_cast<int32_t>(qi[i] / 30);
+  }
+  for (int64_t j = 0; j < tk; ++j) {
+    k0[j] = j;
+    k1[j] = 60 + j;
+    d0[j] = static_cast<int32_t>(k0[j] / 30);
+    d1[j] = static_cast<int32_t>(k1[j] / 30);
+  }
+  Two q = two_bf16(randn(tq * hq * d, 170), tq, hq * d), dout = two_bf16(randn(tq * hq * d, 171), tq, hq * d);
+  Two k[2] = {two_bf16(randn(tk * hkv * d, 172), tk, hkv * d), two_bf16(randn(tk * hkv * d, 173), tk, hkv * d)};
+  Two v[2] = {two_bf16(randn(tk * hkv * d, 174), tk, hkv * d), two_bf16(randn(tk * hkv * d, 175), tk, hkv * d)};
+  Two tqi = two(qi), tqd = two(qd), ki[2] = {two(k0), two(k1)}, kd[2] = {two(d0), two(d1)};
+  Two range[2] = {two(kv_hulls(qi, qd, k0, d0), tq, 2), two(kv_hulls(qi, qd, k1, d1), tq, 2)};
+  auto kb = [&](int b, int i) { return KeyBlock{{ki[b][i], kd[b][i]}, range[b][i]}; };
+  Two o = two_zeros_as(tq, hq * d, DType::bf16), of = two_zeros(tq, hq * d), lse = two_zeros(tq, hq),
+      lsef = two_zeros(tq, hq), delta = two_zeros(tq, hq);
+  both([&](Backend& be_, int i) {
+    be_.fill(lse[i], -INFINITY);
+    be_.fill(lsef[i], -INFINITY);
+  });
+  for (int b = 0; b < 2; ++b) {
+    both([&](Backend& be_, int i) {
+      be_.attention_forward_block(o[i], lse[i], q[i], {tqi[i], tqd[i]}, k[b][i], v[b][i], kb(b, i), s);
+      be_.attention_forward_block(of[i], lsef[i], q[i], {tqi[i], tqd[i]}, k[b][i], v[b][i], kb(b, i), s);
+    });
+    const std::string blk = " after block " + std::to_string(b);
+    same(lse, 1e-4, 2e-5, "lse (bf16 inputs)" + blk);
+    same_bf16(o, 1e-4, 2e-5, b + 1, "o bf16" + blk);
+    same(of, 1e-4, 2e-5, "o f32 from bf16 inputs" + blk);
+  }
+  // backward from the CPU's o and lse (only the backward is compared)
+  Tensor o_c = upload(*g_, download(*c_, o[0]), tq, hq * d, DType::bf16), l_c = upload(*g_, download(*c_, lse[0]), tq, hq);
+  c_->attention_delta(delta[0], dout[0], o[0], s);
+  g_->attention_delta(delta[1], dout[1], o_c, s);
+  same(delta, 1e-5, 1e-6, "attention delta (bf16 dout, o)");
+  Tensor d_c = upload(*g_, download(*c_, delta[0]), tq, hq);
+  Two dq = two_bf16(randn(tq * hq * d, 176, 0.1f), tq, hq * d), dqf = two(randn(tq * hq * d, 176, 0.1f), tq, hq * d);
+  Two dk = two_bf16(randn(tk * hkv * d, 177, 0.1f), tk, hkv * d), dv = two_bf16(randn(tk * hkv * d, 178, 0.1f), tk, hkv * d);
+  Two dkf = two(randn(tk * hkv * d, 177, 0.1f), tk, hkv * d), dvf = two(randn(tk * hkv * d, 178, 0.1f), tk, hkv * d);
+  for (int b = 0; b < 2; ++b) {
+    c_->attention_backward_block(dq[0], dk[0], dv[0], q[0], {tqi[0], tqd[0]}, k[b][0], v[b][0], kb(b, 0), dout[0],
+                                 lse[0], delta[0], s);
+    g_->attention_backward_block(dq[1], dk[1], dv[1], q[1], {tqi[1], tqd[1]}, k[b][1], v[b][1], kb(b, 1), dout[1], l_c,
+                                 d_c, s);
+    c_->attention_backward_block(dqf[0], dkf[0], dvf[0], q[0], {tqi[0], tqd[0]}, k[b][0], v[b][0], kb(b, 0), dout[0],
+                                 lse[0], delta[0], s);
+    g_->attention_backward_block(dqf[1], dkf[1], dvf[1], q[1], {tqi[1], tqd[1]}, k[b][1], v[b][1], kb(b, 1), dout[1],
+                                 l_c, d_c, s);
+  }
+  same_bf16(dq, 1e-4, 2e-5, 2, "dq bf16 over two blocks");
+  same_bf16(dk, 1e-4, 2e-5, 2, "dk bf16 over two blocks");
+  same_bf16(dv, 1e-4, 2e-5, 2, "dv bf16 over two blocks");
+  same(dqf, 1e-4, 2e-5, "dq f32 from bf16 inputs");
+  same(dkf, 1e-4, 2e-5, "dk f32 from bf16 inputs");
+  same(dvf, 1e-4, 2e-5, "dv f32 from bf16 inputs");
 }
 
 TEST_F(CudaVsCpu, GemmMatchesCpuForAllTransposes) {
@@ -374,7 +590,7 @@ TEST_F(CudaVsCpu, NcclSingleRankCollectivesHostPathAndSelfP2p) {
 
 // Three optimizer steps of the tiny model on both backends (same data, same initialisation).
 // (The NCCL communicator is not wired into the trainer yet: both run on the self world.)
-void train_both(const std::string& plan_text, int64_t seq) {
+void train_both(const std::string& plan_text, int64_t seq, double loss_rtol = 1e-4, double norm_rtol = 1e-3) {
   Profiles prof = load_profiles(default_profiles_dir());
   ModelSpec m = resolve_model(prof, "tiny");
   Plan plan = parse_plan(plan_text);
@@ -398,14 +614,19 @@ void train_both(const std::string& plan_text, int64_t seq) {
   Trainer tc(*cpu, *cpu_world, o, *data), tg(*gpu(), *gpu_world, o, *data);
   for (int s = 0; s < 3; ++s) {
     StepStats a = tc.step(), b = tg.step();
-    EXPECT_NEAR(b.loss, a.loss, 1e-4 * std::fabs(a.loss)) << plan_text << " step " << s + 1;
-    EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-3 * a.grad_norm + 1e-6) << plan_text << " step " << s + 1;
+    EXPECT_NEAR(b.loss, a.loss, loss_rtol * std::fabs(a.loss)) << plan_text << " step " << s + 1;
+    EXPECT_NEAR(b.grad_norm, a.grad_norm, norm_rtol * a.grad_norm + 1e-6) << plan_text << " step " << s + 1;
   }
 }
 
 TEST_F(CudaVsCpu, TinyModelTrainingMatchesCpuBackend) {
-  train_both("dp=1", 128);
-  train_both("dp=1,mask=doc:32,recompute=full", 128);
+  train_both("dp=1,precision=fp32", 128);
+  train_both("dp=1,mask=doc:32,recompute=full,precision=fp32", 128);
+}
+
+TEST_F(CudaVsCpu, TinyModelBf16TrainingMatchesCpuBackend) {
+  train_both("dp=1,precision=bf16", 128, 5e-3, 5e-2);
+  train_both("dp=1,mask=doc:32,recompute=full,precision=bf16", 128, 5e-3, 5e-2);
 }
 
 }  // namespace
