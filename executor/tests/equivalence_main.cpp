@@ -16,6 +16,9 @@
 #include "costmodel/plan_check.hpp"
 #include "costmodel/profile_store.hpp"
 #include "executor/trainer.hpp"
+#ifdef CTXPLAN_HAVE_CUDA_EMULATED
+#include "executor/cuda/emulated/cuda_emulated.hpp"
+#endif
 
 using namespace ctx;
 using namespace ctx::exec;
@@ -123,9 +126,19 @@ int main(int argc, char** argv) {
     std::string why = executor_plan_problem(m, plan, a.seq);
     if (!why.empty()) throw InputError("--plan", "", why);
 
+    std::unique_ptr<Backend> backend;
     CpuMode mode;
-    if (!parse_cpu_mode(a.backend, &mode)) throw InputError("--backend", "", "expected cpu, cpu-guarded or cpu-deferred");
-    auto backend = make_cpu_backend(mode);
+    if (a.backend == "cuda-emulated") {
+#ifdef CTXPLAN_HAVE_CUDA_EMULATED
+      backend = make_cuda_emulated_backend(0);  // the CUDA backend on CPU doubles of CUDA, cuBLASLt, NCCL
+#else
+      throw InputError("--backend", "", "cuda-emulated: not built (needs the CUDA toolkit's headers, x86-64 Linux)");
+#endif
+    } else if (parse_cpu_mode(a.backend, &mode)) {
+      backend = make_cpu_backend(mode);
+    } else {
+      throw InputError("--backend", "", "expected cpu, cpu-guarded, cpu-deferred or cuda-emulated");
+    }
     const bool bf16 = plan.precision == Precision::bf16;
     TrainOptions o;
     o.model = m;
