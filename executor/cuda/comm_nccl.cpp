@@ -168,8 +168,18 @@ class NcclComm final : public Comm, public WatchedComm {
     });
   }
   void reduce_scatter(View s, View r) override {
-    same_dtype("reduce_scatter", s, r);
     need(s.numel() == r.numel() * size_, "reduce_scatter", "send must hold size() blocks of recv");
+    if (s.dtype() == DType::f32 && r.dtype() == DType::bf16) {
+      // fp32 partial sums (dK, dV) into bf16 gradients: NCCL reduces in one dtype, so reduce in
+      // fp32 into a temporary and round once on the compute stream, as the host-staged comm does
+      // (found by the emulated backend: the all-gather-KV plans' bf16 equivalence)
+      Tensor sum = be_.alloc(r.rows(), r.cols(), DType::f32, Mem::comm_buffers);
+      reduce_scatter(s, sum.view());
+      be_.copy(r, sum.view());
+      be_.free_tensor(sum);  // stream-ordered reuse: after the copy on the compute stream
+      return;
+    }
+    same_dtype("reduce_scatter", s, r);
     collective("reduce_scatter", s.numel() * dtype_bytes(s.dtype()), [&] {
       return ncclReduceScatter(raw(s), raw(r), static_cast<size_t>(r.numel()), nccl_type(s.dtype()), ncclSum, comm_,
                                stream_);
