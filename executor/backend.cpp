@@ -21,6 +21,7 @@ std::unique_ptr<Comm> Backend::make_comm(std::unique_ptr<HostComm> group) {
 Tensor Backend::alloc(int64_t rows, int64_t cols, DType dt, Mem cat) {
   Tensor t;
   const int64_t bytes = rows * cols * dtype_bytes(dt);
+  alloc_category_ = to_string(cat);
   t.v_ = View(raw_alloc(bytes, false), dt, rows, cols);
   t.cat_ = cat;
   t.host_ = false;
@@ -32,6 +33,7 @@ Tensor Backend::alloc(int64_t rows, int64_t cols, DType dt, Mem cat) {
 Tensor Backend::alloc_host(int64_t rows, int64_t cols, DType dt, HostMem cat) {
   Tensor t;
   const int64_t bytes = rows * cols * dtype_bytes(dt);
+  alloc_category_ = "pinned host memory";
   t.v_ = View(raw_alloc(bytes, true), dt, rows, cols);
   t.host_cat_ = cat;
   t.host_ = true;

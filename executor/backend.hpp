@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,14 @@ namespace ctx::exec {
 
 class Comm;
 class HostComm;
+
+// Thrown by a device backend when an allocation cannot be met even after its cache was given
+// back; the message names the category, the ledger's total and the plan's predicted peak.
+// ctxrun maps it to kExitDoesNotFit.
+class DeviceOutOfMemory : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // Identity of query or key tokens for masking: a key is visible to a query iff same document and
 // key index <= query index.
@@ -67,6 +76,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   MemoryLedger& ledger() { return ledger_; }
+  // The plan's predicted peak per rank (the memory model's), named in an out-of-memory error.
+  void set_predicted_peak_bytes(int64_t b) { predicted_peak_bytes_ = b; }
 
   // ---- memory: accounted, NOT zero-filled (zero() is an explicit op where needed)
   Tensor alloc(int64_t rows, int64_t cols, DType dt, Mem cat);
@@ -176,9 +187,15 @@ class Backend {
   virtual void* host_address(const View& v) { return v.p_; }
   static void* raw(const View& v) { return v.p_; }
   static View make_view(void* p, DType dt, int64_t rows, int64_t cols) { return View(p, dt, rows, cols); }
+  // What raw_alloc is allocating for (set by alloc/alloc_host just before the call): "activations",
+  // "pinned host", ... and the plan's predicted peak (0: unknown), for out-of-memory messages.
+  const char* alloc_category() const { return alloc_category_; }
+  int64_t predicted_peak_bytes() const { return predicted_peak_bytes_; }
 
  private:
   MemoryLedger ledger_;
+  const char* alloc_category_ = "tensor";
+  int64_t predicted_peak_bytes_ = 0;
 };
 
 // cpu: Eigen reference. cpu-guarded: tensor memory is mapped twice, and the address strategy code

@@ -141,6 +141,7 @@ int run(int argc, char** argv, CommWorld& world) {
   const std::string runtime_name = ctxrun_runtime_for_backend(o.backend);
   const RuntimeProfile runtime = resolve_runtime(prof, runtime_name);
   Prediction pred = predict(model, cluster, runtime, plan, seq);
+  const int64_t predicted_peak_bytes = static_cast<int64_t>(pred.memory.peak.total());
   if (!pred.memory.fits() && !o.no_fit_check) {
     if (rank == 0)
       std::cerr << "ctxrun: the memory model predicts " << pred.memory.peak.total() / (1 << 30) << " GiB per rank at the "
@@ -193,6 +194,7 @@ int run(int argc, char** argv, CommWorld& world) {
     parse_cpu_mode(o.backend, &mode);
     backend = make_cpu_backend(mode);
   }
+  backend->set_predicted_peak_bytes(predicted_peak_bytes);
   TrainOptions to;
   to.model = model;
   to.plan = plan;
@@ -304,6 +306,10 @@ int main(int argc, char** argv) {
   } catch (const InputError& e) {
     if (rank == 0) std::cerr << "ctxrun: error: " << e.what() << "\n";
     code = kExitBadInput;
+  } catch (const DeviceOutOfMemory& e) {
+    std::cerr << "ctxrun: out of device memory on rank " << rank << ": " << e.what() << "\n";
+    code = kExitDoesNotFit;
+    if (world->world().size() > 1) world->abort(code);
   } catch (const std::exception& e) {
     std::cerr << "ctxrun: internal error on rank " << rank << ": " << e.what() << "\n";
     code = kExitInternal;

@@ -45,6 +45,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "executor/backend.hpp"  // DeviceOutOfMemory
+
 namespace ctx::exec::cuda {
 
 enum class BlockKind { managed, device, pinned_host };
@@ -71,9 +73,9 @@ std::unique_ptr<AllocatorDevice> make_cuda_allocator_device(int device, bool man
 
 // Thrown when a request cannot be met after the cache was given back. A runtime_error, so callers
 // that do not know it still report what(); ctxrun can map it to kExitDoesNotFit.
-class OutOfDeviceMemory : public std::runtime_error {
+class OutOfDeviceMemory : public DeviceOutOfMemory {
  public:
-  OutOfDeviceMemory(const std::string& msg, int64_t requested) : std::runtime_error(msg), requested_bytes(requested) {}
+  OutOfDeviceMemory(const std::string& msg, int64_t requested) : DeviceOutOfMemory(msg), requested_bytes(requested) {}
   int64_t requested_bytes;
 };
 

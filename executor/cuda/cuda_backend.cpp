@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -108,7 +109,7 @@ class CudaBackend final : public Backend {
     name_ = std::string("cuda:") + std::to_string(device) + " (" + prop.name + ", sm_" + std::to_string(prop.major) +
             std::to_string(prop.minor) + ")";
     CTX_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    alloc_ = std::make_unique<CachingAllocator>(device, o.managed_memory);
+    alloc_ = std::make_unique<CachingAllocator>(device, o.managed_memory, stream_);  // stream-ordered reuse
     // fixed device scratch for the whole-array reductions: partial sums, then the non-finite flag
     CTX_CUDA(cudaMalloc(&reduce_, (cuda::k::kReduceBlocks + 1) * sizeof(double)));
     const int64_t ws = std::max<int64_t>(o.gemm_workspace_bytes, 0);
@@ -601,11 +602,23 @@ class CudaBackend final : public Backend {
   }
 
  protected:
-  void* raw_alloc(int64_t bytes, bool host) override { return alloc_->allocate(bytes, host); }
+  // Out of memory names what was being allocated, the ledger's total and the plan's predicted
+  // peak (cuda::OutOfDeviceMemory, a DeviceOutOfMemory: ctxrun exits kExitDoesNotFit).
+  void* raw_alloc(int64_t bytes, bool host) override {
+    char what[256];
+    std::snprintf(what, sizeof what, "%s; ledger total %.3f GiB; predicted peak %s", alloc_category(),
+                  static_cast<double>(ledger().current_total()) / (1 << 30),
+                  predicted_peak_bytes() > 0
+                      ? (std::to_string(static_cast<double>(predicted_peak_bytes()) / (1 << 30)).substr(0, 6) + " GiB").c_str()
+                      : "unknown");
+    return alloc_->alloc(bytes, stream_, what, host);
+  }
   void raw_free(void* p, bool host) override {
-    // The block may still be read by queued work; the cache hands it out again only to work
-    // queued later on the same stream, so stream order keeps reuse safe.
-    alloc_->release(p, host);
+    // The block may still be read by queued work: the allocator records an event on the compute
+    // stream and hands the block to another stream only after it (same-stream reuse is ordered).
+    // Copy-stream and communicator uses are ordered before this by wait_copy / the comm's events.
+    (void)host;
+    alloc_->free(p, stream_);
   }
   // A host-staged (MPI) communicator: its host work runs after everything queued (blocking), on
   // memory the host can read (managed or pinned); cudaMalloc memory is refused with the reason.
