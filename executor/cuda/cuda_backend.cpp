@@ -23,6 +23,7 @@
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,7 @@
 #endif
 #include "executor/cuda/cuda_check.hpp"
 #include "executor/cuda/gemm_lt.hpp"
+#include "executor/cuda/attention_mma.hpp"
 #include "executor/cuda/kernels.hpp"
 
 namespace ctx::exec {
@@ -106,6 +108,11 @@ class CudaBackend final : public Backend {
     CTX_CUDA(cudaSetDevice(device));
     cudaDeviceProp prop{};
     CTX_CUDA(cudaGetDeviceProperties(&prop, device));
+    attention_ = o.attention;
+    if (const char* e = std::getenv("CTXPLAN_CUDA_ATTENTION"); e && *e) attention_ = e;
+    if (attention_ != "auto" && attention_ != "mma" && attention_ != "simt")
+      throw std::invalid_argument("cuda backend: attention '" + attention_ + "' (CudaBackendOptions::attention or "
+                                  "CTXPLAN_CUDA_ATTENTION) is not one of auto, mma, simt");
     name_ = std::string("cuda:") + std::to_string(device) + " (" + prop.name + ", sm_" + std::to_string(prop.major) +
             std::to_string(prop.minor) + ")";
     CTX_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -447,6 +454,18 @@ class CudaBackend final : public Backend {
     done();
   }
 
+  // Which attention kernel runs bf16 inputs: the tensor-core one (attention_mma.cu) where it
+  // supports the head dim, unless CudaBackendOptions::attention (or CTXPLAN_CUDA_ATTENTION) says
+  // simt; "mma" refuses a shape it cannot run instead of falling back. fp32 inputs: SIMT.
+  bool use_mma(const AttnShape& s) const {
+    if (attention_ == "simt") return false;
+    const bool ok = cuda::k::attention_mma_supported(dims(s));
+    if (attention_ == "mma" && !ok)
+      throw std::invalid_argument("cuda backend: attention=mma cannot run head_dim " + std::to_string(s.head_dim) +
+                                  " (multiples of 16 up to 128); use attention=auto or simt");
+    return ok;
+  }
+
   // ---- attention: q, k, v (and dout) share a storage type T, each output has its own (o; dq;
   // dk with dv), so the context-parallel fp32 accumulators under bf16 inputs need no widening.
   void attention_forward_block(View o, View lse, View q, TokenRefs qt, View k, View v, const KeyBlock& kb,
@@ -467,6 +486,12 @@ class CudaBackend final : public Backend {
       by_dtype(o, op, [&](auto to) {
         using T = decltype(ti);
         using TO = decltype(to);
+        if constexpr (std::is_same_v<T, cuda::k::bf16_bits>) {
+          if (use_mma(s)) {  // tensor cores (attention_mma.cu)
+            cuda::k::attention_mma_forward(ptr<TO>(o), L, ptr<T>(q), ptr<T>(k), ptr<T>(v), t, dims(s), stream_);
+            return;
+          }
+        }
         cuda::k::attention_forward(ptr<TO>(o), L, ptr<T>(q), ptr<T>(k), ptr<T>(v), t, dims(s), stream_);
       });
     });
@@ -502,6 +527,13 @@ class CudaBackend final : public Backend {
           using T = decltype(ti);
           using TQ = decltype(tq);
           using TKV = decltype(tkv);
+          if constexpr (std::is_same_v<T, cuda::k::bf16_bits> && std::is_same_v<TQ, TKV>) {
+            if (use_mma(s)) {
+              cuda::k::attention_mma_backward(ptr<TQ>(dq), ptr<TKV>(dk), ptr<TKV>(dv), ptr<T>(q), ptr<T>(k),
+                                              ptr<T>(v), t, ptr<T>(dout), L, D, dims(s), stream_);
+              return;
+            }
+          }
           cuda::k::attention_backward(ptr<TQ>(dq), ptr<TKV>(dk), ptr<TKV>(dv), ptr<T>(q), ptr<T>(k), ptr<T>(v), t,
                                       ptr<T>(dout), L, D, dims(s), stream_);
         });
@@ -761,6 +793,7 @@ class CudaBackend final : public Backend {
   int device_;
   CudaBackendOptions opts_;
   std::string name_;
+  std::string attention_ = "auto";  // auto | mma | simt (use_mma)
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CachingAllocator> alloc_;
   std::unique_ptr<LtGemm> gemm_;

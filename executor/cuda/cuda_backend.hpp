@@ -33,6 +33,10 @@ struct CudaBackendOptions {
   // GEMMs on TF32 tensor cores instead of exact float32 FMA (faster, ~1e-3 relative error).
   bool tf32 = false;
   int64_t gemm_workspace_bytes = int64_t(32) << 20;  // cuBLASLt workspace, accounted as Mem::workspace
+  // bf16 attention kernel: "auto" (tensor cores, attention_mma.cu, where the head dim allows; else
+  // the SIMT kernel), "mma" (tensor cores or an error), "simt" (attention.cu). CTXPLAN_CUDA_ATTENTION
+  // overrides it. fp32 inputs always run the SIMT kernel.
+  std::string attention = "auto";
 };
 
 // Number of CUDA devices; 0 when there is none or no driver (the error is swallowed, the output
