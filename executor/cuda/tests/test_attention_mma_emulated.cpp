@@ -7,7 +7,7 @@
 // Cases: document masks, GQA 4:1 and 8:1 (and 2:1), head dims 16, 48, 64, 128 (48: a head dim
 // below its template bucket), lengths that are not multiples of the tiles, hulls narrowed to half,
 // a late-starting hull (from key 120 of 200) and empty hulls, two key blocks merged in sequence =
-// one block holding both, float and bf16 outputs.
+// one block holding both, float and bf16 outputs, 16- and 4-byte global->shared copies.
 //
 // Tolerance (per element, derived; u = 2^-8 is bf16's unit roundoff: 8 significant bits). The kernels round exactly
 // two things besides the output: P (forward, and dV) and dS (dQ, dK) to bf16 before the second
@@ -98,6 +98,7 @@ struct Case {
   int64_t hq, hkv, d, tq, tk, doc_len;
   bool bf16_out;
   bool late = false;  // 10 queries at 150..159 in a document from 120; block 0 keys 0..199, block 1 200..399
+  bool copy4 = false;  // 4-byte global->shared copies (the launchers' path for pointers not 16-byte aligned)
 };
 
 struct Problem {
@@ -142,7 +143,7 @@ struct Problem {
     dout = rand_bf16(tq * c.hq * c.d, 8);
   }
   dev::MmaGeo geo() const {
-    return {c.hq, c.hkv, c.hq / c.hkv, static_cast<int32_t>(c.d), 1, scale};
+    return {c.hq, c.hkv, c.hq / c.hkv, static_cast<int32_t>(c.d), c.copy4 ? 0 : 1, scale};
   }
   // both blocks as one
   KeyBlk joined() const {
@@ -377,7 +378,7 @@ const Case kCases[] = {
     {"docs, GQA 4:1, d 64, f32 out", 8, 2, 64, 70, 100, 45, false},
     {"docs, GQA 8:1, d 128, bf16 out", 8, 1, 128, 23, 70, 50, true},
     {"one doc, GQA 4:1, d 16, bf16 out", 4, 1, 16, 37, 75, 1000, true},
-    {"docs, GQA 2:1, d 48, f32 out", 4, 2, 48, 30, 90, 40, false},
+    {"docs, GQA 2:1, d 48, f32 out, 4-byte copies", 4, 2, 48, 30, 90, 40, false, false, true},
     {"late and empty hulls, GQA 4:1, d 32", 4, 1, 32, 10, 200, 0, false, true},
 };
 
