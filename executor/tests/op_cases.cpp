@@ -512,7 +512,7 @@ AttnGeom attn_geom_doc(int64_t hq, int64_t hkv, int64_t d) {
   g.kd.resize(2);
   for (int64_t j = 0; j < tk; ++j)
     for (int b = 0; b < 2; ++b) {
-      g.ki[b].push_back(b == 0 ? j : 60 + j);
+      g.ki[b].push_back(b * tk + j);
       g.kd[b].push_back(static_cast<int32_t>(g.ki[b].back() / 30));
     }
   return g;

@@ -82,7 +82,9 @@ struct AttnGeom {
 };
 
 // 70 queries at positions 40..109 in reverse-chunk (zig-zag-like) order, documents of 30 tokens;
-// two key blocks of 45 keys: 0..44 (early documents only) and 60..104. hq, hkv, d as given.
+// two key blocks of 45 keys, 0..44 and 45..89: queries of the document 30..59 see keys in both
+// (the merge), those of 60..89 only the second, those from 90 on none (lse stays -inf); hulls
+// start mid-block. hq, hkv, d as given.
 AttnGeom attn_geom_doc(int64_t hq, int64_t hkv, int64_t d);
 // 24 tokens in a permuted order ((7 i) mod 24), three documents; three key blocks of 8 (the CPU
 // kernel test's geometry, cheap enough for finite differences).

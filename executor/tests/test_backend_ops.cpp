@@ -14,6 +14,7 @@
 
 #include <cctype>
 #include <memory>
+#include <ostream>
 #include <set>
 #include <string>
 
@@ -26,6 +27,10 @@
 
 using namespace ctx::exec;
 using ctx::exec::opcases::OpCase;
+
+namespace ctx::exec::opcases {
+void PrintTo(const OpCase& c, std::ostream* os) { *os << c.name; }  // not gtest's byte dump
+}  // namespace ctx::exec::opcases
 
 namespace {
 
