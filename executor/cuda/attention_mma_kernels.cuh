@@ -730,8 +730,9 @@ __global__ void __launch_bounds__(kMmaThreads)
       Dl[b * kM + r] = ok ? delta[i * G.hq + h] : 0.0f;
     }
     int see = 0;
-    for (int jj = part * kShare; jj < (part + 1) * kShare; ++jj)
-      see |= J0 + jj >= lo && J0 + jj < hi && Ki[jj] <= qi && Kd[jj] == qd;
+    if (lo < J0 + kMmaKeys && hi > J0)  // the row's hull reaches the block's keys
+      for (int jj = part * kShare; jj < (part + 1) * kShare; ++jj)
+        see |= J0 + jj >= lo && J0 + jj < hi && Ki[jj] <= qi && Kd[jj] == qd;
     const bool any = __syncthreads_or(see) != 0;
     if (threadIdx.x == 0) CTX_MMA_TILE_HOOK(2, R0, any);
     return any;

@@ -4,7 +4,7 @@
 // race detector, randomised block/thread order and the sm_90 launch limits on, and compared with a
 // float64 reference computed here from the same bf16-rounded inputs. Label "cpu".
 //
-// Cases: document masks, GQA 4:1 and 8:1 (and 2:1), head dims 16, 48, 64, 128 (48: a head dim
+// Cases: document masks, GQA 4:1 and 8:1 (and 2:1), head dims 16, 32, 48, 64, 128 (48: a head dim
 // below its template bucket), lengths that are not multiples of the tiles, hulls narrowed to half,
 // a late-starting hull (from key 120 of 200) and empty hulls, two key blocks merged in sequence =
 // one block holding both, float and bf16 outputs, 16- and 4-byte global->shared copies.
