@@ -9,17 +9,18 @@
 // a late-starting hull (from key 120 of 200) and empty hulls, two key blocks merged in sequence =
 // one block holding both, float and bf16 outputs, 16- and 4-byte global->shared copies.
 //
-// Tolerance (per element, derived; u = 2^-8 is bf16's unit roundoff: 8 significant bits). The kernels round exactly
-// two things besides the output: P (forward, and dV) and dS (dQ, dK) to bf16 before the second
-// mma. For a sum y = sum_j w_j x_j whose weights w_j are rounded, |err| <= u * A with
-// A = sum_j |w_j x_j| (the reference's own absolute terms, computed here per element); the
-// forward normalises by the unrounded row sum, so o's bound is u * sum_j P_j |v_j|. fp32
-// accumulation in the mma adds at most gamma_d = (d + 4) 2^-24 relative to sum_e |q_e k_e| on
-// each score (so p moves by a relative 2 gamma_d scale sum|q k|) and to sum_e |dO_e v_e| on dP;
-// those terms are added exactly (they are ~1e-5 of A). A bf16 output is rounded once per call
-// (u |result| <= u A per call). Tolerance = c u A + fp32 terms + 1e-6, c = 2 (float output, a
-// factor 2 of margin over the bound) or 4 (bf16 output: + one rounding per call, two calls).
-// lse is computed from unrounded p: tolerance 2 gamma-term + 1e-6 (1 + |lse|).
+// Tolerance (per element, derived; u = 2^-8 is bf16's unit roundoff: 8 significant bits). Besides
+// the output, the kernels round exactly two things to bf16 before the second mma: P (forward, dV)
+// and dS (dQ, dK). A sum y = sum_j w_j x_j whose weights are rounded is off by at most u A,
+// A = sum_j |w_j x_j| (the reference's own absolute terms, computed here per element); the forward
+// divides by the unrounded row sum, so o is off by at most u sum_j P_j |v_j|. fp32 accumulation in
+// the mma moves a score by at most gamma_d scale sum_e |q_e k_e| (gamma_d = (d + 4) 2^-24; p then
+// moves by that relative amount, counted 4x) and dP by gamma_d sum_e |dO_e v_e|: those terms are
+// added exactly (about 1e-5 of A). A bf16 output is rounded once per call, u |result| <=
+// u (|initial| + A): added as u |initial| per call plus a share of A. Tolerance = c u A + fp32
+// terms + initial-value terms + 1e-6, c = 2 for float outputs (a factor 2 over the bound) and 4 for
+// bf16 outputs (+ u A per call, two calls); lse (from the unrounded p): 2x its score term +
+// 1e-6 (1 + |lse|).
 #include "executor/cuda/tests/cuda_emulator.hpp"  // first: maps the CUDA spellings
 //
 #include <vector>
