@@ -9,7 +9,8 @@
 #   1. the machine: nvidia-smi, nvcc, driver
 #   2. a Release build with CTXPLAN_WITH_CUDA=ON into build-gpu/
 #   3. the gpu-labelled tests (CUDA backend vs CPU backend, kernel by kernel, and tiny-model
-#      training on both) -- on a GPU machine none of them may report SKIPPED
+#      training on both) -- on a GPU machine none of them may report SKIPPED; then backend_ops
+#      (the op cases) in test mode and in perf mode -> backend_ops_test.log, backend_ops_perf.log
 #   4. ctxrun-calibrate --base BASE_PROFILE (default h200-141gb) -> OUTDIR/hardware-measured.json
 #   5. ctxrun on a few single-GPU plans with the CUDA backend and the CPU backend, ctxplan predict
 #      for the same plans, ctxplan compare of each run against its prediction
@@ -103,6 +104,10 @@ step cuda_cpu_tests ctest --test-dir "$build" -R "EmulatedCudaKernels|CalibrateP
 if grep -q "Skipped" "$out/gpu_tests.log"; then
   echo "   WARNING: gpu tests were SKIPPED on this machine: no CUDA device visible to the tests"
 fi
+# 3b. the op cases (executor/tests/op_cases.hpp) on the CUDA backend: test mode against float64,
+# then perf mode at the perf shapes (TFLOP/s, GB/s per kernel; bf16 attention on tensor cores)
+step backend_ops_test "$build/executor/tests/backend_ops" --backend cuda --mode test
+step backend_ops_perf "$build/executor/tests/backend_ops" --backend cuda --mode perf
 
 # 4. calibration
 step calibrate "$build/executor/cuda/ctxrun-calibrate" --base "$base" --out "$out/hardware-measured.json" \
@@ -167,6 +172,11 @@ if hw:
     lines += ["", "| attention | seq | d | fwd TFLOP/s | bwd TFLOP/s |", "|---|---|---|---|---|"]
     for a in cal.get("attention", []):
         lines.append(f"| {a['kernel']} | {a['seq']} | {a['head_dim']} | {a['fwd_tflops']:.1f} | {a['bwd_tflops']:.1f} |")
+perf = os.path.join(out, "backend_ops_perf.log")
+if os.path.exists(perf):
+    lines += ["", "## kernels (backend_ops --mode perf; full table in backend_ops_perf.log)", "", "```"]
+    lines += [l.rstrip() for l in open(perf) if l.strip()][:80]
+    lines += ["```"]
 lines += ["", "## runs (10 steps, single GPU)", "",
           "| run | backend | loss step 1 | loss step 10 | step s (mean) | measured peak MiB | predicted peak MiB (fp32) |",
           "|---|---|---|---|---|---|---|"]

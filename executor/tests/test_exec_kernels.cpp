@@ -2,9 +2,11 @@
 // through Backend::upload and results come out through Backend::download (tensors are opaque).
 //
 // Tolerances, and why:
-//   float64 references of float32 kernels: attention 2e-6 absolute (values O(1), a few dozen
-//   float32 roundings); finite differences (h = 1e-5..1e-6 in float64 references of float32
-//   gradients): 1e-4 relative, 1e-5 absolute for the cross-entropy gradient (entries < 1).
+//   finite differences (h = 1e-5..1e-6 in float64 references of float32 gradients): 1e-4
+//   relative, 1e-5 absolute for the cross-entropy gradient (entries < 1).
+//   The attention forward against float64 (blocks merged through the log-sum-exp) is the op case
+//   attention_fwd_perm_mha_d8_f32 (op_cases.hpp, test_backend_ops); its geometry and inputs are
+//   shared with the finite-difference test of the backward here.
 //   The step statistics sum in double and round once to float: 1 float ulp of the result (2^-23
 //   relative, written 2e-7) plus the float32 rounding of each term where the terms are floats.
 //   bf16 rounding and data movement: exact (the result is a defined bit pattern).
@@ -21,6 +23,7 @@
 
 #include "executor/backend.hpp"
 #include "executor/tests/kernel_test_util.hpp"
+#include "executor/tests/op_cases.hpp"
 #include "executor/rope.hpp"
 
 using namespace ctx;
@@ -29,66 +32,27 @@ using namespace ctx::exec;
 namespace {
 
 using ctx::exec::testing::download;
-using ctx::exec::testing::kv_hulls;
 using ctx::exec::testing::randn;
 using ctx::exec::testing::upload;
 using ctx::exec::testing::zeros;
 
-// float64 reference: masked softmax attention, GQA, returns o [T, hq*d] and lse [T, hq]
-void attention_ref(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
-                   const std::vector<int64_t>& idx, const std::vector<int32_t>& doc, int64_t T, int64_t hq, int64_t hkv,
-                   int64_t d, std::vector<double>& o, std::vector<double>& lse) {
-  o.assign(T * hq * d, 0.0);
-  lse.assign(T * hq, 0.0);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  for (int64_t i = 0; i < T; ++i)
-    for (int64_t h = 0; h < hq; ++h) {
-      int64_t g = h / (hq / hkv);
-      std::vector<double> s(T, -INFINITY);
-      double mx = -INFINITY;
-      for (int64_t j = 0; j < T; ++j) {
-        if (!(idx[j] <= idx[i] && doc[j] == doc[i])) continue;
-        double acc = 0;
-        for (int64_t e = 0; e < d; ++e) acc += q[(i * hq + h) * d + e] * k[(j * hkv + g) * d + e];
-        s[j] = acc * scale;
-        mx = std::max(mx, s[j]);
-      }
-      double sum = 0;
-      for (int64_t j = 0; j < T; ++j)
-        if (s[j] > -INFINITY) sum += std::exp(s[j] - mx);
-      lse[i * hq + h] = mx + std::log(sum);
-      for (int64_t j = 0; j < T; ++j)
-        if (s[j] > -INFINITY)
-          for (int64_t e = 0; e < d; ++e)
-            o[(i * hq + h) * d + e] += std::exp(s[j] - mx) / sum * v[(j * hkv + g) * d + e];
-    }
-}
-
 std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
+// The op cases' small attention geometry (24 tokens in a permuted order, three documents, three
+// key blocks of 8, GQA 2:1, head dim 8) with its seeded inputs, uploaded into `be`.
 struct AttnCase {
-  int64_t T = 24, hq = 4, hkv = 2, d = 8;
-  std::vector<int64_t> idx;
-  std::vector<int32_t> doc;
-  std::vector<float> q, k, v;
-  AttnCase() {
-    // a permuted token order (as zig-zag places them) and three documents
-    for (int64_t i = 0; i < T; ++i) idx.push_back((i * 7) % T);
-    for (int64_t i = 0; i < T; ++i) doc.push_back(idx[i] < 9 ? 0 : idx[i] < 17 ? 1 : 2);
-    q = randn(T * hq * d, 1);
-    k = randn(T * hkv * d, 2);
-    v = randn(T * hkv * d, 3);
-  }
-  AttnShape shape() const { return {hq, hkv, d, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))}; }
+  opcases::AttnGeom g = opcases::attn_geom_small();
+  int64_t T = g.tq(), hq = g.hq, hkv = g.hkv, d = g.d;
+  std::vector<float> q = opcases::randn(T * hq * d, 1), k = opcases::randn(T * hkv * d, 2),
+                     v = opcases::randn(T * hkv * d, 3);
+  AttnShape shape() const { return g.shape(); }
   // key block b (8 keys) as attention sees it, its tensors uploaded into `be`
   struct Block {
     Tensor ki, kd, range;
     KeyBlock kb() const { return {{ki, kd}, range}; }
   };
-  Block block(Backend& be, int64_t b) const {
-    std::vector<int64_t> ki(idx.begin() + b * 8, idx.begin() + b * 8 + 8);
-    std::vector<int32_t> kd(doc.begin() + b * 8, doc.begin() + b * 8 + 8);
-    return {upload(be, ki), upload(be, kd), upload(be, kv_hulls(idx, doc, ki, kd), T, 2)};
+  Block block(Backend& be, size_t b) const {
+    return {upload(be, g.ki[b]), upload(be, g.kd[b]), upload(be, opcases::kv_hulls(g.qi, g.qd, g.ki[b], g.kd[b]), T, 2)};
   }
 };
 
@@ -114,48 +78,28 @@ float ref_round_bf16(float f) {
 
 }  // namespace
 
-TEST(ExecKernels, BlockwiseAttentionWithLseMergeMatchesFloat64Reference) {
-  auto be = make_cpu_backend();
-  AttnCase c;
-  std::vector<double> ro, rl;
-  attention_ref(to_double(c.q), to_double(c.k), to_double(c.v), c.idx, c.doc, c.T, c.hq, c.hkv, c.d, ro, rl);
-  Tensor q = upload(*be, c.q, c.T, c.hq * c.d), k = upload(*be, c.k, c.T, c.hkv * c.d),
-         v = upload(*be, c.v, c.T, c.hkv * c.d), qi = upload(*be, c.idx), qd = upload(*be, c.doc);
-  Tensor o = zeros(*be, c.T, c.hq * c.d), lse = be->alloc(c.T, c.hq, DType::f32, Mem::workspace);
-  be->fill(lse, -std::numeric_limits<float>::infinity());
-  // three key blocks of 8 merged through the log-sum-exp, in an order that is not the causal one
-  for (int64_t b : {2, 0, 1}) {
-    auto blk = c.block(*be, b);
-    be->attention_forward_block(o, lse, q, {qi, qd}, k.row_range(b * 8, 8), v.row_range(b * 8, 8), blk.kb(),
-                                c.shape());
-  }
-  auto go = download(*be, o), gl = download(*be, lse);
-  for (size_t i = 0; i < go.size(); ++i) EXPECT_NEAR(go[i], ro[i], 2e-6) << i;
-  for (size_t i = 0; i < gl.size(); ++i) EXPECT_NEAR(gl[i], rl[i], 2e-6) << i;
-}
-
 TEST(ExecKernels, AttentionBackwardMatchesFiniteDifferences) {
   auto be = make_cpu_backend();
   AttnCase c;
   auto w = randn(c.T * c.hq * c.d, 9);  // loss = sum(w * o)
   auto loss = [&](const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v) {
     std::vector<double> o, l;
-    attention_ref(q, k, v, c.idx, c.doc, c.T, c.hq, c.hkv, c.d, o, l);
+    opcases::attention_reference(c.g, q, k, v, o, l);
     double s = 0;
     for (size_t i = 0; i < o.size(); ++i) s += w[i] * o[i];
     return s;
   };
   Tensor q = upload(*be, c.q, c.T, c.hq * c.d), k = upload(*be, c.k, c.T, c.hkv * c.d),
-         v = upload(*be, c.v, c.T, c.hkv * c.d), qi = upload(*be, c.idx), qd = upload(*be, c.doc),
+         v = upload(*be, c.v, c.T, c.hkv * c.d), qi = upload(*be, c.g.qi), qd = upload(*be, c.g.qd),
          dout = upload(*be, w, c.T, c.hq * c.d);
   Tensor o = zeros(*be, c.T, c.hq * c.d), lse = be->alloc(c.T, c.hq, DType::f32, Mem::workspace),
          delta = zeros(*be, c.T, c.hq);
   be->fill(lse, -INFINITY);
-  Tensor all_range = upload(*be, kv_hulls(c.idx, c.doc, c.idx, c.doc), c.T, 2);
+  Tensor all_range = upload(*be, opcases::kv_hulls(c.g.qi, c.g.qd, c.g.qi, c.g.qd), c.T, 2);
   be->attention_forward_block(o, lse, q, {qi, qd}, k, v, {{qi, qd}, all_range}, c.shape());
   be->attention_delta(delta, dout, o, c.shape());
   Tensor dq = zeros(*be, c.T, c.hq * c.d), dk = zeros(*be, c.T, c.hkv * c.d), dv = zeros(*be, c.T, c.hkv * c.d);
-  for (int64_t b = 0; b < 3; ++b) {  // backward block by block, as the ring does
+  for (size_t b = 0; b < 3; ++b) {  // backward block by block, as the ring does
     auto blk = c.block(*be, b);
     be->attention_backward_block(dq, dk.row_range(b * 8, 8), dv.row_range(b * 8, 8), q, {qi, qd},
                                  k.row_range(b * 8, 8), v.row_range(b * 8, 8), blk.kb(), dout, lse, delta,
