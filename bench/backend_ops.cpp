@@ -4,8 +4,8 @@
 //   backend_ops --backend cpu|cuda|cuda-emulated --mode test|perf [--filter REGEX] [--iters N]
 //               [--check] [--no-check] [--full] [--all]
 //
-// test: every test case (small shapes) once, compared with its float64 reference; cuda-emulated
-//       runs the emulated subset unless --all. Exit 1 when a case fails.
+// test: every test case (small shapes) once, compared with its float64 reference (cuda-emulated:
+//       the cases marked emulated, every one today; --all ignores the mark). Exit 1 when a case fails.
 // perf: the perf shapes (GPU: attention head_dim 128, GQA 4:1 and 8:1, 8K-32K tokens, causal and
 //       document masks; GEMM 8192^3 and Llama-3-8B projections at 4K tokens; the other ops at
 //       Llama-8B sizes). On cpu the reduced shapes unless --full; cuda-emulated times the test

@@ -54,7 +54,7 @@ struct OpCase {
   double flops = 0;       // per run()
   double bytes = 0;       // bytes read + written per run() (each tensor once)
   double ref_cost = 0;    // float64 reference work (multiply-adds), to skip slow checks in perf mode
-  bool emulated = false;  // in the cuda-emulated subset (test mode; the emulator is slow)
+  bool emulated = false;  // runs on cuda-emulated in test mode (every test case today; the emulator is slow)
   std::function<std::unique_ptr<Instance>(Backend&)> make;
 };
 

@@ -1,12 +1,11 @@
 // Every op case (op_cases.hpp) in test mode on every backend of the build, one gtest per
-// <backend>/<case>: ctest lists e.g. cpu/BackendOps.Case/attention_fwd_doc_gqa4_d64_f32.
+// <backend>/<case>: ctest lists e.g. cpu/CpuOps.Case/attention_fwd_doc_gqa4_d64_f32,
+// cuda_emulated/EmulatedOps.Case/..., cuda/CudaOps.Case/....
 //
 //   cpu            the Eigen reference backend, every case                        (test_backend_ops, label cpu)
 //   cuda_emulated  the CUDA backend on the CPU doubles of CUDA, cuBLASLt and NCCL, its kernels on the
-//                  emulator: the cases marked `emulated` (every elementwise, reduction, GEMM, AdamW
-//                  and copy case; attention: forward f32 d64 GQA 4:1, the late hull, bf16 forward
-//                  and backward, f32 backward) -- the emulator runs each GPU thread as a fiber
-//                                                                                 (test_backend_ops, label cpu)
+//                  emulator: the cases marked `emulated` (today every test case: the whole list takes
+//                  about 1.5 s there)                                            (test_backend_ops, label cpu)
 //   cuda           the CUDA backend on a GPU, every case; SKIPPED without a device (test_backend_ops_gpu, label gpu)
 //
 // The tolerances are derived per element by the references (op_cases.cpp) and printed on failure.
