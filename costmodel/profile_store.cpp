@@ -367,6 +367,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"key_block_bytes", &rt.key_block_bytes, nullptr},
       {"attention_kernel", nullptr, nullptr, &rt.attention_kernel},
       {"cpu_adam_gparams_per_s", &rt.cpu_adam_params_per_second, nullptr},
+      {"optimizer_offload_on_device", nullptr, &rt.optimizer_offload_on_device},
       {"memory_traffic_factor", &rt.memory_traffic_factor, nullptr},
   };
   for (auto& [key, v] : c.self().items()) {

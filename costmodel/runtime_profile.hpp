@@ -52,6 +52,9 @@ struct RuntimeProfile {
   // ---- time
   std::string attention_kernel = "flash2";  // which of the hardware profile's attention curves it runs
   double cpu_adam_params_per_second = 1e9;  // host AdamW rate per node (optimizer offload)
+  // optimizer offload runs the update on the device over the offloaded states in pinned host
+  // memory (read and written over PCIe), not on the host
+  bool optimizer_offload_on_device = false;
   double memory_traffic_factor = 1;   // bytes memory-bound ops move relative to fused kernels (eager stacks > 1)
   std::map<std::string, std::string> sources;  // field -> where the value comes from
 };

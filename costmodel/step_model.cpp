@@ -287,7 +287,13 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
 
   // ---- optimizer
   const double shard = p.zero >= 1 ? s.params / zdeg : s.params;
-  if (p.opt_offload) {
+  if (p.opt_offload && rt.optimizer_offload_on_device) {
+    // the device's AdamW reads master weights and Adam states from pinned host memory and writes
+    // them back (PCIe both ways at once, the slower direction bounds it), and reads the gradient
+    // and writes the compute weight in device memory
+    const double host_bytes = shard * (rt.master_bytes + rt.optimizer_bytes);
+    k.opt_device = std::max(pcie_seconds(host_bytes, c), price.memory(shard * (rt.grad_bytes + rt.weight_bytes)));
+  } else if (p.opt_offload) {
     const double ranks_per_node = static_cast<double>(std::min<int64_t>(gpn, k.world));
     k.opt_host = shard / (rt.cpu_adam_params_per_second / ranks_per_node);
     k.opt_d2h = pcie_seconds(shard * rt.grad_bytes, c);

@@ -121,7 +121,7 @@ class CudaBackend final : public Backend {
     CTX_CUDA(cudaMalloc(&reduce_, (cuda::k::kReduceBlocks + 1) * sizeof(double)));
     const int64_t ws = std::max<int64_t>(o.gemm_workspace_bytes, 0);
     if (ws > 0) CTX_CUDA(cudaMalloc(&gemm_ws_, static_cast<size_t>(ws)));
-    ledger().on_alloc(Mem::workspace, ws);
+    ledger().on_alloc(Mem::runtime, ws);  // the model's reserved_mib (profiles/runtimes/ctxrun-cuda.json)
     gemm_ = std::make_unique<LtGemm>(gemm_ws_, static_cast<size_t>(ws));
     cuda::k::attention_init();
     // the origin of read_times(): recorded now, so slot times are seconds since construction

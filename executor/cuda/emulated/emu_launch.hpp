@@ -38,7 +38,10 @@ class Launch {
     static_assert(sizeof...(A) == sizeof...(P), "CTX_LAUNCH: wrong number of kernel arguments");
     std::tuple<std::decay_t<P>...> copied(std::forward<A>(args)...);
     std::lock_guard<std::recursive_mutex> lock(Device::get().mutex());
+    // the opt-in is the function's (cudaFuncSetAttribute on its pointer), never another
+    // instantiation's that stringifies to the same name ("k<T>")
     if (const size_t most = max_dynamic_smem_of(reinterpret_cast<const void*>(kernel_))) set_max_dynamic_smem(name_, most);
+    else max_dynamic_smem().erase(name_);
     try {
       check_launch(name_, grid_, block_, smem_);
     } catch (const std::invalid_argument& e) {
