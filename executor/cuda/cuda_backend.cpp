@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
@@ -131,6 +132,18 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    if (copy_stream_) {
+      cudaStreamSynchronize(copy_stream_);
+      for (auto& [id, e] : copy_events_) cudaEventDestroy(e);
+      for (cudaEvent_t e : free_copy_events_) cudaEventDestroy(e);
+      cudaEventDestroy(compute_mark_);
+      cudaStreamDestroy(copy_stream_);
+    }
+    for (int i = 0; i < kStagingSlots; ++i)
+      if (staging_[i]) {
+        cudaFreeHost(staging_[i]);
+        cudaEventDestroy(staging_done_[i]);
+      }
     for (cudaEvent_t e : marks_)
       if (e) cudaEventDestroy(e);
     cudaEventDestroy(origin_);
@@ -760,8 +773,71 @@ class CudaBackend final : public Backend {
   template <typename T>
   void copy_in(const View& dst, const T* src, void* d, const char*) {
     if (dst.numel() <= 0) return;
-    CTX_CUDA(cudaMemcpyAsync(d, src, static_cast<size_t>(dst.bytes()), cudaMemcpyDefault, stream_));
+    stage_in(static_cast<char*>(d), reinterpret_cast<const char*>(src), static_cast<size_t>(dst.bytes()));
     done();
+  }
+
+  // Host-to-device through a ring of pinned staging slots: the host copies a chunk into the next
+  // slot and queues the DMA from it, so the copy is truly asynchronous (a pageable source would
+  // make the driver stage it synchronously) and the caller may reuse its buffer at once. A slot is
+  // reused only after the event recorded behind its last DMA: the host waits only when it runs
+  // kStagingSlots chunks ahead of the device.
+  static constexpr int kStagingSlots = 4;
+  static constexpr size_t kStagingSlotBytes = size_t{4} << 20;
+  void stage_in(char* d, const char* src, size_t bytes) {
+    if (staging_[0] == nullptr) {
+      for (int i = 0; i < kStagingSlots; ++i) {
+        CTX_CUDA(cudaMallocHost(reinterpret_cast<void**>(&staging_[i]), kStagingSlotBytes));
+        CTX_CUDA(cudaEventCreateWithFlags(&staging_done_[i], cudaEventDisableTiming));
+      }
+      ledger().on_host_alloc(HostMem::runtime, static_cast<int64_t>(kStagingSlots * kStagingSlotBytes));
+    }
+    for (size_t off = 0; off < bytes; off += kStagingSlotBytes) {
+      const size_t n = std::min(kStagingSlotBytes, bytes - off);
+      const int slot = next_slot_;
+      next_slot_ = (next_slot_ + 1) % kStagingSlots;
+      CTX_CUDA(cudaEventSynchronize(staging_done_[slot]));  // its previous DMA has read the slot
+      std::memcpy(staging_[slot], src + off, n);
+      CTX_CUDA(cudaMemcpyAsync(d + off, staging_[slot], n, cudaMemcpyHostToDevice, stream_));
+      CTX_CUDA(cudaEventRecord(staging_done_[slot], stream_));
+    }
+  }
+
+  // ---- the copy stream (offload): copy_async waits for the compute stream's work so far, copies
+  // on its own stream and returns an event; wait_copy makes the compute stream wait for it.
+  CopyEvent copy_async(View dst, View src) override {
+    if (dst.dtype() != src.dtype() || dst.numel() != src.numel()) {  // conversions: on the compute stream
+      copy(dst, src);
+      return {};
+    }
+    if (dst.numel() <= 0) return {};
+    if (!copy_stream_) {
+      CTX_CUDA(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+      CTX_CUDA(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
+    }
+    CTX_CUDA(cudaEventRecord(compute_mark_, stream_));
+    CTX_CUDA(cudaStreamWaitEvent(copy_stream_, compute_mark_, 0));
+    CTX_CUDA(cudaMemcpyAsync(raw(dst), raw(src), static_cast<size_t>(dst.bytes()), cudaMemcpyDefault, copy_stream_));
+    cudaEvent_t e = nullptr;
+    if (!free_copy_events_.empty()) {
+      e = free_copy_events_.back();
+      free_copy_events_.pop_back();
+    } else {
+      CTX_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+    CTX_CUDA(cudaEventRecord(e, copy_stream_));
+    const uint64_t id = ++copy_ids_;
+    copy_events_[id] = e;
+    done();
+    return {id};
+  }
+  void wait_copy(CopyEvent c) override {
+    if (c.id == 0) return;
+    auto it = copy_events_.find(c.id);
+    need(it != copy_events_.end(), "wait_copy", "an unknown or already waited copy event");
+    CTX_CUDA(cudaStreamWaitEvent(stream_, it->second, 0));
+    free_copy_events_.push_back(it->second);  // the wait captured the record: the event may be reused
+    copy_events_.erase(it);
   }
 
   void done() {
@@ -794,6 +870,14 @@ class CudaBackend final : public Backend {
   CudaBackendOptions opts_;
   std::string name_;
   std::string attention_ = "auto";  // auto | mma | simt (use_mma)
+  char* staging_[kStagingSlots] = {};  // pinned host-to-device staging ring (stage_in)
+  cudaEvent_t staging_done_[kStagingSlots] = {};
+  int next_slot_ = 0;
+  cudaStream_t copy_stream_ = nullptr;  // copy_async
+  cudaEvent_t compute_mark_ = nullptr;
+  std::map<uint64_t, cudaEvent_t> copy_events_;
+  std::vector<cudaEvent_t> free_copy_events_;
+  uint64_t copy_ids_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CachingAllocator> alloc_;
   std::unique_ptr<LtGemm> gemm_;

@@ -147,6 +147,7 @@ StreamState* Device::create_stream() {
 
 void Device::destroy_stream(StreamState* s) {
   synchronize_stream(reinterpret_cast<cudaStream_t>(s));
+  if (current_ == s) current_ = nullptr;
   for (auto it = streams_.begin(); it != streams_.end(); ++it)
     if (it->get() == s) {
       streams_.erase(it);
@@ -199,25 +200,28 @@ void Device::enqueue(cudaStream_t s, Op op) {
 }
 
 // ---- running
+// Picks the next operation. With a seed, streams run in bursts: the current stream goes on while
+// it can (switching at random one time in eight), and when it blocks another runnable stream is
+// picked at random -- so one stream can run far ahead of another, as a long kernel sequence runs
+// ahead of a copy on a GPU, and a missing event wait shows up as a read of data not yet there.
+// Seed 0: the lowest-numbered runnable stream, always.
 bool Device::step() {
   const size_t n = streams_.size();
-  size_t first = 0;
-  if (seed_) {
+  auto next_random = [this] {
     rng_ ^= rng_ << 13;
     rng_ ^= rng_ >> 7;
     rng_ ^= rng_ << 17;
-    first = static_cast<size_t>(rng_ % n);
-  }
-  for (size_t i = 0; i < n; ++i) {
-    StreamState* s = streams_[(first + i) % n].get();
-    if (s->queue.empty()) continue;
+    return rng_;
+  };
+  auto try_move = [&](StreamState* s) -> bool {
+    if (s->queue.empty()) return false;
     Op& op = s->queue.front();
     bool complete = false;
     if (s->in_flight) {
       complete = op.poll();
-      if (!complete) continue;
+      if (!complete) return false;
     } else {
-      if (op.ready && !op.ready()) continue;
+      if (op.ready && !op.ready()) return false;
       try {
         complete = op.start();
       } catch (...) {
@@ -234,6 +238,18 @@ bool Device::step() {
     s->queue.pop_front();
     s->done++;
     return true;
+  };
+  if (seed_ && current_ && next_random() % 8 != 0) {
+    for (auto& p : streams_)
+      if (p.get() == current_ && try_move(current_)) return true;
+  }
+  const size_t first = seed_ ? static_cast<size_t>(next_random() % n) : 0;
+  for (size_t i = 0; i < n; ++i) {
+    StreamState* s = streams_[(first + i) % n].get();
+    if (try_move(s)) {
+      current_ = s;
+      return true;
+    }
   }
   return false;
 }
@@ -241,6 +257,7 @@ bool Device::step() {
 void Device::run_until(const std::function<bool()>& done, const std::string& waiting_for) {
   if (done()) return;
   Access access;
+  current_ = nullptr;  // each wait starts its first burst on a random stream
   const double timeout_s = env_double("CTX_EMU_TIMEOUT_S", 300);
   double idle_since = -1;
   while (!done()) {

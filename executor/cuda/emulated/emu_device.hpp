@@ -6,7 +6,7 @@
 // cudaFree), so host code that reads a result without waiting for it reads stale memory, as it
 // would on a GPU that has not finished. Among the streams that can run, the next operation is
 // picked in a seeded random order (CTX_EMU_SEED), so a missing event dependency between streams
-// changes results under some seed. Events are stream positions; cudaStreamWaitEvent blocks a
+// changes results under some seed (streams run in bursts: one can run far ahead of another). Events are stream positions; cudaStreamWaitEvent blocks a
 // stream until the event's last recorded position has run.
 //
 // Device memory (cudaMalloc) is one reserved address range that is PROT_NONE while the host runs
@@ -114,6 +114,7 @@ class Device {
   std::recursive_mutex mu_;
   std::vector<std::unique_ptr<StreamState>> streams_;  // [0]: the legacy default stream
   int next_stream_id_ = 0;
+  StreamState* current_ = nullptr;  // the stream of the last burst (step)
   // device arena
   char* arena_ = nullptr;
   size_t capacity_ = 0, used_ = 0, high_ = 0;
