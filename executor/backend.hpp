@@ -172,6 +172,11 @@ class Backend {
   // (comm.hpp HostStagedComm); the CUDA backend: NCCL on its own streams.
   virtual std::unique_ptr<Comm> make_comm(std::unique_ptr<HostComm> group);
 
+  // ---- annotations for profilers (CUDA: NVTX ranges; others: nothing). A phase (forward, loss,
+  // backward, optimizer) and, within it, the task being issued, in the simulator's names.
+  virtual void annotate_phase(const char* /*phase*/) {}
+  virtual void annotate_task(const std::string& /*label*/, bool /*communication*/) {}
+
   // ---- phase timing, stream-ordered: mark_time(i) records when the stream reaches it;
   // read_times() (after synchronize) gives seconds since construction per slot, -1 if unset.
   virtual void mark_time(int slot) = 0;

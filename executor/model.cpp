@@ -362,6 +362,7 @@ void Model::forward_backward(const DeviceBatch& b, float token_weight, View stat
   const int64_t L = m_.layers, h = l_.hidden, T = l_.tokens;
   be_.mark_time(time_slot0 + kTimeStart);
   led.set_phase(Phase::forward);
+  be_.annotate_phase("forward");
   tr.pass = SimPass::forward;
   tr.layer = -1;
   ps_.acquire_weights(0);
@@ -384,6 +385,7 @@ void Model::forward_backward(const DeviceBatch& b, float token_weight, View stat
   }
   be_.mark_time(time_slot0 + kTimeForward);
   led.set_phase(Phase::loss);
+  be_.annotate_phase("loss");
   tr.layer = -1;
   const int64_t fu = ps_.final_unit();
   ps_.acquire_weights(fu);
@@ -400,6 +402,7 @@ void Model::forward_backward(const DeviceBatch& b, float token_weight, View stat
   settle_offload(acts[L - 1], false);  // the last checkpoint's copy ran behind the loss
   be_.mark_time(time_slot0 + kTimeLoss);
   led.set_phase(Phase::backward);
+  be_.annotate_phase("backward");
   // the last layer's parameters and checkpoint; inside the loop, layer i-1's behind layer i
   ps_.acquire_weights(ps_.layer_unit(L - 1));
   fetch_checkpoint(L - 1, acts[L - 1]);

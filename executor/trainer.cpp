@@ -8,6 +8,11 @@ namespace ctx::exec {
 
 Trainer::Trainer(Backend& be, CommWorld& w, const TrainOptions& o, const Dataset& data)
     : be_(be), o_(o), data_(data), pc_(make_parallel_context(w, be, o.plan)) {
+  pc_.trace.on_task = [&be](const ScheduleEvent& e) {
+    std::string label = e.layer >= 0 ? "L" + std::to_string(e.layer) + " " : std::string();
+    label += std::string(to_string(e.pass)) + " " + e.name + " mb" + std::to_string(e.micro_batch);
+    be.annotate_task(label, e.stream != SimStream::compute);
+  };
   layout_ = make_layout(o_.model, o_.plan, pc_.coord.tp, o_.seq);
   params_ = std::make_unique<ParamStore>(be_, pc_, o_.model, layout_, o_.seed);
   model_ = std::make_unique<Model>(be_, pc_, o_.model, layout_, *params_);
@@ -45,6 +50,7 @@ StepStats Trainer::step() {
   }
   be_.mark_time(slot);
   be_.ledger().set_phase(Phase::optimizer);
+  be_.annotate_phase("optimizer");
   // on the device: the non-finite flag over all ranks (AdamW skips on it), the norm (gradients
   // were reduced behind the backward), clipping and AdamW, the loss summed over dp x cp (TP ranks
   // hold the same loss)

@@ -15,6 +15,7 @@
 #include "executor/cuda/cuda_backend.hpp"
 
 #include <cuda_runtime_api.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
 #include <cmath>
@@ -467,6 +468,26 @@ class CudaBackend final : public Backend {
     done();
   }
 
+  // ---- NVTX (nvtx3, header-only: no-ops unless a profiler such as nsys injects itself): one range
+  // per phase, inside it one range per compute task from its record to the next (named as the
+  // simulator's tasks, "L3 forward mlp mb0"), and a mark per communication task.
+  void annotate_phase(const char* phase) override {
+    if (task_open_) nvtxRangePop();
+    if (phase_open_) nvtxRangePop();
+    task_open_ = false;
+    nvtxRangePushA(phase);
+    phase_open_ = true;
+  }
+  void annotate_task(const std::string& label, bool communication) override {
+    if (communication) {
+      nvtxMarkA(label.c_str());
+      return;
+    }
+    if (task_open_) nvtxRangePop();
+    nvtxRangePushA(label.c_str());
+    task_open_ = true;
+  }
+
   // Which attention kernel runs bf16 inputs: the tensor-core one (attention_mma.cu) where it
   // supports the head dim, unless CudaBackendOptions::attention (or CTXPLAN_CUDA_ATTENTION) says
   // simt; "mma" refuses a shape it cannot run instead of falling back. fp32 inputs: SIMT.
@@ -870,6 +891,7 @@ class CudaBackend final : public Backend {
   CudaBackendOptions opts_;
   std::string name_;
   std::string attention_ = "auto";  // auto | mma | simt (use_mma)
+  bool phase_open_ = false, task_open_ = false;  // NVTX ranges pushed by annotate_*
   char* staging_[kStagingSlots] = {};  // pinned host-to-device staging ring (stage_in)
   cudaEvent_t staging_done_[kStagingSlots] = {};
   int next_slot_ = 0;
