@@ -44,9 +44,18 @@ struct Pricer {
   }
 };
 
+// attention_kernel may name alternatives, "a|b": the first with a curve in the hardware profile
+// (ctxrun-cuda: "ctxrun_mma|flash2", its own kernel once ctxrun-calibrate has measured it).
 const AttentionKernel& find_kernel(const ClusterSpec& c, const RuntimeProfile& rt) {
-  for (auto& k : c.gpu.kernels.attention)
-    if (k.name == rt.attention_kernel) return k;
+  size_t start = 0;
+  for (;;) {
+    const size_t bar = rt.attention_kernel.find('|', start);
+    const std::string name = rt.attention_kernel.substr(start, bar == std::string::npos ? std::string::npos : bar - start);
+    for (auto& k : c.gpu.kernels.attention)
+      if (k.name == name) return k;
+    if (bar == std::string::npos) break;
+    start = bar + 1;
+  }
   std::string valid;
   for (auto& k : c.gpu.kernels.attention) valid += (valid.empty() ? "" : ", ") + k.name;
   throw InputError("runtime profile " + rt.name, "constants.attention_kernel",

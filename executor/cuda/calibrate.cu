@@ -25,6 +25,7 @@
 #include "executor/cuda/calibrate.hpp"
 #include "executor/cuda/cuda_check.hpp"
 #include "executor/cuda/gemm_lt.hpp"
+#include "executor/cuda/attention_mma.hpp"
 #include "executor/cuda/kernels.hpp"
 
 namespace ctx::exec::calib {
@@ -212,6 +213,29 @@ void measure_attention(Measurements& out, const Options& o, cudaStream_t s) {
                                     v.as<float>(), tok, dout.as<float>(), lse.as<float>(), delta.as<float>(), dims, s);
       });
       out.attention.push_back(a);
+
+      // the tensor-core kernel (attention_mma.cu) on the same shapes in bf16: what bf16 plans run
+      if (cuda::k::attention_mma_supported(dims)) {
+        const std::pair<DeviceBuffer*, int64_t> bf_inputs[] = {{&q, qn}, {&k, kn}, {&v, kn}, {&dout, qn}};
+        for (auto [buf, n] : bf_inputs) {  // bf16 values in the first half of each buffer
+          init_bf16<<<grid_for(n), 256, 0, s>>>(buf->as<__nv_bfloat16>(), n, static_cast<uint32_t>(n));
+          CTX_CUDA_LAUNCHED("init bf16");
+        }
+        cuda::k::fill(lse.as<float>(), -INFINITY, S * hq, s);
+        using bits = cuda::k::bf16_bits;
+        AttentionSample m = a;
+        m.kernel = "ctxrun_mma";
+        m.fwd_seconds = time_per_call(s, [&] {
+          cuda::k::attention_mma_forward(o_.as<float>(), lse.as<float>(), q.as<bits>(), k.as<bits>(), v.as<bits>(),
+                                         tok, dims, s);
+        });
+        m.bwd_seconds = time_per_call(s, [&] {
+          cuda::k::attention_mma_backward(dq.as<float>(), dk.as<float>(), dv.as<float>(), q.as<bits>(), k.as<bits>(),
+                                          v.as<bits>(), tok, dout.as<bits>(), lse.as<float>(), delta.as<float>(), dims,
+                                          s);
+        });
+        out.attention.push_back(m);
+      }
     }
   }
 }
