@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string>
 
+#include "executor/bf16.hpp"
 #include "executor/cuda/emulated/emu_device.hpp"
 
 using ctx_emu::Device;
@@ -45,22 +46,11 @@ T* body(Opaque* o) {
 
 float load(const void* p, cudaDataType t, size_t i) {
   if (t == CUDA_R_32F) return static_cast<const float*>(p)[i];
-  uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(p)[i]) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+  return ctx::exec::bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
 }
 void store(void* p, cudaDataType t, size_t i, float f) {
-  if (t == CUDA_R_32F) {
-    static_cast<float*>(p)[i] = f;
-    return;
-  }
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  uint16_t b;
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) b = static_cast<uint16_t>((u >> 16) | 0x40u);
-  else b = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  static_cast<uint16_t*>(p)[i] = b;
+  if (t == CUDA_R_32F) static_cast<float*>(p)[i] = f;
+  else static_cast<uint16_t*>(p)[i] = ctx::exec::f32_to_bf16(f);  // round to nearest even, as cuBLASLt
 }
 float tf32(float f) {  // round to 10 explicit mantissa bits, nearest even
   uint32_t u;

@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "executor/bf16.hpp"
 #include "executor/cuda/emulated/emu_device.hpp"
 
 using ctx_emu::Device;
@@ -58,18 +59,8 @@ size_t type_bytes(ncclDataType_t t) {
   }
 }
 
-float bf(uint16_t b) {
-  uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint16_t to_bf(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
+float bf(uint16_t b) { return ctx::exec::bf16_to_f32(b); }
+uint16_t to_bf(float f) { return ctx::exec::f32_to_bf16(f); }
 template <int Kind>
 void bf16_op(void* in, void* inout, int* len, MPI_Datatype*) {
   auto* a = static_cast<const uint16_t*>(in);
@@ -336,30 +327,51 @@ ncclResult_t ncclGroupEnd() {
   return ncclSuccess;
 }
 
+}  // extern "C"
+
+namespace {
+// A collective on host staging buffers: `send` (in_bytes) is copied into a host buffer when the
+// stream reaches it, MPI runs between host buffers, the first out_bytes of the result go into
+// `recv` when it completes (then `after(recv)`). On one rank each of these collectives is the
+// identity on its first out_bytes.
+template <typename Mpi>
+ncclResult_t staged(ncclComm_t comm, cudaStream_t s, const char* what, const void* send, size_t in_bytes, void* recv,
+                    size_t out_bytes, Mpi mpi, std::function<void(void*)> after = {}) {
+  auto in = std::make_shared<std::vector<char>>(in_bytes), out = std::make_shared<std::vector<char>>(out_bytes);
+  Part p{comm, s, what, {}, {}};
+  p.post = [=](std::vector<MPI_Request>& reqs) {
+    std::memcpy(in->data(), send, in_bytes);
+    if (comm->nranks == 1) {
+      std::memcpy(out->data(), in->data(), out_bytes);
+      return;
+    }
+    reqs.emplace_back();
+    mpi(in->data(), out->data(), comm->mpi, &reqs.back());
+  };
+  p.finish = [=] {
+    std::memcpy(recv, out->data(), out_bytes);
+    if (after) after(recv);
+  };
+  return submit(std::move(p));
+}
+}  // namespace
+
+extern "C" {
+
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t s) {
   Lock l(Device::get().mutex());
   MPI_Datatype mt;
   MPI_Op mo;
-  const size_t bytes = count * type_bytes(t);
   if (!comm || !mpi_type(t, &mt) || !mpi_op(op, t, &mo) || !device_side(send) || !device_side(recv))
     return ncclInvalidArgument;
-  auto in = std::make_shared<std::vector<char>>(bytes), out = std::make_shared<std::vector<char>>(bytes);
-  Part p{comm, s, "ncclAllReduce", {}, {}};
-  p.post = [=](std::vector<MPI_Request>& reqs) {
-    std::memcpy(in->data(), send, bytes);
-    if (comm->nranks == 1) {
-      std::memcpy(out->data(), in->data(), bytes);
-      return;
-    }
-    reqs.emplace_back();
-    MPI_Iallreduce(in->data(), out->data(), static_cast<int>(count), mt, mo, comm->mpi, &reqs.back());
-  };
-  p.finish = [=] {
-    std::memcpy(recv, out->data(), bytes);
-    if (op == ncclAvg) scale_avg(recv, count, t, comm->nranks);
-  };
-  return submit(std::move(p));
+  const size_t bytes = count * type_bytes(t);
+  return staged(
+      comm, s, "ncclAllReduce", send, bytes, recv, bytes,
+      [=](void* in, void* out, MPI_Comm c, MPI_Request* r) { MPI_Iallreduce(in, out, static_cast<int>(count), mt, mo, c, r); },
+      [=](void* p) {
+        if (op == ncclAvg) scale_avg(p, count, t, comm->nranks);
+      });
 }
 
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t t, ncclRedOp_t op,
@@ -370,22 +382,14 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
   if (!comm || !mpi_type(t, &mt) || !mpi_op(op, t, &mo) || !device_side(send) || !device_side(recv))
     return ncclInvalidArgument;
   const size_t bytes = recvcount * type_bytes(t);
-  auto in = std::make_shared<std::vector<char>>(bytes * comm->nranks), out = std::make_shared<std::vector<char>>(bytes);
-  Part p{comm, s, "ncclReduceScatter", {}, {}};
-  p.post = [=](std::vector<MPI_Request>& reqs) {
-    std::memcpy(in->data(), send, in->size());
-    if (comm->nranks == 1) {
-      std::memcpy(out->data(), in->data(), bytes);
-      return;
-    }
-    reqs.emplace_back();
-    MPI_Ireduce_scatter_block(in->data(), out->data(), static_cast<int>(recvcount), mt, mo, comm->mpi, &reqs.back());
-  };
-  p.finish = [=] {
-    std::memcpy(recv, out->data(), bytes);
-    if (op == ncclAvg) scale_avg(recv, recvcount, t, comm->nranks);
-  };
-  return submit(std::move(p));
+  return staged(
+      comm, s, "ncclReduceScatter", send, bytes * comm->nranks, recv, bytes,
+      [=](void* in, void* out, MPI_Comm c, MPI_Request* r) {
+        MPI_Ireduce_scatter_block(in, out, static_cast<int>(recvcount), mt, mo, c, r);
+      },
+      [=](void* p) {
+        if (op == ncclAvg) scale_avg(p, recvcount, t, comm->nranks);
+      });
 }
 
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t t, ncclComm_t comm,
@@ -393,20 +397,9 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
   Lock l(Device::get().mutex());
   const size_t bytes = sendcount * type_bytes(t);
   if (!comm || !bytes || !device_side(send) || !device_side(recv)) return ncclInvalidArgument;
-  auto in = std::make_shared<std::vector<char>>(bytes), out = std::make_shared<std::vector<char>>(bytes * comm->nranks);
-  Part p{comm, s, "ncclAllGather", {}, {}};
-  p.post = [=](std::vector<MPI_Request>& reqs) {
-    std::memcpy(in->data(), send, bytes);
-    if (comm->nranks == 1) {
-      std::memcpy(out->data(), in->data(), bytes);
-      return;
-    }
-    reqs.emplace_back();
-    MPI_Iallgather(in->data(), static_cast<int>(bytes), MPI_BYTE, out->data(), static_cast<int>(bytes), MPI_BYTE,
-                   comm->mpi, &reqs.back());
-  };
-  p.finish = [=] { std::memcpy(recv, out->data(), out->size()); };
-  return submit(std::move(p));
+  const int n = static_cast<int>(bytes);
+  return staged(comm, s, "ncclAllGather", send, bytes, recv, bytes * comm->nranks,
+                [=](void* in, void* out, MPI_Comm c, MPI_Request* r) { MPI_Iallgather(in, n, MPI_BYTE, out, n, MPI_BYTE, c, r); });
 }
 
 ncclResult_t ncclAlltoAll(const void* send, void* recv, size_t count, ncclDataType_t t, ncclComm_t comm,
@@ -414,21 +407,9 @@ ncclResult_t ncclAlltoAll(const void* send, void* recv, size_t count, ncclDataTy
   Lock l(Device::get().mutex());
   const size_t bytes = count * type_bytes(t);
   if (!comm || !bytes || !device_side(send) || !device_side(recv)) return ncclInvalidArgument;
-  auto in = std::make_shared<std::vector<char>>(bytes * comm->nranks),
-       out = std::make_shared<std::vector<char>>(bytes * comm->nranks);
-  Part p{comm, s, "ncclAlltoAll", {}, {}};
-  p.post = [=](std::vector<MPI_Request>& reqs) {
-    std::memcpy(in->data(), send, in->size());
-    if (comm->nranks == 1) {
-      std::memcpy(out->data(), in->data(), in->size());
-      return;
-    }
-    reqs.emplace_back();
-    MPI_Ialltoall(in->data(), static_cast<int>(bytes), MPI_BYTE, out->data(), static_cast<int>(bytes), MPI_BYTE,
-                  comm->mpi, &reqs.back());
-  };
-  p.finish = [=] { std::memcpy(recv, out->data(), out->size()); };
-  return submit(std::move(p));
+  const int n = static_cast<int>(bytes);
+  return staged(comm, s, "ncclAlltoAll", send, bytes * comm->nranks, recv, bytes * comm->nranks,
+                [=](void* in, void* out, MPI_Comm c, MPI_Request* r) { MPI_Ialltoall(in, n, MPI_BYTE, out, n, MPI_BYTE, c, r); });
 }
 
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
