@@ -150,7 +150,7 @@ class CudaBackend final : public Backend {
     cudaEventDestroy(origin_);
     gemm_.reset();
     if (gemm_ws_) cudaFree(gemm_ws_);
-    if (scratch_) cudaFree(scratch_);
+    if (scratch_) alloc_->free(scratch_, stream_);
     cudaFree(reduce_);
     alloc_.reset();
     cudaStreamDestroy(stream_);
@@ -865,9 +865,10 @@ class CudaBackend final : public Backend {
     if (opts_.sync_each_call) synchronize();
   }
 
-  // Scratch arena (device memory, accounted as workspace) for kernels' temporaries. Growing
-  // waits for queued work, which may still read the old arena; steady state never grows. One
-  // arena: each op's use ends before the next op's starts, in stream order.
+  // Scratch arena (device memory, accounted as workspace) for kernels' temporaries; steady state
+  // never grows. One arena: each op's use ends before the next op's starts, in stream order.
+  // Growing does not wait: the old arena goes back to the stream-ordered caching allocator, which
+  // hands it out again only after the work queued so far on the stream (an event at free).
   void* scratch(size_t bytes) {
     reserve_scratch(round_up(std::max<size_t>(bytes, 1)));
     return scratch_;
@@ -875,14 +876,13 @@ class CudaBackend final : public Backend {
   void reserve_scratch(size_t bytes) {
     if (bytes <= scratch_bytes_) return;
     const size_t grown = std::max(bytes, scratch_bytes_ * 2);
-    synchronize();
     if (scratch_) {
-      CTX_CUDA(cudaFree(scratch_));
+      alloc_->free(scratch_, stream_);
       ledger().on_free(Mem::workspace, static_cast<int64_t>(scratch_bytes_));
     }
     scratch_ = nullptr;
     scratch_bytes_ = 0;
-    CTX_CUDA(cudaMalloc(&scratch_, grown));
+    scratch_ = alloc_->alloc(static_cast<int64_t>(grown), stream_, "workspace (kernel scratch)");
     scratch_bytes_ = grown;
     ledger().on_alloc(Mem::workspace, static_cast<int64_t>(grown));
   }
