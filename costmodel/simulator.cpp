@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <queue>
+#include <limits>
 
 #include "costmodel/process_groups.hpp"
 
@@ -23,16 +23,42 @@ bool same_vector(const std::vector<double>& a, const std::vector<double>& b) {
   return true;
 }
 
+// A task as later tasks see it: what its dependants' start, wait and breakdown attribution need.
+// The builder passes these by value instead of task ids, so nothing per task is kept unless the
+// tasks are recorded.
+struct T {
+  int32_t id = -1;  // -1: no task (nothing to wait for)
+  int32_t rep = 0;
+  double start = 0, end = 0, ready = 0, duration = 0;
+  SimStream stream = SimStream::compute;
+  SimCategory category = SimCategory::compute;
+};
+
+// Per simulated rank, what the step time, the phases and the breakdown need, accumulated in
+// creation order (the order the event-queue version walked the recorded tasks in).
+struct RepAcc {
+  double end = 0;          // its last task's end
+  double busy = 0;         // compute-stream compute time
+  double opt_start = std::numeric_limits<double>::infinity();
+  StepBreakdown b;
+  double prev_end = 0;     // end of its previous compute-stream task
+  T last;                  // the task that ends last (the first of equals)
+};
+
 // Builds the task graph: the same program for every simulated rank, generated in lockstep so
-// that collectives get one id across their members.
+// that collectives get one id across their members. Every task's start and end are known when it
+// is created: its dependencies were all created (and timed) before it.
 class Builder {
  public:
-  Builder(const StepCosts& k, const Plan& p, SimResult& out) : k_(k), p_(p), out_(out) {}
+  Builder(const StepCosts& k, const Plan& p, SimResult& out, bool record) : k_(k), p_(p), out_(out), record_(record) {}
 
   void build() {
     choose_reps();
     const int R = static_cast<int>(out_.reps.size());
-    last_.assign(static_cast<size_t>(R) * kSimStreams, -1);
+    last_.assign(static_cast<size_t>(R) * kSimStreams, T{});
+    acc_.assign(static_cast<size_t>(R), RepAcc{});
+    mb_fwd_start_.assign(static_cast<size_t>(R * k_.ga), -1.0);
+    mb_fwd_end_.assign(static_cast<size_t>(R * k_.ga), 0.0);
     for (int64_t mb = 0; mb < k_.ga; ++mb) {
       mb_ = static_cast<int32_t>(mb);
       const bool reduce = k_.grad_reduce_every_microbatch || mb + 1 == k_.ga;
@@ -77,38 +103,120 @@ class Builder {
   int nreps() const { return static_cast<int>(out_.reps.size()); }
 
   // ---- task creation ------------------------------------------------------------------------
-  int32_t add(int rep, SimStream s, const char* name, double dur, SimPass pass, SimCategory cat, int32_t layer,
-              std::initializer_list<int32_t> deps, int32_t coll = -1) {
-    SimTask t;
-    t.name = name;
-    t.duration = std::max(0.0, dur);
+  // Creates a task after `deps` (and the previous task of its stream). A task outside a collective
+  // is timed at once; a collective member (coll >= 0) is returned pending, with its own readiness in
+  // `start`, and timed by `collective` once all members exist.
+  T add(int rep, SimStream s, const char* name, double dur, SimPass pass, SimCategory cat, int32_t layer,
+        std::initializer_list<T> deps, int32_t coll = -1) {
+    T t;
+    t.id = next_id_++;
     t.rep = rep;
-    t.layer = layer;
-    t.micro_batch = mb_;
-    t.collective = coll;
+    t.duration = std::max(0.0, dur);
     t.stream = s;
-    t.pass = pass;
     t.category = cat;
-    int32_t id = static_cast<int32_t>(out_.tasks.size());
-    out_.tasks.push_back(t);
-    std::vector<int32_t> d;
-    int32_t& prev = last_[static_cast<size_t>(rep) * kSimStreams + static_cast<int>(s)];
-    if (prev >= 0) d.push_back(prev);  // in-order stream
-    for (int32_t x : deps)
-      if (x >= 0) d.push_back(x);
-    prev = id;
-    out_.deps.push_back(std::move(d));
-    return id;
+    const T& prev = last_[static_cast<size_t>(rep) * kSimStreams + static_cast<int>(s)];
+    double full_ready = 0;
+    T binding;  // for the breakdown: the latest dependency that is not the rank's own compute
+    double latest = -1;
+    auto visit = [&](const T& x) {
+      full_ready = std::max(full_ready, x.end);
+      if (x.rep == rep) t.ready = std::max(t.ready, x.end);
+      if (s == SimStream::compute && !(x.stream == SimStream::compute && x.rep == rep) && x.end > latest) {
+        latest = x.end;
+        binding = x;
+      }
+    };
+    if (prev.id >= 0) visit(prev);
+    for (const T& x : deps)
+      if (x.id >= 0) visit(x);
+    if (record_) {
+      SimTask st;
+      st.name = name;
+      st.duration = t.duration;
+      st.ready = t.ready;
+      st.rep = rep;
+      st.layer = layer;
+      st.micro_batch = mb_;
+      st.collective = coll;
+      st.stream = s;
+      st.pass = pass;
+      st.category = cat;
+      out_.tasks.push_back(st);
+      std::vector<int32_t> d;
+      if (prev.id >= 0) d.push_back(prev.id);  // in-order stream
+      for (const T& x : deps)
+        if (x.id >= 0) d.push_back(x.id);
+      out_.deps.push_back(std::move(d));
+    }
+    if (coll >= 0) {
+      t.start = full_ready;
+      t.end = -1;
+      last_[static_cast<size_t>(rep) * kSimStreams + static_cast<int>(s)] = t;
+      return t;
+    }
+    finish(t, full_ready, pass, binding);
+    return t;
   }
+
+  // Times task `t` at `start` and accounts it to its rank.
+  void finish(T& t, double start, SimPass pass, const T& binding) {
+    t.start = start;
+    t.end = start + t.duration;
+    last_[static_cast<size_t>(t.rep) * kSimStreams + static_cast<int>(t.stream)] = t;
+    ++ntasks_;
+    if (record_) {
+      SimTask& st = out_.tasks[static_cast<size_t>(t.id)];
+      st.start = t.start;
+      st.end = t.end;
+    }
+    RepAcc& a = acc_[static_cast<size_t>(t.rep)];
+    a.end = std::max(a.end, t.end);
+    if (a.last.id < 0 || t.end > a.last.end) a.last = t;
+    if (t.stream == SimStream::compute) {
+      if (t.category == SimCategory::compute) a.busy += t.duration;
+      attribute(a.b, t.rep, t.start - a.prev_end, binding);
+      if (t.category == SimCategory::optimizer) a.b.optimizer += t.duration;
+      else a.b.compute += t.duration;
+      a.prev_end = t.end;
+    }
+    if (pass == SimPass::optimizer) {
+      a.opt_start = std::min(a.opt_start, t.start);
+    } else if (pass == SimPass::forward) {
+      size_t i = static_cast<size_t>(t.rep) * static_cast<size_t>(k_.ga) + static_cast<size_t>(mb_);
+      if (mb_fwd_start_[i] < 0 || t.start < mb_fwd_start_[i]) mb_fwd_start_[i] = t.start;
+      mb_fwd_end_[i] = std::max(mb_fwd_end_[i], t.end);
+    }
+  }
+
+ public:
+  // Where an idle gap of rank `rep`'s compute stream went: to what it waited for (`w`, the
+  // dependency that finished last; none: imbalance).
+  static void attribute(StepBreakdown& b, int rep, double gap, const T& w) {
+    if (gap <= 0) return;
+    if (w.id < 0) { b.imbalance += gap; return; }
+    double others = w.rep != rep ? gap : std::min(gap, std::max(0.0, w.start - w.ready));  // waited for other ranks
+    b.imbalance += others;
+    double rest = gap - others;
+    switch (w.category) {
+      case SimCategory::host: b.offload_stall += rest; break;
+      case SimCategory::optimizer: b.optimizer += rest; break;
+      default: b.exposed_comm += rest; break;
+    }
+  }
+
+ private:
   int32_t new_collective() { return next_coll_++; }
 
-  // A collective over a group: members are the simulated reps with the same group key.
+  // A collective over a group: members are the simulated reps with the same group key. They start
+  // together, when the last of them is ready.
   enum class G { self, ulysses, cp, zero };
-  std::vector<int32_t> collective(G g, SimStream s, const char* name, double dur, SimPass pass, int32_t layer,
-                                  const std::vector<int32_t>& dep_per_rep) {
-    std::vector<int32_t> ids(static_cast<size_t>(nreps()), -1);
+  std::vector<T> collective(G g, SimStream s, const char* name, double dur, SimPass pass, int32_t layer,
+                            const std::vector<T>& dep_per_rep) {
+    std::vector<T> ids(static_cast<size_t>(nreps()));
     if (dur <= 0) return dep_per_rep;  // nothing to wait for: later tasks depend on what this would have
     std::vector<int32_t> coll_of_key(static_cast<size_t>(nreps()) + 1, -1);
+    std::vector<int32_t> key_of(static_cast<size_t>(nreps()), 0);
+    std::vector<double> arrival(static_cast<size_t>(nreps()) + 1, 0.0);
     for (int r = 0; r < nreps(); ++r) {
       int key = 0;
       const SimRep& rep = out_.reps[static_cast<size_t>(r)];
@@ -119,43 +227,48 @@ class Builder {
         case G::zero: key = 0; break;
       }
       key = std::min(key, nreps());
+      key_of[static_cast<size_t>(r)] = key;
       int32_t c = -1;
       if (g != G::self) {
         if (coll_of_key[static_cast<size_t>(key)] < 0) coll_of_key[static_cast<size_t>(key)] = new_collective();
         c = coll_of_key[static_cast<size_t>(key)];
       }
       ids[static_cast<size_t>(r)] = add(r, s, name, dur, pass, SimCategory::comm, layer, {dep_per_rep[static_cast<size_t>(r)]}, c);
+      if (c >= 0) arrival[static_cast<size_t>(key)] = std::max(arrival[static_cast<size_t>(key)], ids[static_cast<size_t>(r)].start);
     }
+    if (g != G::self)
+      for (int r = 0; r < nreps(); ++r)
+        finish(ids[static_cast<size_t>(r)], arrival[static_cast<size_t>(key_of[static_cast<size_t>(r)])], pass, T{});
     return ids;
   }
-  std::vector<int32_t> compute(const char* name, double dur, SimPass pass, int32_t layer, const std::vector<int32_t>& dep_a,
-                               const std::vector<int32_t>* dep_b = nullptr, SimCategory cat = SimCategory::compute) {
-    std::vector<int32_t> ids(static_cast<size_t>(nreps()));
+  std::vector<T> compute(const char* name, double dur, SimPass pass, int32_t layer, const std::vector<T>& dep_a,
+                               const std::vector<T>* dep_b = nullptr, SimCategory cat = SimCategory::compute) {
+    std::vector<T> ids(static_cast<size_t>(nreps()));
     for (int r = 0; r < nreps(); ++r)
       ids[static_cast<size_t>(r)] = add(r, SimStream::compute, name, dur, pass, cat, layer,
-                                        {dep_a[static_cast<size_t>(r)], dep_b ? (*dep_b)[static_cast<size_t>(r)] : -1});
+                                        {dep_a[static_cast<size_t>(r)], dep_b ? (*dep_b)[static_cast<size_t>(r)] : T{}});
     return ids;
   }
-  std::vector<int32_t> host(const char* name, double dur, SimPass pass, int32_t layer, const std::vector<int32_t>& dep,
+  std::vector<T> host(const char* name, double dur, SimPass pass, int32_t layer, const std::vector<T>& dep,
                             SimCategory cat = SimCategory::host) {
-    std::vector<int32_t> ids(static_cast<size_t>(nreps()), -1);
+    std::vector<T> ids(static_cast<size_t>(nreps()));
     if (dur <= 0) return dep;
     for (int r = 0; r < nreps(); ++r)
       ids[static_cast<size_t>(r)] = add(r, SimStream::host, name, dur, pass, cat, layer, {dep[static_cast<size_t>(r)]});
     return ids;
   }
-  std::vector<int32_t> none() const { return std::vector<int32_t>(static_cast<size_t>(nreps()), -1); }
+  std::vector<T> none() const { return std::vector<T>(static_cast<size_t>(nreps())); }
 
   // the partial sums of a row-parallel output over TP: reduce-scatter under SP, else all-reduce
-  std::vector<int32_t> tp_reduce(SimPass pass, int32_t layer, const std::vector<int32_t>& after) {
+  std::vector<T> tp_reduce(SimPass pass, int32_t layer, const std::vector<T>& after) {
     return k_.sp ? collective(G::self, SimStream::tp, "tp_reduce_scatter", k_.tp_rs, pass, layer, after)
                  : collective(G::self, SimStream::tp, "tp_all_reduce", k_.tp_ar, pass, layer, after);
   }
-  std::vector<int32_t> tp_gather(SimPass pass, int32_t layer, const std::vector<int32_t>& after) {
+  std::vector<T> tp_gather(SimPass pass, int32_t layer, const std::vector<T>& after) {
     return k_.sp ? collective(G::self, SimStream::tp, "tp_all_gather", k_.tp_ag, pass, layer, after) : after;
   }
   // gradients TP ranks hold partial sums of, summed before the unit's reduction
-  std::vector<int32_t> tp_fixups(int32_t layer, int norms, int kvs, const std::vector<int32_t>& after) {
+  std::vector<T> tp_fixups(int32_t layer, int norms, int kvs, const std::vector<T>& after) {
     auto d = after;
     for (int i = 0; i < norms; ++i)
       d = collective(G::self, SimStream::tp, "tp_grad_fixup", k_.tp_fixup_norm, SimPass::backward, layer, d);
@@ -165,7 +278,7 @@ class Builder {
   }
 
   // ---- attention core ---------------------------------------------------------------------------
-  std::vector<int32_t> attention(SimPass pass, int32_t layer, const std::vector<int32_t>& after, bool backward) {
+  std::vector<T> attention(SimPass pass, int32_t layer, const std::vector<T>& after, bool backward) {
     const auto& costs = backward ? k_.attn_bwd : k_.attn_fwd;
     const char* name = backward ? "attention_bwd" : pass == SimPass::recompute ? "attention_recompute" : "attention";
     const bool ring_kind = (k_.cp_kind == CpKind::ring || k_.cp_kind == CpKind::zigzag || k_.cp_kind == CpKind::usp) && k_.ring > 1;
@@ -175,10 +288,10 @@ class Builder {
       return step < v.size() ? v[step] : 0.0;
     };
     if (!ring_kind) {
-      std::vector<int32_t> dep = after;
+      std::vector<T> dep = after;
       if (k_.cp_kind == CpKind::allgather && k_.kv_ag > 0)
         dep = collective(G::cp, SimStream::tp, "kv_all_gather", k_.kv_ag, pass, layer, after);
-      std::vector<int32_t> ids(static_cast<size_t>(nreps()));
+      std::vector<T> ids(static_cast<size_t>(nreps()));
       for (int r = 0; r < nreps(); ++r)
         ids[static_cast<size_t>(r)] = add(r, SimStream::compute, name, cost(r, 0), pass, SimCategory::compute, layer, {dep[static_cast<size_t>(r)]});
       if (backward && k_.cp_kind == CpKind::allgather && k_.dkv_rs > 0)
@@ -190,16 +303,16 @@ class Builder {
     // neighbour has computed its step and summed what it had received itself; r adds it after its
     // own compute of the block (the hop overlaps that compute), and after the last step each
     // block's total hops home to its owner.
-    std::vector<int32_t> have = after;  // when each rank holds the block it will send next
-    std::vector<int32_t> have_dkv = none();
-    std::vector<int32_t> last_compute(static_cast<size_t>(nreps()), -1);
+    std::vector<T> have = after;  // when each rank holds the block it will send next
+    std::vector<T> have_dkv = none();
+    std::vector<T> last_compute(static_cast<size_t>(nreps()));
     auto prev_of = [&](int r) {
       const SimRep& rep = out_.reps[static_cast<size_t>(r)];
       return rep_index(rep.pack_class, (rep.cp_index - k_.ulysses + k_.cp) % k_.cp);  // ring neighbour that sends to r
     };
     const int64_t steps = k_.ring;
     for (int64_t j = 0; j < steps; ++j) {
-      std::vector<int32_t> recv(static_cast<size_t>(nreps()), -1);
+      std::vector<T> recv(static_cast<size_t>(nreps()));
       if (j + 1 < steps) {
         for (int r = 0; r < nreps(); ++r)
           recv[static_cast<size_t>(r)] = add(r, SimStream::ring, "ring_kv", k_.p2p_fwd, pass, SimCategory::comm, layer,
@@ -209,7 +322,7 @@ class Builder {
         last_compute[static_cast<size_t>(r)] = add(r, SimStream::compute, name, cost(r, static_cast<size_t>(j)), pass, SimCategory::compute,
                                                    layer, {have[static_cast<size_t>(r)]});
       if (backward) {
-        std::vector<int32_t> dkv(static_cast<size_t>(nreps()), -1);
+        std::vector<T> dkv(static_cast<size_t>(nreps()));
         for (int r = 0; r < nreps(); ++r) {
           const int prev = prev_of(r);
           dkv[static_cast<size_t>(r)] = add(r, SimStream::ring, "ring_dkv", k_.p2p_dkv, pass, SimCategory::comm, layer,
@@ -229,7 +342,7 @@ class Builder {
   }
 
   // ---- one layer forward (also the recompute pass) ----------------------------------------------
-  std::vector<int32_t> layer_forward(int32_t l, SimPass pass, const std::vector<int32_t>& after, const std::vector<int32_t>& params) {
+  std::vector<T> layer_forward(int32_t l, SimPass pass, const std::vector<T>& after, const std::vector<T>& params) {
     auto d = after;
     if (k_.sp) d = collective(G::self, SimStream::tp, "tp_all_gather", k_.tp_ag, pass, l, d);
     d = compute("norm_qkv_rope", k_.pre_fwd, pass, l, d, &params);
@@ -249,12 +362,12 @@ class Builder {
   void forward() {
     const int32_t L = static_cast<int32_t>(k_.layers);
     fwd_end_.assign(static_cast<size_t>(L), none());
-    std::vector<std::vector<int32_t>> gathered(static_cast<size_t>(L), none());
-    auto gather = [&](int32_t l, SimPass pass, const std::vector<int32_t>& buffer_free) {
+    std::vector<std::vector<T>> gathered(static_cast<size_t>(L), none());
+    auto gather = [&](int32_t l, SimPass pass, const std::vector<T>& buffer_free) {
       auto h = host("param_h2d", k_.param_h2d, pass, l, buffer_free);
       return collective(G::zero, SimStream::dp, "zero3_all_gather", k_.zero3_ag, pass, l, h);
     };
-    std::vector<int32_t> d = mb_end_;
+    std::vector<T> d = mb_end_;
     if (d.empty()) d = none();
     // the embedding lookup (its gather under ZeRO-3 first); the lookup copies [T, h] rows and is
     // not priced (memory-bound, far below a layer)
@@ -265,7 +378,7 @@ class Builder {
     for (int32_t l = 0; l < L; ++l) {
       // prefetch the next layer's parameters while this one runs (two layers' buffers)
       if (l + 1 < L) gathered[static_cast<size_t>(l + 1)] = gather(l + 1, SimPass::forward, l >= 1 ? fwd_end_[static_cast<size_t>(l - 1)] : d);
-      std::vector<int32_t> start = d;
+      std::vector<T> start = d;
       d = layer_forward(l, SimPass::forward, d, gathered[static_cast<size_t>(l)]);
       fwd_end_[static_cast<size_t>(l)] = d;
       if (k_.ckpt_d2h > 0) host("ckpt_d2h", k_.ckpt_d2h, SimPass::forward, l, start);
@@ -282,7 +395,7 @@ class Builder {
     auto d = compute("head_loss", k_.head_fwd, SimPass::forward, -1, x, &params);
     // per logits tile, the vocab-parallel statistics (row max, then sum of exp and target logit);
     // the first tile's gradient follows its statistics, the other tiles' after theirs
-    auto stats = [&](SimPass pass, const std::vector<int32_t>& after) {
+    auto stats = [&](SimPass pass, const std::vector<T>& after) {
       auto y = collective(G::self, SimStream::tp, "loss_tp_all_reduce", k_.loss_max_ar, pass, -1, after);
       return collective(G::self, SimStream::tp, "loss_tp_all_reduce", k_.loss_sum_ar, pass, -1, y);
     };
@@ -298,19 +411,19 @@ class Builder {
 
   void backward(bool reduce) {
     const int32_t L = static_cast<int32_t>(k_.layers);
-    std::vector<int32_t> d = loss_end_;
-    std::vector<std::vector<int32_t>> gathered(static_cast<size_t>(L), none()), bwd_end(static_cast<size_t>(L), none());
-    std::vector<std::vector<int32_t>> ckpt_in(static_cast<size_t>(L), none());
-    auto gather = [&](int32_t l, const std::vector<int32_t>& buffer_free) {
+    std::vector<T> d = loss_end_;
+    std::vector<std::vector<T>> gathered(static_cast<size_t>(L), none()), bwd_end(static_cast<size_t>(L), none());
+    std::vector<std::vector<T>> ckpt_in(static_cast<size_t>(L), none());
+    auto gather = [&](int32_t l, const std::vector<T>& buffer_free) {
       auto h = host("param_h2d", k_.param_h2d, SimPass::backward, l, buffer_free);
       return collective(G::zero, SimStream::dp, "zero3_all_gather", k_.zero3_ag, SimPass::backward, l, h);
     };
-    auto fetch_ckpt = [&](int32_t l, const std::vector<int32_t>& buffer_free) {
+    auto fetch_ckpt = [&](int32_t l, const std::vector<T>& buffer_free) {
       return host("ckpt_h2d", k_.ckpt_h2d, SimPass::backward, l, buffer_free);
     };
     gathered[static_cast<size_t>(L - 1)] = gather(L - 1, d);
     if (k_.ckpt_h2d > 0) ckpt_in[static_cast<size_t>(L - 1)] = fetch_ckpt(L - 1, d);
-    std::vector<int32_t> last_reduce = none();
+    std::vector<T> last_reduce = none();
     for (int32_t l = L - 1; l >= 0; --l) {
       if (l >= 1) {
         const auto& free_buf = l + 1 < L ? bwd_end[static_cast<size_t>(l + 1)] : d;
@@ -318,7 +431,7 @@ class Builder {
         if (k_.ckpt_h2d > 0) ckpt_in[static_cast<size_t>(l - 1)] = fetch_ckpt(l - 1, free_buf);
       }
       const auto& params = gathered[static_cast<size_t>(l)];
-      std::vector<int32_t> x = d;
+      std::vector<T> x = d;
       if (k_.ckpt_h2d > 0)  // the layer's checkpoint must be back on the device (a join, no work)
         x = compute("checkpoint_ready", 0.0, SimPass::backward, l, x, &ckpt_in[static_cast<size_t>(l)]);
       if (k_.recompute == Recompute::full) x = layer_forward(l, SimPass::recompute, x, params);
@@ -365,13 +478,17 @@ class Builder {
 
   void optimizer() {
     mb_ = static_cast<int32_t>(k_.ga - 1);
-    std::vector<int32_t> d = reduce_end_.empty() ? mb_end_ : reduce_end_;
+    std::vector<T> d = reduce_end_.empty() ? mb_end_ : reduce_end_;
     for (int r = 0; r < nreps(); ++r)  // the optimizer needs the compute and the reductions done
-      if (d[static_cast<size_t>(r)] < 0) d[static_cast<size_t>(r)] = mb_end_[static_cast<size_t>(r)];
-    std::vector<int32_t> after_compute = mb_end_;
+      if (d[static_cast<size_t>(r)].id < 0) d[static_cast<size_t>(r)] = mb_end_[static_cast<size_t>(r)];
+    std::vector<T> after_compute = mb_end_;
     if (k_.opt_host > 0) {
-      std::vector<int32_t> x(static_cast<size_t>(nreps()));
-      for (int r = 0; r < nreps(); ++r) x[static_cast<size_t>(r)] = std::max(d[static_cast<size_t>(r)], after_compute[static_cast<size_t>(r)]);
+      std::vector<T> x(static_cast<size_t>(nreps()));
+      for (int r = 0; r < nreps(); ++r) {
+        const T& a = d[static_cast<size_t>(r)];
+        const T& b = after_compute[static_cast<size_t>(r)];
+        x[static_cast<size_t>(r)] = a.id < b.id ? b : a;  // the later-created of the two (as the task ids' max)
+      }
       x = host("grads_d2h", k_.opt_d2h, SimPass::optimizer, -1, x, SimCategory::optimizer);
       x = host("cpu_adamw", k_.opt_host, SimPass::optimizer, -1, x, SimCategory::optimizer);
       x = host("params_h2d", k_.opt_h2d, SimPass::optimizer, -1, x, SimCategory::optimizer);
@@ -386,168 +503,59 @@ class Builder {
   const Plan& p_;
   SimResult& out_;
   int64_t cp_reps_ = 1;
+  bool record_ = true;
   int32_t mb_ = 0;
   int32_t next_coll_ = 0;
-  std::vector<int32_t> last_;  // last task per (rep, stream)
-  std::vector<std::vector<int32_t>> fwd_end_;
-  std::vector<int32_t> fwd_tail_, loss_end_, mb_end_, reduce_end_;
+  int32_t next_id_ = 0;
+  int64_t ntasks_ = 0;
+  std::vector<T> last_;  // last task per (rep, stream)
+  std::vector<RepAcc> acc_;
+  std::vector<double> mb_fwd_start_, mb_fwd_end_;  // [rep * ga + micro-batch]: forward span
+  std::vector<std::vector<T>> fwd_end_;
+  std::vector<T> fwd_tail_, loss_end_, mb_end_, reduce_end_;
 
  public:
   int32_t collectives() const { return next_coll_; }
+  int64_t tasks() const { return ntasks_; }
+  const std::vector<RepAcc>& reps() const { return acc_; }
+  double fwd_start(int rep, int64_t mb) const { return mb_fwd_start_[static_cast<size_t>(rep * k_.ga + mb)]; }
+  double fwd_end(int rep, int64_t mb) const { return mb_fwd_end_[static_cast<size_t>(rep * k_.ga + mb)]; }
 };
-
-struct Event {
-  double time;
-  int32_t task;
-  bool operator>(const Event& o) const { return time > o.time || (time == o.time && task > o.task); }
-};
-
-void run_events(SimResult& r, int32_t ncoll) {
-  auto& tasks = r.tasks;
-  const size_t n = tasks.size();
-  std::vector<int32_t> remaining(n), out_begin(n + 1, 0), out_list;
-  for (size_t i = 0; i < n; ++i) {
-    remaining[i] = static_cast<int32_t>(r.deps[i].size());
-    for (int32_t d : r.deps[i]) ++out_begin[static_cast<size_t>(d) + 1];
-  }
-  for (size_t i = 0; i < n; ++i) out_begin[i + 1] += out_begin[i];
-  out_list.resize(static_cast<size_t>(out_begin[n]));
-  {
-    std::vector<int32_t> fill(out_begin.begin(), out_begin.end() - 1);
-    for (size_t i = 0; i < n; ++i)
-      for (int32_t d : r.deps[i]) out_list[static_cast<size_t>(fill[static_cast<size_t>(d)]++)] = static_cast<int32_t>(i);
-  }
-  std::vector<int32_t> members(static_cast<size_t>(ncoll), 0), arrived(static_cast<size_t>(ncoll), 0);
-  std::vector<double> arrival(static_cast<size_t>(ncoll), 0.0);
-  std::vector<std::vector<int32_t>> waiting(static_cast<size_t>(ncoll));
-  for (auto& t : tasks)
-    if (t.collective >= 0) ++members[static_cast<size_t>(t.collective)];
-  std::vector<double> full_ready(n, 0.0);
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> q;
-  auto start = [&](int32_t i, double at) {
-    SimTask& t = tasks[static_cast<size_t>(i)];
-    if (t.start >= 0) ++r.stats.started_twice;
-    t.start = at;
-    q.push({at + t.duration, i});
-  };
-  auto became_ready = [&](int32_t i) {
-    SimTask& t = tasks[static_cast<size_t>(i)];
-    if (t.collective < 0) return start(i, full_ready[static_cast<size_t>(i)]);
-    size_t c = static_cast<size_t>(t.collective);
-    arrival[c] = std::max(arrival[c], full_ready[static_cast<size_t>(i)]);
-    waiting[c].push_back(i);
-    if (++arrived[c] == members[c])
-      for (int32_t m : waiting[c]) start(m, arrival[c]);
-  };
-  for (size_t i = 0; i < n; ++i)
-    if (remaining[i] == 0) became_ready(static_cast<int32_t>(i));
-  double now = 0;
-  while (!q.empty()) {
-    Event e = q.top();
-    q.pop();
-    if (e.time < now) ++r.stats.time_regressions;
-    now = e.time;
-    ++r.stats.events;
-    SimTask& t = tasks[static_cast<size_t>(e.task)];
-    t.end = e.time;
-    for (int32_t k = out_begin[static_cast<size_t>(e.task)]; k < out_begin[static_cast<size_t>(e.task) + 1]; ++k) {
-      int32_t j = out_list[static_cast<size_t>(k)];
-      SimTask& u = tasks[static_cast<size_t>(j)];
-      full_ready[static_cast<size_t>(j)] = std::max(full_ready[static_cast<size_t>(j)], t.end);
-      if (u.rep == t.rep) u.ready = std::max(u.ready, t.end);
-      if (--remaining[static_cast<size_t>(j)] == 0) became_ready(j);
-    }
-  }
-  for (auto& t : tasks)
-    if (t.end < 0) ++r.stats.never_ran;
-  r.stats.tasks = static_cast<int64_t>(n);
-}
-
-// Where the time of rep `rep` went: walk its compute stream, attribute each idle gap to what it
-// waited for (the dependency that finished last).
-StepBreakdown breakdown_of(const SimResult& r, int rep, double step) {
-  StepBreakdown b;
-  double prev_end = 0;
-  auto attribute = [&](double gap, int32_t binding) {
-    if (gap <= 0) return;
-    if (binding < 0) { b.imbalance += gap; return; }
-    const SimTask& w = r.tasks[static_cast<size_t>(binding)];
-    double others = w.rep != rep ? gap : std::min(gap, std::max(0.0, w.start - w.ready));  // waited for other ranks
-    b.imbalance += others;
-    double rest = gap - others;
-    switch (w.category) {
-      case SimCategory::host: b.offload_stall += rest; break;
-      case SimCategory::optimizer: b.optimizer += rest; break;
-      default: b.exposed_comm += rest; break;
-    }
-  };
-  int32_t last_task = -1;
-  for (size_t i = 0; i < r.tasks.size(); ++i) {
-    const SimTask& t = r.tasks[i];
-    if (t.rep != rep) continue;
-    if (last_task < 0 || t.end > r.tasks[static_cast<size_t>(last_task)].end) last_task = static_cast<int32_t>(i);
-    if (t.stream != SimStream::compute) continue;
-    int32_t binding = -1;
-    double latest = -1;
-    for (int32_t d : r.deps[i]) {
-      const SimTask& dt = r.tasks[static_cast<size_t>(d)];
-      if (dt.stream == SimStream::compute && dt.rep == rep) continue;
-      if (dt.end > latest) { latest = dt.end; binding = d; }
-    }
-    attribute(t.start - prev_end, binding);
-    if (t.category == SimCategory::optimizer) b.optimizer += t.duration;
-    else b.compute += t.duration;
-    prev_end = t.end;
-  }
-  // after the last compute task: the rank's own trailing work (reductions, host optimizer), then waiting for the rest
-  double own_end = last_task >= 0 ? r.tasks[static_cast<size_t>(last_task)].end : prev_end;
-  if (own_end > prev_end) attribute(own_end - prev_end, last_task);
-  if (step > own_end) b.imbalance += step - own_end;
-  return b;
-}
 
 }  // namespace
 
-SimResult simulate_step(const StepCosts& k, const Plan& p) {
+SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record) {
   auto t0 = std::chrono::steady_clock::now();
   SimResult r;
-  Builder b(k, p, r);
+  Builder b(k, p, r, record == SimRecord::tasks);
   b.build();
-  run_events(r, b.collectives());
+  const auto& acc = b.reps();
+  r.stats.tasks = b.tasks();
+  r.stats.events = b.tasks();
   // step time: the last task anywhere; the critical rank finishes last
-  std::vector<double> rep_end(r.reps.size(), 0.0), rep_busy(r.reps.size(), 0.0);
-  double fwd_end = 0, bwd_end = 0;
-  for (const SimTask& t : r.tasks) {
-    rep_end[static_cast<size_t>(t.rep)] = std::max(rep_end[static_cast<size_t>(t.rep)], t.end);
-    if (t.stream == SimStream::compute && t.category == SimCategory::compute) rep_busy[static_cast<size_t>(t.rep)] += t.duration;
-  }
   double step = 0;
-  for (size_t i = 0; i < r.reps.size(); ++i)
-    if (rep_end[i] > step) { step = rep_end[i]; r.critical_rep = static_cast<int>(i); }
-  r.breakdown_rep = static_cast<int>(std::min_element(rep_busy.begin(), rep_busy.end()) - rep_busy.begin());
+  for (size_t i = 0; i < acc.size(); ++i)
+    if (acc[i].end > step) { step = acc[i].end; r.critical_rep = static_cast<int>(i); }
+  r.breakdown_rep = static_cast<int>(
+      std::min_element(acc.begin(), acc.end(), [](const RepAcc& x, const RepAcc& y) { return x.busy < y.busy; }) - acc.begin());
   // phases on the critical rank: forward (incl. the loss forward) of each micro-batch, backward, optimizer
-  double fwd = 0, opt_start = step;
-  std::vector<double> mb_fwd_start(static_cast<size_t>(k.ga), -1), mb_fwd_end(static_cast<size_t>(k.ga), 0);
-  for (const SimTask& t : r.tasks) {
-    if (t.rep != r.critical_rep) continue;
-    if (t.pass == SimPass::optimizer) { opt_start = std::min(opt_start, t.start); continue; }
-    size_t mb = static_cast<size_t>(t.micro_batch);
-    if (t.pass == SimPass::forward) {
-      if (mb_fwd_start[mb] < 0 || t.start < mb_fwd_start[mb]) mb_fwd_start[mb] = t.start;
-      mb_fwd_end[mb] = std::max(mb_fwd_end[mb], t.end);
-    }
-    bwd_end = std::max(bwd_end, t.end);
-  }
-  for (size_t mb = 0; mb < mb_fwd_end.size(); ++mb) fwd += mb_fwd_end[mb] - std::max(0.0, mb_fwd_start[mb]);
-  fwd_end = std::min(fwd, step);
-  (void)bwd_end;
+  double fwd = 0;
+  const double opt_start = std::min(step, acc[static_cast<size_t>(r.critical_rep)].opt_start);
+  for (int64_t mb = 0; mb < k.ga; ++mb) fwd += b.fwd_end(r.critical_rep, mb) - std::max(0.0, b.fwd_start(r.critical_rep, mb));
   r.time.method = "simulated";
   r.time.step_seconds = step;
-  r.time.phase_seconds[static_cast<int>(TimePhase::forward)] = fwd_end;
+  r.time.phase_seconds[static_cast<int>(TimePhase::forward)] = std::min(fwd, step);
   r.time.phase_seconds[static_cast<int>(TimePhase::optimizer)] = std::max(0.0, step - opt_start);
   r.time.phase_seconds[static_cast<int>(TimePhase::backward)] =
       std::max(0.0, step - r.time.phase_seconds[0] - r.time.phase_seconds[static_cast<int>(TimePhase::optimizer)]);
-  r.time.breakdown = breakdown_of(r, r.breakdown_rep, step);
+  // the breakdown on the rank that waits most: after its last compute task, its own trailing work
+  // (reductions, host optimizer), then waiting for the rest
+  const RepAcc& a = acc[static_cast<size_t>(r.breakdown_rep)];
+  StepBreakdown bd = a.b;
+  double own_end = a.last.id >= 0 ? a.last.end : a.prev_end;
+  if (own_end > a.prev_end) Builder::attribute(bd, r.breakdown_rep, own_end - a.prev_end, a.last);
+  if (step > own_end) bd.imbalance += step - own_end;
+  r.time.breakdown = bd;
   finish_step_time(k, r.time);
   r.stats.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;

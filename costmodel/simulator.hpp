@@ -1,4 +1,4 @@
-// Discrete-event simulation of one training step. Every simulated rank has five in-order streams:
+// Simulation of one training step. Every simulated rank has five in-order streams:
 // compute, tp (TP and Ulysses collectives, on the critical path), ring (context-parallel p2p),
 // dp (ZeRO-3 parameter gathers and gradient reductions, overlapped with compute) and host
 // (offload copies and the CPU optimizer). Tasks carry the dependencies a real runtime has; a
@@ -64,8 +64,21 @@ struct SimResult {
   int breakdown_rep = 0;         // the rank the breakdown is taken on (the one that waits most)
 };
 
-// Simulates one step of `k` (from step_costs with per_step = true) under plan `p`.
-SimResult simulate_step(const StepCosts& k, const Plan& p);
+// What simulate_step keeps besides the step time and its breakdown.
+enum class SimRecord : uint8_t {
+  none,   // nothing per task: a single sweep in creation order, memory independent of the task count
+  tasks,  // every task and its dependencies (SimResult::tasks, ::deps): the trace, the GUI, the tests
+};
+
+// Simulates one step of `k` (from step_costs with per_step = true) under plan `p`. Tasks are created
+// in dependency order, so one pass in creation order gives every start and end (a task starts when
+// its dependencies have ended; the members of a collective, created together, when the last of them
+// is ready); per stream only the last task is kept unless `record` asks for the tasks.
+SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record = SimRecord::tasks);
+
+// The event-queue implementation it replaced (every task stored, a priority queue): the oracle of
+// tests/test_simulator_oracle.cpp and the baseline of bench/bench_simulator.cpp. Same results.
+SimResult simulate_step_reference(const StepCosts& k, const Plan& p);
 
 // Chrome trace (chrome://tracing, Perfetto): one process per simulated rank, one thread per stream.
 json chrome_trace(const SimResult& r, const std::string& title);

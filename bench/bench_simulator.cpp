@@ -1,0 +1,136 @@
+// The step simulator, old (event queue, every task stored: simulate_step_reference) against new
+// (one sweep in creation order: simulate_step, without and with the task recording), in one run,
+// on the 128-rank plain ring of issue 15: Llama-3.1-70B on h100-superpod-1024, 1M tokens,
+// tp=8,cp=128,cp_kind=ring,zero=3,recompute=full. Reports the best wall time of a few repetitions
+// and the peak heap of one simulation (a counting operator new: bytes live at once, above what was
+// live before the call), and the ratios. Issue 15's target: under 10 ms and 10 MB.
+// Standalone (no Google Benchmark): build/bench/bench_simulator [model cluster seq plan [reps]].
+#include <malloc.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <string>
+
+#include "costmodel/plan_check.hpp"
+#include "costmodel/profile_store.hpp"
+#include "costmodel/simulator.hpp"
+#include "costmodel/step_model.hpp"
+
+// ---- counting allocator -------------------------------------------------------------------------
+namespace {
+std::atomic<int64_t> g_live{0}, g_peak{0};
+void* counted(void* p) {
+  if (!p) throw std::bad_alloc();
+  int64_t now = g_live.fetch_add(static_cast<int64_t>(malloc_usable_size(p))) + static_cast<int64_t>(malloc_usable_size(p));
+  int64_t peak = g_peak.load();
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
+  }
+  return p;
+}
+void uncounted(void* p) {
+  if (!p) return;
+  g_live.fetch_sub(static_cast<int64_t>(malloc_usable_size(p)));
+  std::free(p);
+}
+void* aligned(std::size_t n, std::align_val_t a) {
+  std::size_t al = static_cast<std::size_t>(a);
+  return std::aligned_alloc(al, (std::max<std::size_t>(n, 1) + al - 1) / al * al);
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return counted(std::malloc(std::max<std::size_t>(n, 1))); }
+void* operator new[](std::size_t n) { return counted(std::malloc(std::max<std::size_t>(n, 1))); }
+void* operator new(std::size_t n, std::align_val_t a) { return counted(aligned(n, a)); }
+void* operator new[](std::size_t n, std::align_val_t a) { return counted(aligned(n, a)); }
+void operator delete(void* p) noexcept { uncounted(p); }
+void operator delete[](void* p) noexcept { uncounted(p); }
+void operator delete(void* p, std::size_t) noexcept { uncounted(p); }
+void operator delete[](void* p, std::size_t) noexcept { uncounted(p); }
+void operator delete(void* p, std::align_val_t) noexcept { uncounted(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { uncounted(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { uncounted(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { uncounted(p); }
+
+namespace {
+
+struct Measure {
+  double best_ms = 1e300;
+  double peak_mb = 0;
+  double step = 0;
+  int64_t tasks = 0;
+};
+
+template <class F>
+Measure measure(int reps, F&& simulate) {
+  Measure m;
+  for (int i = 0; i < reps; ++i) {
+    const int64_t before = g_live.load();
+    g_peak.store(before);
+    auto t0 = std::chrono::steady_clock::now();
+    ctx::SimResult r = simulate();
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    m.best_ms = std::min(m.best_ms, ms);
+    m.peak_mb = std::max(m.peak_mb, static_cast<double>(g_peak.load() - before) / (1 << 20));
+    m.step = r.time.step_seconds;
+    m.tasks = r.stats.tasks;
+  }
+  return m;
+}
+
+double maxrss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model = "Llama-3.1-70B", cluster = "h100-superpod-1024", plan_text = "tp=8,cp=128,cp_kind=ring,zero=3,recompute=full";
+  int64_t seq = 1048576;
+  int reps = 3;
+  if (argc >= 5) {
+    model = argv[1];
+    cluster = argv[2];
+    seq = std::atoll(argv[3]);
+    plan_text = argv[4];
+  }
+  if (argc >= 6) reps = std::max(1, std::atoi(argv[5]));
+  const ctx::Profiles profiles = ctx::load_profiles(ctx::default_profiles_dir());
+  ctx::ModelSpec m = ctx::resolve_model(profiles, model);
+  ctx::ClusterSpec cl = ctx::resolve_cluster(profiles, cluster);
+  const ctx::RuntimeProfile& rt = ctx::resolve_runtime(profiles, "ctxrun-cuda");
+  ctx::Plan p = ctx::parse_plan(plan_text);
+  ctx::PlanCheck chk = ctx::check_plan(p, m, cl, seq);
+  if (!chk.ok()) {
+    std::fprintf(stderr, "invalid plan: %s\n", chk.message().c_str());
+    return 2;
+  }
+  const ctx::StepCosts k = ctx::step_costs(m, cl, rt, p, seq, true);
+  std::printf("%s on %s, seq %lld, %s (%d repetitions, best time; peak heap of one simulation)\n", model.c_str(), cluster.c_str(),
+              static_cast<long long>(seq), plan_text.c_str(), reps);
+  // new first, so that the process's maxrss after it is the new implementation's
+  Measure sweep = measure(reps, [&] { return ctx::simulate_step(k, p, ctx::SimRecord::none); });
+  const double rss_after_new = maxrss_mb();
+  Measure recording = measure(reps, [&] { return ctx::simulate_step(k, p, ctx::SimRecord::tasks); });
+  Measure old = measure(reps, [&] { return ctx::simulate_step_reference(k, p); });
+  auto row = [&](const char* name, const Measure& x) {
+    std::printf("  %-40s %10.1f ms %10.1f MB  step %.9g s  %lld tasks\n", name, x.best_ms, x.peak_mb, x.step, static_cast<long long>(x.tasks));
+  };
+  row("old (event queue, simulate_step_reference)", old);
+  row("new, recording the tasks", recording);
+  row("new, streaming (SimRecord::none)", sweep);
+  std::printf("  speed-up streaming %.1fx, recording %.1fx; memory streaming %.0fx less\n", old.best_ms / sweep.best_ms,
+              old.best_ms / recording.best_ms, old.peak_mb / std::max(1e-6, sweep.peak_mb));
+  std::printf("  maxrss: %.1f MB after the streaming runs (profiles loaded), %.1f MB at the end\n", rss_after_new, maxrss_mb());
+  if (old.step != sweep.step || old.step != recording.step) {
+    std::printf("  MISMATCH: step times differ\n");
+    return 1;
+  }
+  return 0;
+}
