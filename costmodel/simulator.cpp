@@ -34,6 +34,8 @@ struct T {
   SimCategory category = SimCategory::compute;
 };
 
+const T kNoTask{};
+
 // Per simulated rank, what the step time, the phases and the breakdown need, accumulated in
 // creation order (the order the event-queue version walked the recorded tasks in).
 struct RepAcc {
@@ -116,19 +118,20 @@ class Builder {
     t.category = cat;
     const T& prev = last_[static_cast<size_t>(rep) * kSimStreams + static_cast<int>(s)];
     double full_ready = 0;
-    T binding;  // for the breakdown: the latest dependency that is not the rank's own compute
+    const T* binding = &kNoTask;  // for the breakdown: the latest dependency that is not the rank's own compute
     double latest = -1;
-    auto visit = [&](const T& x) {
-      full_ready = std::max(full_ready, x.end);
-      if (x.rep == rep) t.ready = std::max(t.ready, x.end);
-      if (s == SimStream::compute && !(x.stream == SimStream::compute && x.rep == rep) && x.end > latest) {
-        latest = x.end;
-        binding = x;
+    // the previous task of the stream, then `deps` (as the recorded dependency list orders them)
+    for (const T* x = &prev, *it = deps.begin();; x = it++) {
+      if (x->id >= 0) {
+        full_ready = std::max(full_ready, x->end);
+        if (x->rep == rep) t.ready = std::max(t.ready, x->end);
+        if (s == SimStream::compute && !(x->stream == SimStream::compute && x->rep == rep) && x->end > latest) {
+          latest = x->end;
+          binding = x;
+        }
       }
-    };
-    if (prev.id >= 0) visit(prev);
-    for (const T& x : deps)
-      if (x.id >= 0) visit(x);
+      if (it == deps.end()) break;
+    }
     if (record_) {
       SimTask st;
       st.name = name;
@@ -154,7 +157,8 @@ class Builder {
       last_[static_cast<size_t>(rep) * kSimStreams + static_cast<int>(s)] = t;
       return t;
     }
-    finish(t, full_ready, pass, binding);
+    const T b = *binding;  // (finish overwrites `prev`)
+    finish(t, full_ready, pass, b);
     return t;
   }
 
