@@ -238,7 +238,9 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
   const size_t nref = std::min(fitting.size(), static_cast<size_t>(std::max(0, req.refine)));
   for (size_t i = 0; i < nref && !r.cancelled; ++i) {
     Candidate& c = fitting[i];
-    SimResult sim = simulate_step(step_costs(req.model, req.cluster, req.runtime, c.plan, req.seq, true), c.plan);
+    // only the step time is read: the streaming sweep without recording the tasks (issue 15)
+    SimResult sim =
+        simulate_step(step_costs(req.model, req.cluster, req.runtime, c.plan, req.seq, true), c.plan, SimRecord::none);
     c.time = sim.time;
     c.simulated = true;
     ++r.simulated;
