@@ -19,7 +19,8 @@ Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfil
   p.memory = predict_memory(m, c, rt, plan, seq);
   StepCosts costs = step_costs(m, c, rt, plan, seq, true);
   p.time_closed_form = estimate_step(costs);
-  SimResult r = simulate_step(costs, plan);
+  // the task graph is recorded only when the caller asks for the result (trace, timeline, tests)
+  SimResult r = simulate_step(costs, plan, sim ? SimRecord::tasks : SimRecord::none);
   p.time = r.time;
   p.sim_stats = r.stats;
   if (sim) *sim = std::move(r);
