@@ -418,7 +418,7 @@ void CachingAllocator::throw_oom(int64_t bytes, size_t rounded, bool host, const
   throw OutOfDeviceMemory(
       std::string("CUDA backend: out of ") + (host ? "pinned host" : "device") + " memory allocating " +
           std::to_string(bytes) + " bytes (" + mib(bytes) + ", " + std::to_string(rounded) + " rounded) for " + what +
-          "; the caching allocator holds " + std::to_string(s.reserved_bytes) + " bytes reserved (" +
+          (oom_context_ ? oom_context_() : std::string()) + "; the caching allocator holds " + std::to_string(s.reserved_bytes) + " bytes reserved (" +
           mib(s.reserved_bytes) + ", " + std::to_string(s.segments) + " segments) of which " +
           std::to_string(s.allocated_bytes) + " allocated (" + mib(s.allocated_bytes) +
           ") after giving its cache back; cudaMemGetInfo: " + std::to_string(free_b) + " bytes free (" +

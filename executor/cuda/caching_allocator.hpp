@@ -37,6 +37,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -115,6 +116,9 @@ class CachingAllocator {
   void* allocate(int64_t bytes, bool host) { return alloc(bytes, default_stream_, "tensor", host); }
   void release(void* p, bool /*host: the block knows its pool*/) { free_on_block_stream(p); }
   void set_default_stream(cudaStream_t s) { default_stream_ = s; }
+  // Appended to `what` in an out-of-memory error, computed only then (the backend: the ledger's
+  // total and the plan's predicted peak), so no allocation pays for formatting it.
+  void set_oom_context(std::function<std::string()> f) { oom_context_ = std::move(f); }
   cudaStream_t default_stream() const { return default_stream_; }
 
   // Gives every whole free segment whose last use has completed back to CUDA; live blocks stay.
@@ -171,6 +175,7 @@ class CachingAllocator {
 
   std::unique_ptr<AllocatorDevice> dev_;
   cudaStream_t default_stream_;
+  std::function<std::string()> oom_context_;
   mutable std::mutex mu_;
   Pool pools_[2][2];  // [host][large]
   std::unordered_map<void*, Block*> live_;

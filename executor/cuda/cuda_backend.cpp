@@ -119,6 +119,15 @@ class CudaBackend final : public Backend {
             std::to_string(prop.minor) + ")";
     CTX_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     alloc_ = std::make_unique<CachingAllocator>(device, o.managed_memory, stream_);  // stream-ordered reuse
+    alloc_->set_oom_context([this] {
+      char peak[64] = "unknown";
+      if (predicted_peak_bytes() > 0)
+        std::snprintf(peak, sizeof peak, "%.4f GiB", static_cast<double>(predicted_peak_bytes()) / (1 << 30));
+      char ctx[160];
+      std::snprintf(ctx, sizeof ctx, "; ledger total %.3f GiB; predicted peak %s",
+                    static_cast<double>(ledger().current_total()) / (1 << 30), peak);
+      return std::string(ctx);
+    });
     // fixed device scratch for the whole-array reductions: partial sums, then the non-finite flag
     CTX_CUDA(cudaMalloc(&reduce_, (cuda::k::kReduceBlocks + 1) * sizeof(double)));
     const int64_t ws = std::max<int64_t>(o.gemm_workspace_bytes, 0);
@@ -670,15 +679,7 @@ class CudaBackend final : public Backend {
  protected:
   // Out of memory names what was being allocated, the ledger's total and the plan's predicted
   // peak (cuda::OutOfDeviceMemory, a DeviceOutOfMemory: ctxrun exits kExitDoesNotFit).
-  void* raw_alloc(int64_t bytes, bool host) override {
-    char what[256];
-    std::snprintf(what, sizeof what, "%s; ledger total %.3f GiB; predicted peak %s", alloc_category(),
-                  static_cast<double>(ledger().current_total()) / (1 << 30),
-                  predicted_peak_bytes() > 0
-                      ? (std::to_string(static_cast<double>(predicted_peak_bytes()) / (1 << 30)).substr(0, 6) + " GiB").c_str()
-                      : "unknown");
-    return alloc_->alloc(bytes, stream_, what, host);
-  }
+  void* raw_alloc(int64_t bytes, bool host) override { return alloc_->alloc(bytes, stream_, alloc_category(), host); }
   void raw_free(void* p, bool host) override {
     // The block may still be read by queued work: the allocator records an event on the compute
     // stream and hands the block to another stream only after it (same-stream reuse is ordered).
