@@ -174,6 +174,7 @@ class Backend {
 
   // ---- annotations for profilers (CUDA: NVTX ranges; others: nothing). A phase (forward, loss,
   // backward, optimizer) and, within it, the task being issued, in the simulator's names.
+  virtual bool annotates() const { return false; }  // callers skip building labels when false
   virtual void annotate_phase(const char* /*phase*/) {}
   virtual void annotate_task(const std::string& /*label*/, bool /*communication*/) {}
 

@@ -8,11 +8,12 @@ namespace ctx::exec {
 
 Trainer::Trainer(Backend& be, CommWorld& w, const TrainOptions& o, const Dataset& data)
     : be_(be), o_(o), data_(data), pc_(make_parallel_context(w, be, o.plan)) {
-  pc_.trace.on_task = [&be](const ScheduleEvent& e) {
-    std::string label = e.layer >= 0 ? "L" + std::to_string(e.layer) + " " : std::string();
-    label += std::string(to_string(e.pass)) + " " + e.name + " mb" + std::to_string(e.micro_batch);
-    be.annotate_task(label, e.stream != SimStream::compute);
-  };
+  if (be.annotates())  // only backends that name profiler ranges pay for the labels
+    pc_.trace.on_task = [&be](const ScheduleEvent& e) {
+      std::string label = e.layer >= 0 ? "L" + std::to_string(e.layer) + " " : std::string();
+      label += std::string(to_string(e.pass)) + " " + e.name + " mb" + std::to_string(e.micro_batch);
+      be.annotate_task(label, e.stream != SimStream::compute);
+    };
   layout_ = make_layout(o_.model, o_.plan, pc_.coord.tp, o_.seq);
   params_ = std::make_unique<ParamStore>(be_, pc_, o_.model, layout_, o_.seed);
   model_ = std::make_unique<Model>(be_, pc_, o_.model, layout_, *params_);

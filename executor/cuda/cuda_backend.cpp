@@ -480,6 +480,7 @@ class CudaBackend final : public Backend {
   // ---- NVTX (nvtx3, header-only: no-ops unless a profiler such as nsys injects itself): one range
   // per phase, inside it one range per compute task from its record to the next (named as the
   // simulator's tasks, "L3 forward mlp mb0"), and a mark per communication task.
+  bool annotates() const override { return true; }
   void annotate_phase(const char* phase) override {
     if (task_open_) nvtxRangePop();
     if (phase_open_) nvtxRangePop();
