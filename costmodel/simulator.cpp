@@ -315,7 +315,10 @@ class Builder {
       return rep_index(rep.pack_class, (rep.cp_index - k_.ulysses + k_.cp) % k_.cp);  // ring neighbour that sends to r
     };
     const int64_t steps = k_.ring;
-    for (int64_t j = 0; j < steps; ++j) {
+    // without a recording, the steps after the first (whose dependencies are all tasks of this
+    // loop) run on flat arrays: ring_steps_fast
+    const int64_t generic_steps = record_ ? steps : 1;
+    for (int64_t j = 0; j < generic_steps; ++j) {
       std::vector<T> recv(static_cast<size_t>(nreps()));
       if (j + 1 < steps) {
         for (int r = 0; r < nreps(); ++r)
@@ -336,6 +339,16 @@ class Builder {
       }
       if (j + 1 < steps) have = recv;
     }
+    if (generic_steps < steps) {
+      std::vector<const std::vector<double>*> cost_of(static_cast<size_t>(nreps()));
+      std::vector<int> prev(static_cast<size_t>(nreps()));
+      for (int r = 0; r < nreps(); ++r) {
+        const SimRep& rep = out_.reps[static_cast<size_t>(r)];
+        cost_of[static_cast<size_t>(r)] = &costs[static_cast<size_t>(rep.pack_class)][static_cast<size_t>(rep.cp_index)];
+        prev[static_cast<size_t>(r)] = prev_of(r);
+      }
+      ring_steps_fast(pass, generic_steps, steps, backward, cost_of, prev, have, have_dkv, last_compute);
+    }
     if (!backward) return last_compute;
     // dq is done with the last compute, dK,dV with the hop home
     for (int r = 0; r < nreps(); ++r)
@@ -343,6 +356,123 @@ class Builder {
           add(r, SimStream::compute, "ring_dkv_sum", 0.0, pass, SimCategory::compute, layer,
               {last_compute[static_cast<size_t>(r)], have_dkv[static_cast<size_t>(r)]});
     return last_compute;
+  }
+
+  // Ring steps [j0, steps) without a recording: the tasks of the generic loop above (ring_kv,
+  // the step's compute, ring_dkv in the backward), created in the same order with the same ids,
+  // timed and accounted exactly as add() and finish() would (same operations in the same order per
+  // rank, so bit-identical), but from flat per-rank arrays: every dependency of these steps is a
+  // task of this loop, so the general dependency walk and the pending-collective logic are not
+  // needed. `have`, `have_dkv` and `last_compute` are the state after step j0 - 1 and are updated.
+  void ring_steps_fast(SimPass pass, int64_t j0, int64_t steps, bool backward, const std::vector<const std::vector<double>*>& cost_of,
+                       const std::vector<int>& prev, std::vector<T>& have, std::vector<T>& have_dkv, std::vector<T>& last_compute) {
+    const int R = nreps();
+    const double p2p = std::max(0.0, k_.p2p_fwd), p2p_dkv = std::max(0.0, k_.p2p_dkv);
+    const bool fwd_pass = pass == SimPass::forward;
+    std::vector<T> ring(static_cast<size_t>(R)), recv(static_cast<size_t>(R)), dkv(static_cast<size_t>(R)), comp(static_cast<size_t>(R));
+    std::vector<char> own(static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r) {
+      ring[static_cast<size_t>(r)] = last_[static_cast<size_t>(r) * kSimStreams + static_cast<int>(SimStream::ring)];
+      own[static_cast<size_t>(r)] = prev[static_cast<size_t>(r)] == r;
+    }
+    // what finish() does for every task, besides the compute stream's accounting
+    auto account = [&](const T& t) {
+      ++ntasks_;
+      RepAcc& a = acc_[static_cast<size_t>(t.rep)];
+      a.end = std::max(a.end, t.end);
+      if (a.last.id < 0 || t.end > a.last.end) a.last = t;
+      if (fwd_pass) {
+        size_t i = static_cast<size_t>(t.rep) * static_cast<size_t>(k_.ga) + static_cast<size_t>(mb_);
+        if (mb_fwd_start_[i] < 0 || t.start < mb_fwd_start_[i]) mb_fwd_start_[i] = t.start;
+        mb_fwd_end_[i] = std::max(mb_fwd_end_[i], t.end);
+      }
+    };
+    for (int64_t j = j0; j < steps; ++j) {
+      const bool has_recv = j + 1 < steps;
+      if (has_recv) {
+        const int32_t base = next_id_;
+        next_id_ += R;
+        for (int r = 0; r < R; ++r) {
+          const T& pv = ring[static_cast<size_t>(r)];
+          const T& hr = have[static_cast<size_t>(r)];
+          const T& hp = have[static_cast<size_t>(prev[static_cast<size_t>(r)])];
+          T& t = recv[static_cast<size_t>(r)];
+          t.id = base + r;
+          t.rep = r;
+          t.duration = p2p;
+          t.stream = SimStream::ring;
+          t.category = SimCategory::comm;
+          t.ready = std::max(std::max(0.0, pv.end), hr.end);
+          const double full = std::max(t.ready, hp.end);
+          if (own[static_cast<size_t>(r)]) t.ready = full;
+          t.start = full;
+          t.end = full + t.duration;
+          account(t);
+        }
+      }
+      {
+        const int32_t base = next_id_;
+        next_id_ += R;
+        for (int r = 0; r < R; ++r) {
+          const T& pv = last_compute[static_cast<size_t>(r)];
+          const T& h = have[static_cast<size_t>(r)];
+          const std::vector<double>& cv = *cost_of[static_cast<size_t>(r)];
+          T& t = comp[static_cast<size_t>(r)];
+          t.id = base + r;
+          t.rep = r;
+          t.duration = std::max(0.0, static_cast<size_t>(j) < cv.size() ? cv[static_cast<size_t>(j)] : 0.0);
+          t.stream = SimStream::compute;
+          t.category = SimCategory::compute;
+          t.ready = std::max(std::max(0.0, pv.end), h.end);
+          t.start = t.ready;
+          t.end = t.start + t.duration;
+          account(t);
+          RepAcc& a = acc_[static_cast<size_t>(r)];
+          a.busy += t.duration;
+          const double gap = t.start - a.prev_end;  // attribute(): the binding dependency is the received block
+          if (gap > 0) {
+            const double others = std::min(gap, std::max(0.0, h.start - h.ready));
+            a.b.imbalance += others;
+            a.b.exposed_comm += gap - others;
+          }
+          a.b.compute += t.duration;
+          a.prev_end = t.end;
+        }
+        last_compute.swap(comp);
+      }
+      if (backward) {
+        const int32_t base = next_id_;
+        next_id_ += R;
+        for (int r = 0; r < R; ++r) {
+          const int p = prev[static_cast<size_t>(r)];
+          const T& pv = has_recv ? recv[static_cast<size_t>(r)] : ring[static_cast<size_t>(r)];
+          const T& lc = last_compute[static_cast<size_t>(p)];
+          const T& hd = have_dkv[static_cast<size_t>(p)];
+          T& t = dkv[static_cast<size_t>(r)];
+          t.id = base + r;
+          t.rep = r;
+          t.duration = p2p_dkv;
+          t.stream = SimStream::ring;
+          t.category = SimCategory::comm;
+          t.ready = std::max(0.0, pv.end);
+          double full = std::max(t.ready, lc.end);
+          if (hd.id >= 0) full = std::max(full, hd.end);
+          if (own[static_cast<size_t>(r)]) t.ready = full;
+          t.start = full;
+          t.end = full + t.duration;
+          account(t);
+        }
+        have_dkv.swap(dkv);
+        ring = have_dkv;
+      } else if (has_recv) {
+        ring = recv;
+      }
+      if (has_recv) have.swap(recv);
+    }
+    for (int r = 0; r < R; ++r) {
+      last_[static_cast<size_t>(r) * kSimStreams + static_cast<int>(SimStream::ring)] = ring[static_cast<size_t>(r)];
+      last_[static_cast<size_t>(r) * kSimStreams + static_cast<int>(SimStream::compute)] = last_compute[static_cast<size_t>(r)];
+    }
   }
 
   // ---- one layer forward (also the recompute pass) ----------------------------------------------
