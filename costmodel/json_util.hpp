@@ -13,10 +13,24 @@ namespace ctx {
 
 using json = nlohmann::json;
 
-// Parses a file; a syntax error becomes InputError naming file, line and column.
+// Limits every JSON input is held to (named in the refusal, documented in the README):
+// nesting deeper than this is refused before parsing, so no reader or message recurses without bound.
+constexpr int kJsonMaxDepth = 64;
+// A value quoted in an error message is cut to this many characters.
+constexpr size_t kJsonExcerptChars = 80;
+
+// Parses a file; a syntax error becomes InputError naming file, line and column. Also refused with
+// InputError (exit 2): a folder, nesting deeper than kJsonMaxDepth, a number beyond double range,
+// and a key repeated within one object (nlohmann would silently keep the last).
 json read_json_file(const std::string& path);
 // Parses text that came from `where` (a file name or a flag), with the same error shape.
 json parse_json_text(const std::string& text, const std::string& where);
+// A value as an error message quotes it: compact JSON, at most kJsonExcerptChars characters
+// ("..." marks a cut), never recursing past kJsonMaxDepth levels.
+std::string json_excerpt(const json& v);
+// A JSON number as an exact int64, or nullopt: a fraction, or beyond the int64 range (checked on
+// the double before any cast, so no undefined behaviour).
+std::optional<int64_t> json_exact_integer(const json& v);
 // Writes a file atomically (temp file, fsync, rename) so a failed run never leaves half a file.
 void write_file_atomic(const std::string& path, const std::string& content);
 

@@ -69,7 +69,7 @@ void read_inputs(const JsonReader& r, Inputs& in) {
         bool known = false;
         for (int i = 0; i < kCpKinds; ++i)
           if (k.is_string() && k.get<std::string>() == cp_kind_name(i)) in.cp_kinds[i] = known = true;
-        if (!known) c.fail("cp_kinds", "unknown CP kind " + k.dump() + "; valid: ring, zigzag, allgather, ulysses, usp");
+        if (!known) c.fail("cp_kinds", "unknown CP kind " + json_excerpt(k) + "; valid: ring, zigzag, allgather, ulysses, usp");
       }
     }
     in.allow_offload = c.boolean_or("allow_offload", in.allow_offload);

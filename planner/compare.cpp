@@ -30,9 +30,9 @@ const json& need(const JsonReader& r, const std::string& key, const std::string&
 
 double need_number(const JsonReader& r, const std::string& key, const std::string& valid) {
   const json& v = need(r, key, valid);
-  if (!v.is_number()) r.fail(key, "expected " + valid + ", got " + v.dump());
+  if (!v.is_number()) r.fail(key, "expected " + valid + ", got " + json_excerpt(v));
   double d = v.get<double>();
-  if (!std::isfinite(d) || d < 0) r.fail(key, "expected " + valid + " (finite, >= 0), got " + v.dump());
+  if (!std::isfinite(d) || d < 0) r.fail(key, "expected " + valid + " (finite, >= 0), got " + json_excerpt(v));
   return d;
 }
 
@@ -44,17 +44,16 @@ JsonReader need_object(const JsonReader& r, const std::string& key, const std::s
 
 std::string need_string(const JsonReader& r, const std::string& key, const std::string& valid) {
   const json& v = need(r, key, valid);
-  if (!v.is_string()) r.fail(key, "expected " + valid + ", got " + v.dump());
+  if (!v.is_string()) r.fail(key, "expected " + valid + ", got " + json_excerpt(v));
   return v.get<std::string>();
 }
 
 int64_t need_count(const JsonReader& r, const std::string& key, const std::string& valid) {
   const json& v = need(r, key, valid);
-  if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == std::floor(v.get<double>())))
-    r.fail(key, "expected " + valid + ", got " + v.dump());
-  int64_t n = v.get<int64_t>();
-  if (n < 1) r.fail(key, "expected " + valid + " (>= 1), got " + v.dump());
-  return n;
+  const auto n = json_exact_integer(v);  // range-checked before any cast
+  if (!n) r.fail(key, "expected " + valid + ", got " + json_excerpt(v));
+  if (*n < 1) r.fail(key, "expected " + valid + " (>= 1), got " + json_excerpt(v));
+  return *n;
 }
 
 // ---- one side's numbers ----------------------------------------------------------------------------
@@ -114,7 +113,7 @@ Job read_job(const JsonReader& r, const std::string& what) {
   Plan p;
   if (r.has("plan")) {
     const json& pj = r.raw("plan");
-    if (!pj.is_object()) r.fail("plan", "expected an object of plan keys (plan_to_json), got " + pj.dump());
+    if (!pj.is_object()) r.fail("plan", "expected an object of plan keys (plan_to_json), got " + json_excerpt(pj));
     p = plan_from_json(pj, r.where() + (r.path("plan") == "plan" ? "" : " (" + r.path("plan") + ")"));
   } else if (r.has("plan_string")) {
     p = parse_plan(need_string(r, "plan_string", "key=value,... plan text"), r.where() + ": " + r.path("plan_string"));
@@ -130,7 +129,7 @@ Job read_job(const JsonReader& r, const std::string& what) {
 std::string schema_of(const JsonReader& r, const std::string& expected_desc) {
   if (!r.has("schema")) r.fail("schema", "missing; expected " + expected_desc);
   const json& v = r.raw("schema");
-  if (!v.is_string()) r.fail("schema", "expected " + expected_desc + ", got " + v.dump());
+  if (!v.is_string()) r.fail("schema", "expected " + expected_desc + ", got " + json_excerpt(v));
   return v.get<std::string>();
 }
 

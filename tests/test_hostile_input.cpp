@@ -1,0 +1,127 @@
+// Hostile input to the shared JSON reader (issue 17): every class of bad file a fuzzer or a hostile
+// user produces ends in exit 2 with a message naming the file (line and column where the text is
+// at fault) and the field, never a crash, an "internal error" or a silently accepted value.
+// One test per class; each failed before the reader was fixed (the comment says how).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "costmodel/exit_codes.hpp"
+#include "costmodel/json_util.hpp"
+#include "tests/run_process.hpp"
+
+namespace fs = std::filesystem;
+using ctx::testing::RunResult;
+
+namespace {
+
+RunResult run_ctxplan(const std::vector<std::string>& args) { return ctx::testing::run_process(CTXPLAN_BIN, args); }
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+#define EXPECT_HAS(text, needle) EXPECT_TRUE(contains(text, needle)) << "missing \"" << (needle) << "\" in:\n" << (text)
+
+// A plan file (schema ctxplan.plan/1) whose `seq` line is given verbatim; seq sits on line 3.
+std::string plan_file_with(const std::string& name, const std::string& seq_value, const std::string& plan = "{\"tp\": 8}") {
+  fs::path dir = fs::temp_directory_path() / ("ctxplan_hostile_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string path = (dir / name).string();
+  std::ofstream(path) << "{\"schema\": \"ctxplan.plan/1\", \"model\": \"Llama-3.1-8B\", \"cluster\": \"1x8xh100\",\n"
+                      << "  \"plan\": " << plan << ",\n"
+                      << "  \"seq\": " << seq_value << "\n}\n";
+  return path;
+}
+
+}  // namespace
+
+// Before: 60,000 levels of [[[...]]] in a scalar field segfaulted (the type error dumped the value
+// recursively). Now the reader refuses nesting beyond kJsonMaxDepth, at the line and column where it
+// passes the limit.
+TEST(HostileInput, DeepNestingIsRefusedWithLineAndColumnNotACrash) {
+  const std::string path = plan_file_with("deep.json", std::string(60000, '[') + std::string(60000, ']'));
+  RunResult r = run_ctxplan({"predict", "--plan-file", path});
+  EXPECT_EQ(r.exit_code, ctx::kExitBadInput) << r.err.substr(0, 2000);
+  // line 3, column 10 is the first '['; the limit is passed kJsonMaxDepth - 1 brackets later
+  // (the document's own '{' is level 1)
+  EXPECT_HAS(r.err, path + ":3:" + std::to_string(10 + ctx::kJsonMaxDepth - 1));
+  EXPECT_HAS(r.err, "nested deeper than " + std::to_string(ctx::kJsonMaxDepth));
+  EXPECT_LT(r.err.size(), 1000u);
+}
+
+// Before: `1e400` exited 1 "internal error" (nlohmann's out_of_range escaped) without the file.
+TEST(HostileInput, NumberBeyondDoubleNamesFileLineColumnAndField) {
+  const std::string path = plan_file_with("overflow.json", "1e400");
+  RunResult r = run_ctxplan({"predict", "--plan-file", path});
+  EXPECT_EQ(r.exit_code, ctx::kExitBadInput) << r.both();
+  EXPECT_HAS(r.err, path + ":3:");
+  EXPECT_HAS(r.err, "field 'seq'");
+  EXPECT_HAS(r.err, "1e400");
+  EXPECT_HAS(r.err, "beyond the range of a double");
+}
+
+// Before: a key given twice in the plan object was taken silently (the last one won), while the
+// plan string refuses `tp=2,tp=4`.
+TEST(HostileInput, DuplicateKeyInPlanObjectIsRefused) {
+  const std::string path = plan_file_with("dup.json", "131072", "{\"tp\": 2, \"cp\": 1, \"tp\": 8}");
+  RunResult r = run_ctxplan({"predict", "--plan-file", path});
+  EXPECT_EQ(r.exit_code, ctx::kExitBadInput) << r.both();
+  EXPECT_HAS(r.err, path);
+  EXPECT_HAS(r.err, "field 'plan.tp'");
+  EXPECT_HAS(r.err, "'tp' appears twice");
+}
+
+// Before: a value of the wrong type was quoted whole: a 20,000-element array became a 40 KB message.
+TEST(HostileInput, WrongTypeMessageQuotesABoundedExcerpt) {
+  std::string big = "[0";
+  for (int i = 0; i < 20000; ++i) big += ",0";
+  big += "]";
+  const std::string path = plan_file_with("big.json", big);
+  RunResult r = run_ctxplan({"predict", "--plan-file", path});
+  EXPECT_EQ(r.exit_code, ctx::kExitBadInput) << r.err.substr(0, 2000);
+  EXPECT_HAS(r.err, "field 'seq'");
+  EXPECT_HAS(r.err, "[0,0,0");
+  EXPECT_HAS(r.err, "...");
+  EXPECT_LT(r.err.size(), 200 + path.size() + ctx::kJsonExcerptChars);
+}
+
+// Before: a folder given as --plan-file said "malformed JSON".
+TEST(HostileInput, FolderWhereAFileIsExpectedSaysFolder) {
+  fs::path dir = fs::temp_directory_path() / ("ctxplan_hostile_dir_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  RunResult r = run_ctxplan({"predict", "--plan-file", dir.string()});
+  EXPECT_EQ(r.exit_code, ctx::kExitBadInput) << r.both();
+  EXPECT_HAS(r.err, dir.string());
+  EXPECT_HAS(r.err, "is a folder");
+  EXPECT_FALSE(contains(r.err, "malformed"));
+}
+
+// Before: an unsigned beyond int64 (18446744073709551615) was wrapped to -1 by get<int64_t>(), and a
+// float beyond int64 was cast before any check (undefined behaviour). Now neither is an integer.
+TEST(HostileInput, IntegerReaderRefusesValuesBeyondInt64) {
+  for (const char* text : {R"({"n": 18446744073709551615})", R"({"n": 9223372036854775808})", R"({"n": 1e19})",
+                           R"({"n": -1e19})", R"({"n": 2.5})"}) {
+    ctx::json j = ctx::parse_json_text(text, "t.json");
+    ctx::JsonReader r(j, "t.json");
+    EXPECT_THROW(r.integer("n"), ctx::InputError) << text;
+    EXPECT_FALSE(ctx::json_exact_integer(j["n"]).has_value()) << text;
+  }
+  // the extremes that are integers stay integers
+  ctx::json j = ctx::parse_json_text(R"({"a": 9223372036854775807, "b": -9223372036854775808, "c": 4096.0})", "t");
+  ctx::JsonReader r(j, "t");
+  EXPECT_EQ(r.integer("a"), INT64_MAX);
+  EXPECT_EQ(r.integer("b"), INT64_MIN);
+  EXPECT_EQ(r.integer("c"), 4096);
+}
+
+// The reader's error for a syntax error inside a nested field names that field too.
+TEST(HostileInput, SyntaxErrorNamesTheFieldItIsIn) {
+  try {
+    ctx::parse_json_text("{\"a\": {\"b\": [1, 2, }}", "x.json");
+    FAIL() << "no error";
+  } catch (const ctx::InputError& e) {
+    EXPECT_EQ(e.field.substr(0, 4), "a.b[");
+    EXPECT_EQ(e.where, "x.json:1:20");
+  }
+}
