@@ -33,6 +33,10 @@ int main(int argc, char** argv) {
   commands.push_back({compare, ctx::add_compare_command(*compare, common)});
   auto* launch = app.add_subcommand("launch", "the mpirun command (and a Slurm script) that runs a plan with ctxrun");
   commands.push_back({launch, ctx::add_launch_command(*launch, common)});
+  auto* import_cmd = app.add_subcommand("import", "a Megatron-LM / torchtitan / DeepSpeed / ArcticTraining configuration as a ctxplan.plan/1 file");
+  commands.push_back({import_cmd, ctx::add_import_command(*import_cmd, common)});
+  auto* export_cmd = app.add_subcommand("export", "a plan as Megatron-LM arguments, torchtitan TOML, DeepSpeed JSON or ArcticTraining YAML, with the launch line");
+  commands.push_back({export_cmd, ctx::add_export_command(*export_cmd, common)});
   auto* list = app.add_subcommand("list", "list profiles: models | hardware | clusters | runtimes");
   commands.push_back({list, ctx::add_list_command(*list, common)});
   auto* show = app.add_subcommand("show", "show one profile with derived quantities: show model M");

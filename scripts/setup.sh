@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ctxplan needs. Safe to re-run: apt-get skips what is present.
-# Core (costmodel, planner, tests): compiler, CMake, nlohmann/json, Eigen, GoogleTest, CLI11.
+# Core (costmodel, planner, tests): compiler, CMake, nlohmann/json, Eigen, GoogleTest, CLI11,
+# toml++ and yaml-cpp (ctxplan import/export of torchtitan TOML and ArcticTraining YAML).
 # Optional parts: OpenMPI (executor under mpirun), GLFW + imgui + GL + Xvfb (ctxplan-gui).
 # The CUDA toolkit (nvcc, cuBLAS, cuDNN, NCCL) is expected at /usr/local/cuda and is not installed here.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       nlohmann-json3-dev libeigen3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+      libtomlplusplus-dev libyaml-cpp-dev
       libopenmpi-dev openmpi-bin
       libglfw3-dev libimgui-dev libstb-dev libgl-dev libgl1-mesa-dri xvfb xauth)
 missing=()

@@ -1,0 +1,360 @@
+// torchtitan job TOML <-> a ctxplan job.
+//
+// Source: torchtitan torchtitan/config/job_config.py (commit 000204a4, mid-2025: [training]
+// local_batch_size / global_batch_size / seq_len / enable_cpu_offload / mixed_precision_param,
+// [parallelism] data_parallel_replicate_degree / data_parallel_shard_degree (-1 = the leftover
+// ranks) / fsdp_reshard_after_forward / tensor_parallel_degree / context_parallel_degree /
+// context_parallel_rotate_method, [activation_checkpoint] mode / selective_ac_option, [model] name /
+// flavor / converters) and the llama3 / qwen3 flavors in torchtitan/models/*/__init__.py. The
+// mapping table is docs/STACKS.md "torchtitan". Read with toml++ (Debian libtomlplusplus-dev).
+#include <algorithm>
+#include <sstream>
+#if CTXPLAN_HAVE_TOML
+#include <toml++/toml.h>
+#endif
+
+#include "costmodel/errors.hpp"
+#include "planner/stacks.hpp"
+
+namespace ctx {
+namespace {
+
+using stacks::join;
+
+// torchtitan model flavors that are ctxplan model profiles.
+const std::vector<std::tuple<std::string, std::string, std::string>>& flavors() {
+  static const std::vector<std::tuple<std::string, std::string, std::string>> t = {
+      {"llama3", "8B", "Llama-3.1-8B"},  {"llama3", "70B", "Llama-3.1-70B"}, {"llama3", "405B", "Llama-3.1-405B"},
+      {"qwen3", "4B", "Qwen3-4B"},       {"qwen3", "32B", "Qwen3-32B"},
+  };
+  return t;
+}
+
+// Sections whose keys change nothing ctxplan predicts.
+bool ignored_section(const std::string& s) {
+  static const char* names[] = {"job", "profiling", "metrics", "optimizer", "lr_scheduler", "checkpoint", "comm",
+                                "validation", "fault_tolerance", "experimental", "memory_estimation"};
+  return std::find(std::begin(names), std::end(names), s) != std::end(names);
+}
+
+#if CTXPLAN_HAVE_TOML
+class TomlJob {
+ public:
+  TomlJob(const std::string& text, const std::string& where) : where_(where) {
+    try {
+      root_ = toml::parse(text, where);
+    } catch (const toml::parse_error& e) {
+      throw InputError(where, "",
+                       "malformed TOML at line " + std::to_string(e.source().begin.line) + ", column " +
+                           std::to_string(e.source().begin.column) + ": " + std::string(e.description()));
+    }
+    for (auto&& [k, v] : root_)
+      if (!v.is_table())
+        throw InputError(where, std::string(k.str()), "a top-level key outside a [section]; torchtitan's keys live in sections");
+  }
+
+  const toml::node* node(const std::string& sec, const std::string& key) {
+    used_.push_back(sec + "." + key);
+    const toml::table* t = root_[sec].as_table();
+    return t ? t->get(key) : nullptr;
+  }
+  int64_t integer(const std::string& sec, const std::string& key, int64_t fallback, int64_t lo) {
+    const toml::node* n = node(sec, key);
+    if (!n) return fallback;
+    auto v = n->value<int64_t>();
+    if (!n->is_integer() || !v || *v < lo)
+      throw InputError(where_, sec + "." + key, "expected an integer >= " + std::to_string(lo));
+    return *v;
+  }
+  std::string str(const std::string& sec, const std::string& key, const std::string& fallback) {
+    const toml::node* n = node(sec, key);
+    if (!n) return fallback;
+    if (n->is_integer()) return std::to_string(*n->value<int64_t>());  // selective_ac_option = 2
+    if (!n->is_string()) throw InputError(where_, sec + "." + key, "expected a string");
+    return *n->value<std::string>();
+  }
+  bool boolean(const std::string& sec, const std::string& key, bool fallback) {
+    const toml::node* n = node(sec, key);
+    if (!n) return fallback;
+    if (!n->is_boolean()) throw InputError(where_, sec + "." + key, "expected true or false");
+    return *n->value<bool>();
+  }
+  std::vector<std::string> strings(const std::string& sec, const std::string& key) {
+    const toml::node* n = node(sec, key);
+    std::vector<std::string> out;
+    if (!n) return out;
+    if (n->is_string()) {  // "float8,other" (the CLI form) or one name
+      std::stringstream ss(*n->value<std::string>());
+      std::string item;
+      while (std::getline(ss, item, ','))
+        if (!item.empty()) out.push_back(item);
+      return out;
+    }
+    const toml::array* a = n->as_array();
+    if (!a) throw InputError(where_, sec + "." + key, "expected a list of strings");
+    for (auto&& e : *a) {
+      if (!e.is_string()) throw InputError(where_, sec + "." + key, "expected a list of strings");
+      out.push_back(*e.value<std::string>());
+    }
+    return out;
+  }
+  void unread(std::vector<std::string>& not_modelled, std::vector<std::string>& ignored) const {
+    for (auto&& [sk, sv] : root_) {
+      const std::string sec(sk.str());
+      const toml::table* t = sv.as_table();
+      for (auto&& [k, v] : *t) {
+        const std::string key = sec + "." + std::string(k.str());
+        if (std::find(used_.begin(), used_.end(), key) != used_.end()) continue;
+        std::ostringstream val;
+        v.visit([&](auto&& x) { val << x; });
+        (ignored_section(sec) || key == "model.tokenizer_path" || key == "model.hf_assets_path" ||
+                 key == "training.dataset" || key == "training.dataset_path" || key == "training.steps" ||
+                 key == "training.max_norm" || key == "training.seed" || key == "training.gc_freq"
+             ? ignored
+             : not_modelled)
+            .push_back(key + " = " + val.str());
+      }
+    }
+  }
+
+ private:
+  std::string where_;
+  toml::table root_;
+  std::vector<std::string> used_;
+};
+
+#endif
+
+}  // namespace
+
+StackJob import_torchtitan(const std::string& text, const std::string& where, const Profiles& profiles, const ImportOptions& o) {
+#if !CTXPLAN_HAVE_TOML
+  (void)text, (void)profiles, (void)o;
+  throw InputError(where, "", "this ctxplan was built without toml++, so it cannot read torchtitan TOML; install "
+                              "libtomlplusplus-dev (scripts/setup.sh) and rebuild");
+#else
+  TomlJob t(text, where);
+  StackJob job;
+  job.runtime = "ctxrun-cuda";  // no torchtitan runtime profile: FSDP2 + SDPA is priced with ctxrun-cuda's constants
+  job.warnings.push_back("no torchtitan runtime profile: predictions use ctxrun-cuda's constants (FSDP2, bf16, flash attention)");
+  job.world = o.world;
+  Plan& p = job.plan;
+
+  // ---- model ----
+  const std::string name = t.str("model", "name", "llama3"), flavor = t.str("model", "flavor", "debugmodel");
+  if (!o.model.empty()) {
+    job.model = o.model;
+  } else {
+    for (auto& [n, f, profile] : flavors())
+      if (n == name && f == flavor) job.model = profile;
+    if (job.model.empty()) {
+      std::vector<std::string> valid;
+      for (auto& [n, f, profile] : flavors()) valid.push_back(n + "/" + f);
+      throw InputError(where, "model.flavor",
+                       "torchtitan model " + name + "/" + flavor + " is not a ctxplan model profile; valid: " + join(valid) +
+                           ", or `ctxplan import --model NAME|config.json` to name the model");
+    }
+  }
+
+  // ---- parallel degrees ----
+  if (int64_t pp = t.integer("parallelism", "pipeline_parallel_degree", 1, 1); pp != 1)
+    throw InputError(where, "parallelism.pipeline_parallel_degree",
+                     std::to_string(pp) + ": ctxplan models no pipeline parallelism; valid: 1");
+  if (t.integer("parallelism", "expert_parallel_degree", 1, 1) != 1)
+    throw InputError(where, "parallelism.expert_parallel_degree", "mixture of experts is not modelled; valid: 1");
+  p.tp = t.integer("parallelism", "tensor_parallel_degree", 1, 1);
+  if (p.tp > 1) p.sp = 1;  // torchtitan's TP plan shards norms and residuals along the sequence (SequenceParallel)
+  if (t.boolean("parallelism", "enable_async_tensor_parallel", false))
+    job.warnings.push_back("parallelism.enable_async_tensor_parallel: the overlap of TP communication is not modelled");
+  p.cp = t.integer("parallelism", "context_parallel_degree", 1, 1);
+  const std::string rotate = t.str("parallelism", "context_parallel_rotate_method", "allgather");
+  if (rotate == "allgather") p.cp_kind = CpKind::allgather;
+  else if (rotate == "alltoall") p.cp_kind = CpKind::zigzag;  // KV shards passed around the ring, head-tail load balanced
+  else throw InputError(where, "parallelism.context_parallel_rotate_method", "unknown value '" + rotate + "'; valid: allgather, alltoall");
+  if (p.cp == 1) p.cp_kind = CpKind::zigzag;
+  const int64_t replicate = t.integer("parallelism", "data_parallel_replicate_degree", 1, 1);
+  int64_t shard = t.integer("parallelism", "data_parallel_shard_degree", -1, -1);
+  if (shard == 0) throw InputError(where, "parallelism.data_parallel_shard_degree", "0; valid: -1 (the leftover ranks) or >= 1");
+  if (shard == -1 && job.world > 0) {
+    const int64_t other = replicate * p.tp * p.cp;
+    if (job.world % other != 0)
+      throw InputError(where, "parallelism", "replicate x tp x cp = " + std::to_string(other) + " does not divide the " +
+                                                 std::to_string(job.world) + " GPUs");
+    shard = job.world / other;
+  }
+  if (shard > 0) {
+    p.dp = replicate * shard;
+    if (job.world > 0 && p.dp * p.tp * p.cp != job.world)
+      throw InputError(where, "parallelism",
+                       "replicate x shard x tp x cp = " + std::to_string(p.dp * p.tp * p.cp) + " but the job has " +
+                           std::to_string(job.world) + " GPUs");
+  }
+  const bool fsdp = shard == -1 || shard * p.cp > 1;  // FSDP shards over the dp_shard x cp mesh
+  if (fsdp && replicate > 1)
+    throw InputError(where, "parallelism.data_parallel_replicate_degree",
+                     "HSDP (replicate " + std::to_string(replicate) + " x shard " + (shard > 0 ? std::to_string(shard) : "-1") +
+                         (p.cp > 1 ? " x cp " + std::to_string(p.cp) : "") +
+                         ") shards over part of the data-parallel ranks, which ctxplan does not model; valid: replicate 1 "
+                         "(FSDP, zero=3) or shard 1 with cp 1 (DDP, zero=0)");
+  const std::string reshard = t.str("parallelism", "fsdp_reshard_after_forward", "default");
+  if (reshard != "default" && reshard != "always" && reshard != "never")
+    throw InputError(where, "parallelism.fsdp_reshard_after_forward", "unknown value '" + reshard + "'; valid: default, always, never");
+  if (fsdp) {
+    p.zero = reshard == "never" ? 2 : 3;
+    if (reshard == "never")
+      job.warnings.push_back("parallelism.fsdp_reshard_after_forward = \"never\": modelled as zero=2 (parameters stay "
+                             "gathered from forward to backward; gradients and optimizer states sharded)");
+  }
+
+  // ---- batch ----
+  p.mbs = t.integer("training", "local_batch_size", 0, 1);
+  if (p.mbs == 0) p.mbs = t.integer("training", "batch_size", 8, 1);  // the name before torchtitan 0.1
+  else t.node("training", "batch_size");
+  job.seq = t.integer("training", "seq_len", 2048, 1);
+  const int64_t global = t.integer("training", "global_batch_size", -1, -1);
+  if (global > 0) {
+    if (p.dp == 0)
+      throw InputError(where, "training.global_batch_size",
+                       "turning it into gradient accumulation needs the data-parallel size: give "
+                       "parallelism.data_parallel_shard_degree or `ctxplan import --cluster`");
+    p.ga = stacks::accumulation_from_global(global, p.mbs, p.dp, where, "training.global_batch_size");
+  }
+  if (t.boolean("training", "enable_cpu_offload", false)) {
+    if (!fsdp) throw InputError(where, "training.enable_cpu_offload", "FSDP's CPU offload needs FSDP (data_parallel_shard_degree or cp > 1)");
+    p.param_offload = p.opt_offload = true;  // FSDP2 CPUOffloadPolicy: parameters, gradients and optimizer states
+  }
+  const std::string mp = t.str("training", "mixed_precision_param", "bfloat16");
+  if (mp == "bfloat16") p.precision = Precision::bf16;
+  else if (mp == "float32") p.precision = Precision::fp32;
+  else throw InputError(where, "training.mixed_precision_param", "unknown value '" + mp + "'; valid: bfloat16, float32");
+  t.str("training", "mixed_precision_reduce", "float32");
+  std::vector<std::string> conv = t.strings("model", "converters");
+  for (const std::string& c : conv) {
+    if (c == "float8") p.precision = Precision::fp8;
+    else job.warnings.push_back("model.converters \"" + c + "\": not modelled");
+  }
+  if (t.boolean("training", "compile", false))
+    job.warnings.push_back("training.compile: torch.compile's fusion is not modelled (the runtime profile's kernels are)");
+
+  // ---- activation checkpointing ----
+  const std::string mode = t.str("activation_checkpoint", "mode", "selective");
+  const std::string option = t.str("activation_checkpoint", "selective_ac_option", "2");
+  if (mode == "none") p.recompute = Recompute::none;
+  else if (mode == "full") p.recompute = Recompute::full;
+  else if (mode == "selective") {
+    if (option == "op") {
+      p.recompute = Recompute::selective;
+      job.warnings.push_back("activation_checkpoint selective_ac_option = \"op\": modelled as recompute=selective "
+                             "(attention core recomputed); torchtitan's op-level policy also saves every other matmul");
+    } else if (option == "1") {
+      p.recompute = Recompute::full;
+    } else {
+      throw InputError(where, "activation_checkpoint.selective_ac_option",
+                       "\"" + option + "\" checkpoints every " + option +
+                           "th layer (torchtitan's default is mode = \"selective\", option \"2\"), which ctxplan does not "
+                           "model; valid: mode = \"full\" or \"none\", or selective_ac_option = \"op\" or \"1\"");
+    }
+  } else {
+    throw InputError(where, "activation_checkpoint.mode", "unknown value '" + mode + "'; valid: selective, full, none");
+  }
+
+  std::vector<std::string> unread;
+  t.unread(unread, job.ignored);
+  for (const std::string& u : unread) job.warnings.push_back(u + ": not modelled (ignored)");
+  (void)profiles;
+  return job;
+#endif
+}
+
+StackExport export_torchtitan(const ExportJob& job, const Profiles& profiles) {
+  (void)profiles;
+  const Plan& p = job.plan;
+  StackExport e;
+  e.default_file = "torchtitan_job.toml";
+  std::string name = "llama3", flavor;
+  for (auto& [n, f, profile] : flavors())
+    if (profile == job.model.name) {
+      name = n;
+      flavor = f;
+    }
+  if (flavor.empty()) {
+    flavor = job.model.name;
+    e.cannot_express.push_back("model " + job.model.name +
+                               ": no torchtitan flavor; written as flavor \"" + flavor + "\" (add it to torchtitan's model args)");
+  }
+  int64_t replicate = 1, shard = p.dp;
+  std::string reshard = "default";
+  if (p.zero == 0 && p.cp == 1) {
+    replicate = p.dp;
+    shard = 1;
+  } else if (p.zero == 0) {
+    e.cannot_express.push_back("zero=0 with cp>1: torchtitan shards parameters over the cp ranks (FSDP); written as zero=3");
+  } else if (p.zero == 1) {
+    e.cannot_express.push_back("zero=1: FSDP2 has no optimizer-only sharding; written as zero=3 (full sharding)");
+  } else if (p.zero == 2) {
+    reshard = "never";
+    e.notes.push_back("zero=2 written as fsdp_reshard_after_forward = \"never\" (parameters stay gathered between forward "
+                      "and backward)");
+  }
+  std::string rotate = "allgather";
+  if (p.cp > 1) {
+    if (p.cp_kind == CpKind::zigzag) rotate = "alltoall";
+    else if (p.cp_kind == CpKind::allgather) rotate = "allgather";
+    else {
+      rotate = "alltoall";
+      e.cannot_express.push_back(std::string("cp_kind=") + to_string(p.cp_kind) +
+                                 ": torchtitan's context parallel is a load-balanced ring (alltoall) or all-gather of KV; "
+                                 "written as alltoall (cp_kind=zigzag)");
+    }
+  }
+  if (p.tp > 1 && !sp_enabled(p))
+    e.cannot_express.push_back("sp=0: torchtitan's tensor parallel always shards the sequence (sequence parallel)");
+  if (p.ckpt_offload) e.cannot_express.push_back("ckpt_offload=1: torchtitan has no activation checkpoint offload");
+  if (p.opt_offload != p.param_offload)
+    e.cannot_express.push_back("opt_offload/param_offload: torchtitan's enable_cpu_offload moves parameters, gradients and "
+                               "optimizer states together; written as both " + std::string(p.opt_offload || p.param_offload ? "on" : "off"));
+  if (p.tiled_loss > 0) e.cannot_express.push_back("tiled_loss: torchtitan computes the loss untiled (loss parallel with TP)");
+  if (p.tiled_mlp != 0 && p.tiled_mlp != 1) e.cannot_express.push_back("tiled_mlp: torchtitan has no sequence-tiled MLP");
+  if (p.mask == MaskKind::document)
+    e.cannot_express.push_back("mask=" + mask_to_string(p) + ": document masking comes from your data loader");
+  if (p.sorted_packing) e.cannot_express.push_back("packing=sorted: not a torchtitan option");
+  if (order_to_string(p) != "tp-cp-dp")
+    e.cannot_express.push_back("order=" + order_to_string(p) + ": torchtitan's device mesh is [dp_replicate, dp_shard, cp, tp] (tp innermost)");
+
+  const int64_t world = job.nodes * job.gpus_per_node;
+  std::ostringstream launch;
+  launch << "torchrun --nnodes " << job.nodes << " --nproc-per-node " << job.gpus_per_node;
+  if (job.nodes > 1) launch << " --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500";
+  launch << " -m torchtitan.train --job.config_file " << e.default_file;
+  e.launch = launch.str();
+
+  std::ostringstream os;
+  os << "# torchtitan job config written by `ctxplan export torchtitan` (torchtitan job_config.py at commit 000204a4; "
+        "mapping in docs/STACKS.md)\n";
+  os << "# job: " << job.model_arg << ", seq " << job.seq << " tokens, " << job.nodes << " node(s) x " << job.gpus_per_node
+     << " GPUs = " << world << " ranks; plan " << plan_to_string(p) << "\n";
+  os << "# launch: " << e.launch << "\n";
+  for (const auto& n : e.notes) os << "# note: " << n << "\n";
+  for (const auto& c : e.cannot_express) os << "# cannot express: " << c << "\n";
+  os << "\n[job]\ndescription = \"ctxplan: " << plan_to_string(p) << "\"\n";
+  os << "\n[model]\nname = \"" << name << "\"\nflavor = \"" << flavor << "\"\n";
+  if (p.precision == Precision::fp8) os << "converters = [\"float8\"]\n";
+  os << "\n[training]\nlocal_batch_size = " << p.mbs << "\nglobal_batch_size = " << p.mbs * p.dp * p.ga
+     << "\nseq_len = " << job.seq << "\nmixed_precision_param = \"" << (p.precision == Precision::fp32 ? "float32" : "bfloat16")
+     << "\"\nenable_cpu_offload = " << (p.opt_offload || p.param_offload ? "true" : "false") << "\n";
+  os << "\n[parallelism]\ndata_parallel_replicate_degree = " << replicate << "\ndata_parallel_shard_degree = " << shard
+     << "\nfsdp_reshard_after_forward = \"" << reshard << "\"\ntensor_parallel_degree = " << p.tp
+     << "\ncontext_parallel_degree = " << p.cp << "\ncontext_parallel_rotate_method = \"" << rotate
+     << "\"\npipeline_parallel_degree = 1\n";
+  os << "\n[activation_checkpoint]\n";
+  if (p.recompute == Recompute::none) os << "mode = \"none\"\n";
+  if (p.recompute == Recompute::full) os << "mode = \"full\"\n";
+  if (p.recompute == Recompute::selective) {
+    os << "mode = \"selective\"\nselective_ac_option = \"op\"\n";
+    e.notes.push_back("recompute=selective written as torchtitan's op-level selective checkpointing (selective_ac_option = \"op\")");
+  }
+  e.text = os.str();
+  return e;
+}
+
+}  // namespace ctx

@@ -1,0 +1,341 @@
+// ctxplan import/export for Megatron-LM, torchtitan, DeepSpeed and ArcticTraining (planner/stacks.hpp).
+// Properties: export then import gives back the same plan for every CP kind and option a stack
+// supports; real-format configurations (written from each stack's documented option names) map to
+// the plan keys their documentation implies; what a stack cannot express is listed; options that
+// change the answer and cannot be modelled are refused naming the option; unknown options are warned.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "costmodel/errors.hpp"
+#include "planner/stacks.hpp"
+#include "tests/run_process.hpp"
+
+namespace fs = std::filesystem;
+using namespace ctx;
+
+namespace {
+
+const Profiles& profiles() {
+  static Profiles p = load_profiles(default_profiles_dir());
+  return p;
+}
+
+std::string data(const std::string& name) { return std::string(CTXPLAN_TEST_DATA) + "/stacks/" + name; }
+std::string slurp(const std::string& path) { return ctx::testing::slurp(path); }
+
+// Llama-3.1-8B on 2 nodes x 8 GPUs; dp filled from tp and cp.
+ExportJob job_for(const std::string& plan_text, int64_t nodes = 2, int64_t gpus = 8) {
+  ExportJob j;
+  j.model = resolve_model(profiles(), "Llama-3.1-8B");
+  j.model_arg = "Llama-3.1-8B";
+  j.seq = 131072;
+  j.nodes = nodes;
+  j.gpus_per_node = gpus;
+  j.plan = parse_plan(plan_text, "test");
+  if (j.plan.dp == 0) j.plan.dp = nodes * gpus / (j.plan.tp * j.plan.cp);
+  return j;
+}
+
+StackJob reimport(Stack s, const StackExport& e, const ExportJob& j) {
+  ImportOptions o;
+  o.world = j.nodes * j.gpus_per_node;
+  return import_stack(s, e.text, "export", profiles(), o);
+}
+
+// A build without toml++ or yaml-cpp cannot read torchtitan or ArcticTraining files (CI has both).
+bool readable(Stack s) {
+#if !CTXPLAN_HAVE_TOML
+  if (s == Stack::torchtitan) return false;
+#endif
+#if !CTXPLAN_HAVE_YAML
+  if (s == Stack::arctic) return false;
+#endif
+  (void)s;
+  return true;
+}
+#define SKIP_UNLESS_READABLE(s) \
+  if (!readable(s)) GTEST_SKIP() << "built without the " << to_string(s) << " file reader"
+
+void expect_round_trip(Stack s, const std::vector<std::string>& plans) {
+  for (const std::string& text : plans) {
+    SCOPED_TRACE(std::string(to_string(s)) + ": " + text);
+    ExportJob j = job_for(text);
+    StackExport e = export_stack(s, j, profiles());
+    EXPECT_TRUE(e.cannot_express.empty()) << stacks::join(e.cannot_express, "\n");
+    StackJob back = reimport(s, e, j);
+    EXPECT_TRUE(same_plan(j.plan, back.plan)) << stacks::join(plan_differences(j.plan, back.plan), "; ") << "\n" << e.text;
+    EXPECT_TRUE(same_plan(j.plan, e.exported));
+    if (s != Stack::deepspeed) {  // a DeepSpeed config names neither the model nor the sequence
+      EXPECT_EQ(back.model, "Llama-3.1-8B");
+      EXPECT_EQ(back.seq, 131072);
+    }
+  }
+}
+
+std::string import_error(Stack s, const std::string& text, int64_t world = 16) {
+  ImportOptions o;
+  o.world = world;
+  try {
+    import_stack(s, text, "cfg", profiles(), o);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+bool any_contains(const std::vector<std::string>& v, const std::string& needle) {
+  for (const auto& s : v)
+    if (s.find(needle) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+// ---- export -> import round trips -------------------------------------------------------------
+
+TEST(StackRoundTrip, MegatronKeepsEveryCpKindAndOption) {
+  expect_round_trip(Stack::megatron,
+                    {"cp=1", "tp=8", "tp=2,sp=0", "cp=16,cp_kind=zigzag", "cp=4,cp_kind=allgather", "cp=8,cp_kind=ulysses",
+                     "tp=2,cp=4,cp_kind=usp,ulysses=2", "cp=8,cp_kind=usp,ulysses=4", "zero=1,cp=2", "zero=2,cp=2",
+                     "zero=3,cp=4,cp_kind=allgather", "recompute=selective,tp=4", "recompute=full,ckpt_offload=1,cp=8",
+                     "zero=1,opt_offload=1", "mbs=2,ga=4,tp=2", "precision=fp32", "precision=fp8,tp=2"});
+}
+
+TEST(StackRoundTrip, TorchtitanKeepsEveryCpKindAndOption) {
+  SKIP_UNLESS_READABLE(Stack::torchtitan);
+  expect_round_trip(Stack::torchtitan,
+                    {"zero=0", "zero=3", "zero=2,cp=2", "tp=4,zero=3", "cp=8,cp_kind=zigzag,zero=3",
+                     "cp=4,cp_kind=allgather,zero=3", "tp=2,cp=2,zero=3,recompute=selective", "zero=3,recompute=full",
+                     "zero=3,opt_offload=1,param_offload=1", "zero=3,mbs=2,ga=3", "zero=3,precision=fp32",
+                     "zero=3,precision=fp8,tp=2"});
+}
+
+TEST(StackRoundTrip, DeepSpeedKeepsEveryOptionItsConfigHolds) {
+  expect_round_trip(Stack::deepspeed,
+                    {"zero=0", "zero=1", "zero=2", "zero=3", "zero=2,opt_offload=1", "zero=3,opt_offload=1,param_offload=1",
+                     "zero=3,mbs=4,ga=2", "zero=3,recompute=full,ckpt_offload=1", "zero=1,precision=fp32"});
+}
+
+TEST(StackRoundTrip, ArcticKeepsEveryCpKindAndOption) {
+  SKIP_UNLESS_READABLE(Stack::arctic);
+  expect_round_trip(Stack::arctic,
+                    {"zero=3,recompute=full", "cp=8,cp_kind=ulysses,zero=3,recompute=full",
+                     "cp=16,cp_kind=ulysses,zero=3,recompute=full,ckpt_offload=1,opt_offload=1,tiled_mlp=auto,tiled_loss=4096",
+                     "cp=2,cp_kind=ulysses,zero=2,recompute=none", "zero=3,param_offload=1,opt_offload=1,recompute=full",
+                     "zero=1,recompute=full,mbs=2,ga=4", "zero=0,recompute=full,precision=fp32"});
+}
+
+// ---- what a stack cannot express is listed, and the file says what it runs instead --------------
+
+TEST(StackExport, ListsWhatTheStackCannotExpress) {
+  SKIP_UNLESS_READABLE(Stack::torchtitan);
+  SKIP_UNLESS_READABLE(Stack::arctic);
+  struct Case {
+    Stack stack;
+    std::string plan, key;
+  } cases[] = {
+      {Stack::megatron, "cp=4,cp_kind=ring", "cp_kind=ring"},
+      {Stack::megatron, "zero=3,param_offload=1", "param_offload"},
+      {Stack::megatron, "cp=2,tiled_loss=4096", "tiled_loss"},
+      {Stack::torchtitan, "cp=8,cp_kind=ulysses,zero=3", "cp_kind=ulysses"},
+      {Stack::torchtitan, "zero=1", "zero=1"},
+      {Stack::torchtitan, "zero=3,ckpt_offload=1,recompute=full", "ckpt_offload"},
+      {Stack::deepspeed, "tp=2,zero=1", "tp=2"},
+      {Stack::deepspeed, "cp=8,cp_kind=ulysses,zero=3", "cp=8"},
+      {Stack::arctic, "cp=8,cp_kind=zigzag,zero=3,recompute=full", "cp_kind=zigzag"},
+      {Stack::arctic, "tp=2,zero=3,recompute=full", "tp=2"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(to_string(c.stack)) + ": " + c.plan);
+    ExportJob j = job_for(c.plan);
+    StackExport e = export_stack(c.stack, j, profiles());
+    EXPECT_TRUE(any_contains(e.cannot_express, c.key)) << stacks::join(e.cannot_express, "\n");
+    // and the plan the written file really runs is what import reads back
+    EXPECT_FALSE(same_plan(j.plan, e.exported));
+    EXPECT_TRUE(same_plan(reimport(c.stack, e, j).plan, e.exported));
+  }
+}
+
+// ---- real-format configurations map to the plan their documentation implies -------------------
+
+TEST(StackImport, MegatronLaunchScriptMapsToDocumentedPlan) {
+  // torchrun --nnodes 2 --nproc_per_node 8: 16 GPUs; TP 2 x CP 4 -> DP 2; global 16 / (micro 1 x DP 2) = 8
+  // accumulation steps; a2a+p2p with hierarchical sizes 2 2 = Ulysses 2 inside a ring of 2;
+  // --use-distributed-optimizer = ZeRO-1; --sequence-parallel on.
+  StackJob j = import_stack(Stack::megatron, slurp(data("megatron_llama3_8b_128k.sh")), "megatron", profiles());
+  EXPECT_TRUE(same_plan(j.plan, parse_plan("dp=2,tp=2,sp=1,cp=4,cp_kind=usp,ulysses=2,zero=1,ga=8,recompute=full")))
+      << plan_to_string(j.plan);
+  EXPECT_EQ(j.model, "Llama-3.1-8B");
+  EXPECT_EQ(j.seq, 131072);
+  EXPECT_EQ(j.world, 16);
+  EXPECT_EQ(j.runtime, "megatron");
+  EXPECT_TRUE(any_contains(j.warnings, "--attention-backend flash"));  // not modelled: warned, not dropped
+  EXPECT_TRUE(any_contains(j.ignored, "--lr 3e-5"));
+}
+
+TEST(StackImport, MegatronDefaultsFollowArgumentsPy) {
+  // p2p is the default --cp-comm-type; sequence parallel is off unless asked for; no precision flag = fp32
+  StackJob j = import_stack(Stack::megatron,
+                            "--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
+                            "--group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm "
+                            "--untie-embeddings-and-output-weights --seq-length 8192 --tensor-model-parallel-size 2 "
+                            "--context-parallel-size 2 --micro-batch-size 1",
+                            "args", profiles());
+  EXPECT_TRUE(same_plan(j.plan, parse_plan("dp=0,tp=2,sp=0,cp=2,cp_kind=zigzag,precision=fp32"))) << plan_to_string(j.plan);
+  EXPECT_EQ(j.model, "Llama-3.1-8B");
+}
+
+TEST(StackImport, MegatronShapeWithoutProfileBecomesModelSpec) {
+  StackJob j = import_stack(Stack::megatron,
+                            "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --swiglu --vocab-size 32000 "
+                            "--seq-length 4096 --bf16",
+                            "args", profiles());
+  ASSERT_TRUE(j.model_spec.has_value());
+  EXPECT_EQ(j.model_spec->layers, 4);
+  EXPECT_EQ(j.model_spec->ffn, (4 * 512 * 2 / 3) / 64 * 64);  // arguments.py's SwiGLU default
+  EXPECT_EQ(j.model_spec->vocab, 32000);
+  EXPECT_TRUE(j.model_spec->tied_embeddings);
+}
+
+TEST(StackImport, TorchtitanTomlMapsToDocumentedPlan) {
+  SKIP_UNLESS_READABLE(Stack::torchtitan);
+  // shard -1 = the leftover ranks: 16 / (cp 8) = 2; FSDP over dp_shard x cp = zero=3; alltoall rotation
+  // = load-balanced ring (zigzag); global 4 / (local 1 x dp 2) = 2 accumulation steps.
+  ImportOptions o;
+  o.world = 16;
+  StackJob j = import_stack(Stack::torchtitan, slurp(data("torchtitan_llama3_8b_cp8.toml")), "tt", profiles(), o);
+  EXPECT_TRUE(same_plan(j.plan, parse_plan("dp=2,cp=8,cp_kind=zigzag,zero=3,ga=2,recompute=full"))) << plan_to_string(j.plan);
+  EXPECT_EQ(j.model, "Llama-3.1-8B");
+  EXPECT_EQ(j.seq, 131072);
+  EXPECT_TRUE(any_contains(j.warnings, "float8.enable_fsdp_float8_all_gather"));
+}
+
+TEST(StackImport, DeepSpeedJsonMapsToDocumentedPlan) {
+  // train_batch_size 64 = micro 1 x accumulation 8 x 8 ranks; stage 3 with optimizer and parameters on the CPU
+  StackJob j = import_stack(Stack::deepspeed, slurp(data("ds_config_zero3_offload.json")), "ds", profiles());
+  EXPECT_TRUE(same_plan(j.plan, parse_plan("dp=8,zero=3,ga=8,opt_offload=1,param_offload=1"))) << plan_to_string(j.plan);
+  EXPECT_TRUE(any_contains(j.warnings, "zero_optimization.overlap_comm"));
+  EXPECT_TRUE(any_contains(j.warnings, "recompute"));
+  EXPECT_TRUE(any_contains(j.ignored, "optimizer.type"));
+}
+
+TEST(StackImport, ArcticYamlMapsToDocumentedPlan) {
+  SKIP_UNLESS_READABLE(Stack::arctic);
+  // sequence_parallel_size 8 = Ulysses over 8 GPUs; checkpoints on (HF gradient checkpointing) and offloaded;
+  // tiled_mlp_compute = ALST TiledMLP (auto shards); Liger model = tiled loss; max_length 500_000.
+  ImportOptions o;
+  o.world = 8;
+  StackJob j = import_stack(Stack::arctic, slurp(data("arctic_sp8_llama_8b.yml")), "arctic", profiles(), o);
+  EXPECT_TRUE(same_plan(j.plan, parse_plan("dp=1,cp=8,cp_kind=ulysses,zero=3,recompute=full,ckpt_offload=1,opt_offload=1,"
+                                           "tiled_mlp=auto,tiled_loss=4096")))
+      << plan_to_string(j.plan);
+  EXPECT_EQ(j.model, "Llama-3.1-8B");  // meta-llama/Llama-3.1-8B-Instruct
+  EXPECT_EQ(j.seq, 500000);
+  EXPECT_TRUE(any_contains(j.warnings, "deepspeed.seq_parallel_communication_data_type"));
+}
+
+TEST(StackImport, ArcticWithoutZeroSectionUsesTrainerDefaultStage2) {
+  SKIP_UNLESS_READABLE(Stack::arctic);
+  StackJob j = import_stack(Stack::arctic, "model:\n  name_or_path: Qwen/Qwen3-4B\ndata:\n  max_length: 8_000\n", "a", profiles());
+  EXPECT_EQ(j.plan.zero, 2);
+  EXPECT_EQ(j.plan.recompute, Recompute::full);
+  EXPECT_EQ(j.plan.precision, Precision::bf16);
+  EXPECT_EQ(j.model, "Qwen3-4B");
+  EXPECT_EQ(j.seq, 8000);
+}
+
+// ---- options that change the answer and cannot be modelled are refused, naming the option ------
+
+TEST(StackImport, RefusesWhatChangesTheAnswer) {
+  SKIP_UNLESS_READABLE(Stack::torchtitan);
+  SKIP_UNLESS_READABLE(Stack::arctic);
+  const std::string shape = " --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096";
+  std::string e = import_error(Stack::megatron, "--pipeline-model-parallel-size 2" + shape);
+  EXPECT_NE(e.find("--pipeline-model-parallel-size"), std::string::npos) << e;
+  e = import_error(Stack::megatron, "--recompute-granularity full --recompute-method block --recompute-num-layers 4" + shape);
+  EXPECT_NE(e.find("--recompute-method"), std::string::npos) << e;
+  e = import_error(Stack::megatron, "--cp-comm-type ring" + shape);
+  EXPECT_NE(e.find("valid: p2p"), std::string::npos) << e;
+  e = import_error(Stack::megatron, "--context-parallel-size 8 --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2" + shape);
+  EXPECT_NE(e.find("--hierarchical-context-parallel-sizes"), std::string::npos) << e;
+  e = import_error(Stack::megatron, "--optimizer-cpu-offload --optimizer-offload-fraction 0.5" + shape);
+  EXPECT_NE(e.find("--optimizer-offload-fraction"), std::string::npos) << e;
+  e = import_error(Stack::megatron, "--tensor-model-parallel-size $TP" + shape);
+  EXPECT_NE(e.find("shell variable"), std::string::npos) << e;
+
+  const std::string tt = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n";
+  e = import_error(Stack::torchtitan, tt + "[parallelism]\ndata_parallel_replicate_degree = 2\ndata_parallel_shard_degree = 4\n"
+                                           "[activation_checkpoint]\nmode = \"full\"\n",
+                   8);
+  EXPECT_NE(e.find("HSDP"), std::string::npos) << e;
+  e = import_error(Stack::torchtitan, tt);  // torchtitan's default: selective, every 2nd layer
+  EXPECT_NE(e.find("activation_checkpoint.selective_ac_option"), std::string::npos) << e;
+  e = import_error(Stack::torchtitan, tt + "[parallelism]\npipeline_parallel_degree = 4\n");
+  EXPECT_NE(e.find("parallelism.pipeline_parallel_degree"), std::string::npos) << e;
+  e = import_error(Stack::torchtitan, "[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n");
+  EXPECT_NE(e.find("model.flavor"), std::string::npos) << e;
+
+  e = import_error(Stack::deepspeed, R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})");
+  EXPECT_NE(e.find("zero_optimization.offload_param"), std::string::npos) << e;
+  e = import_error(Stack::deepspeed, R"({"train_batch_size": 60, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8})");
+  EXPECT_NE(e.find("train_batch_size"), std::string::npos) << e;
+  e = import_error(Stack::arctic, "model:\n  name_or_path: nobody/NoSuchModel-9B\n");
+  EXPECT_NE(e.find("model.name_or_path"), std::string::npos) << e;
+}
+
+TEST(StackImport, MalformedFilesNameTheLine) {
+  SKIP_UNLESS_READABLE(Stack::torchtitan);
+  SKIP_UNLESS_READABLE(Stack::arctic);
+  std::string e = import_error(Stack::torchtitan, "[training]\nseq_len = = 3\n");
+  EXPECT_NE(e.find("line 2"), std::string::npos) << e;
+  e = import_error(Stack::arctic, "model:\n  name_or_path: [unclosed\n");
+  EXPECT_NE(e.find("malformed YAML"), std::string::npos) << e;
+  e = import_error(Stack::deepspeed, "{\"zero_optimization\": {\"stage\": 3,}}");
+  EXPECT_NE(e.find("cfg"), std::string::npos) << e;
+  EXPECT_THROW(parse_stack("megatorn", "import"), InputError);
+}
+
+// ---- the CLI: import writes a plan file every command takes; export writes the stack's file -----
+
+TEST(StackCli, ImportedPlanFilePredictsAndExportsBack) {
+  SKIP_UNLESS_READABLE(Stack::arctic);
+  const fs::path dir = fs::temp_directory_path() / ("ctxplan_stacks_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string plan = (dir / "plan.json").string();
+  auto r = ctx::testing::run_process(CTXPLAN_BIN, {"import", "arctic", data("arctic_sp8_llama_8b.yml"), "--cluster", "8xh100",
+                                                   "-o", plan});
+  ASSERT_EQ(r.exit_code, 0) << r.both();
+  EXPECT_NE(r.err.find("warning: model.type liger"), std::string::npos) << r.both();
+  r = ctx::testing::run_process(CTXPLAN_BIN, {"predict", "--plan-file", plan, "--json"});
+  EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 3) << r.both();
+  EXPECT_NE(r.out.find("\"cp_kind\": \"ulysses\""), std::string::npos);
+  const std::string yml = (dir / "back.yml").string();
+  r = ctx::testing::run_process(CTXPLAN_BIN, {"export", "arctic", "--plan-file", plan, "-o", yml});
+  ASSERT_EQ(r.exit_code, 0) << r.both();
+  EXPECT_NE(r.out.find("arctic_training back.yml --num_gpus 8"), std::string::npos) << r.out;
+  const std::string plan2 = (dir / "plan2.json").string();
+  r = ctx::testing::run_process(CTXPLAN_BIN, {"import", "arctic", yml, "--cluster", "8xh100", "-o", plan2});
+  ASSERT_EQ(r.exit_code, 0) << r.both();
+  EXPECT_EQ(json::parse(slurp(plan))["plan"], json::parse(slurp(plan2))["plan"]);
+  fs::remove_all(dir);
+}
+
+TEST(StackCli, BadInputExitsTwoNamingTheFileAndOption) {
+  auto r = ctx::testing::run_process(CTXPLAN_BIN, {"import", "megatron", "/nonexistent/args.sh"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("/nonexistent/args.sh"), std::string::npos) << r.err;
+  r = ctx::testing::run_process(CTXPLAN_BIN, {"import", "torch", data("torchtitan_llama3_8b_cp8.toml")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("torchtitan"), std::string::npos) << r.err;
+  r = ctx::testing::run_process(CTXPLAN_BIN, {"import", "megatron", data("megatron_llama3_8b_128k.sh"), "--set", "cp_kind=ringg"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("cp_kind"), std::string::npos) << r.err;
+  r = ctx::testing::run_process(CTXPLAN_BIN, {"export", "megatron", "--model", "Llama-3.1-8B", "--cluster", "8xh100",
+                                              "--plan", "tp=3"});
+  EXPECT_EQ(r.exit_code, 2) << r.both();
+  r = ctx::testing::run_process(CTXPLAN_BIN, {"export", "torchtitan"});
+  EXPECT_EQ(r.exit_code, 2) << r.both();
+  EXPECT_NE(r.err.find("needs a plan"), std::string::npos) << r.err;
+}
