@@ -6,6 +6,7 @@
 #include "costmodel/errors.hpp"
 #include "planner/commands.hpp"
 #include "planner/compare.hpp"
+#include "planner/stack_measurements.hpp"
 #include "costmodel/exit_codes.hpp"
 
 namespace ctx {
@@ -39,8 +40,9 @@ double parse_percent(const std::string& text, const std::string& where) {
 std::function<int()> add_compare_command(CLI::App& app, CommonOptions& common) {
   auto a = std::make_shared<CompareArgs>();
   app.add_option("files", a->files,
-                 "PREDICTION.json RUN.json (ctxplan predict --json; ctxrun --report), or RUN.json alone to compare "
-                 "with the prediction the report embeds")
+                 "PREDICTION.json RUN.json (ctxplan predict --json; ctxrun --report, or a Megatron-LM/torchtitan log, a "
+                 "torch.cuda.memory_stats() JSON dump or a CSV: docs/STACKS.md), or RUN.json alone to compare with the "
+                 "prediction the report embeds")
       ->required()
       ->expected(1, 2);
   app.add_flag("--json", a->json, "print the comparison as JSON (schema ctxplan.comparison/1)");
@@ -66,7 +68,8 @@ std::function<int()> add_compare_command(CLI::App& app, CommonOptions& common) {
     if (a->rank < -1) throw InputError("--rank", "", "must be a rank number >= 0, got " + std::to_string(a->rank));
     o.rank = a->rank;
     o.allow_mismatch = a->allow_mismatch;
-    Comparison c = compare_files(a->files[0], a->files.size() > 1 ? a->files[1] : "", o);
+    // RUN may also be a Megatron/torchtitan log, a torch.cuda.memory_stats() dump or a CSV (stack_measurements.hpp)
+    Comparison c = compare_any(a->files[0], a->files.size() > 1 ? a->files[1] : "", o);
     json j = comparison_to_json(c);
     if (!a->out.empty()) write_file_atomic(a->out, j.dump(2) + "\n");
     if (a->json) std::cout << j.dump(2) << "\n";
