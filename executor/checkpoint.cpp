@@ -9,9 +9,12 @@
 #include <iostream>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "costmodel/errors.hpp"
+#include "costmodel/json_util.hpp"
 #include "costmodel/profile_store.hpp"
+#include "executor/safetensors.hpp"
 
 namespace fs = std::filesystem;
 
@@ -36,102 +39,15 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   fsync_path(fs::path(path).parent_path().string());
 }
 
-float bf16_to_float(uint16_t b) {
-  uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-float f16_to_float(uint16_t h) {
-  uint32_t s = (h >> 15) & 1, e = (h >> 10) & 0x1f, m = h & 0x3ff;
-  float v = e == 0 ? std::ldexp(static_cast<float>(m), -24)
-            : e == 31 ? (m ? NAN : INFINITY)
-                      : std::ldexp(static_cast<float>(m | 0x400), static_cast<int>(e) - 25);
-  return s ? -v : v;
-}
+// The largest step a checkpoint may name: far beyond any run, small enough that step arithmetic
+// (learning-rate schedule, step + 1) cannot overflow.
+constexpr int64_t kMaxCheckpointStep = int64_t(1) << 40;
 
-std::string safetensors_bytes(const ShapeList& order, const TensorMap& tensors,
-                              const std::map<std::string, std::string>& extra_metadata = {}) {
-  json header = json::object();
-  uint64_t off = 0;
-  for (auto& [name, shape] : order) {
-    uint64_t n = tensors.at(name).size() * 4;
-    header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {off, off + n}}};
-    off += n;
-  }
-  header["__metadata__"] = {{"format", "pt"}, {"producer", "ctxrun"}};
-  for (auto& [k, v] : extra_metadata) header["__metadata__"][k] = v;
-  std::string h = header.dump();
-  while (h.size() % 8) h += ' ';
-  std::string out(8, '\0');
-  uint64_t hn = h.size();
-  std::memcpy(out.data(), &hn, 8);
-  out += h;
-  for (auto& [name, shape] : order) {
-    const auto& v = tensors.at(name);
-    out.append(reinterpret_cast<const char*>(v.data()), v.size() * 4);
-  }
-  return out;
+// The index's step: a non-negative integer; anything else is a damaged index (exit 2), never a
+// default (a negative step trained with a negative learning rate and exited 0).
+int64_t checkpoint_step(const json& info, const std::string& index) {
+  return JsonReader(info, index).integer_in("step", 0, kMaxCheckpointStep);
 }
-
-}  // namespace
-
-void write_safetensors(const std::string& path, const ShapeList& order, const TensorMap& tensors) {
-  write_file_atomic(path, safetensors_bytes(order, tensors));
-}
-
-TensorMap read_safetensors(const std::string& path, std::map<std::string, std::vector<int64_t>>* shapes,
-                           std::map<std::string, std::string>* metadata) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw InputError(path, "", "cannot open the safetensors file");
-  uint64_t hn = 0;
-  f.read(reinterpret_cast<char*>(&hn), 8);
-  const auto size = fs::file_size(path);
-  if (!f || hn == 0 || hn > size - 8) throw InputError(path, "header", "not a safetensors file (bad header length)");
-  std::string h(hn, '\0');
-  f.read(h.data(), static_cast<std::streamsize>(hn));
-  json header;
-  try {
-    header = json::parse(h);
-  } catch (const std::exception& e) {
-    throw InputError(path, "header", std::string("header is not JSON: ") + e.what());
-  }
-  const uint64_t data0 = 8 + hn;
-  TensorMap out;
-  for (auto& [name, t] : header.items()) {
-    if (name == "__metadata__") {
-      if (metadata && t.is_object())
-        for (auto& [k, v] : t.items()) (*metadata)[k] = v.is_string() ? v.get<std::string>() : v.dump();
-      continue;
-    }
-    std::string dt = t.value("dtype", "");
-    auto offs = t.at("data_offsets");
-    uint64_t a = offs[0].get<uint64_t>(), b = offs[1].get<uint64_t>();
-    if (b < a || data0 + b > size) throw InputError(path, name, "data offsets run past the end of the file (truncated?)");
-    std::string raw(b - a, '\0');
-    f.seekg(static_cast<std::streamoff>(data0 + a));
-    f.read(raw.data(), static_cast<std::streamsize>(b - a));
-    std::vector<float> v;
-    if (dt == "F32") {
-      v.resize(raw.size() / 4);
-      std::memcpy(v.data(), raw.data(), raw.size());
-    } else if (dt == "BF16" || dt == "F16") {
-      v.resize(raw.size() / 2);
-      for (size_t i = 0; i < v.size(); ++i) {
-        uint16_t x;
-        std::memcpy(&x, raw.data() + 2 * i, 2);
-        v[i] = dt == "BF16" ? bf16_to_float(x) : f16_to_float(x);
-      }
-    } else {
-      throw InputError(path, name, "dtype " + dt + " is not supported (F32, BF16, F16)");
-    }
-    if (shapes) shapes->emplace(name, t.at("shape").get<std::vector<int64_t>>());
-    out.emplace(name, std::move(v));
-  }
-  return out;
-}
-
-namespace {
 
 // Schema ctxrun.checkpoint/1 (before sharded checkpoints): full tensors in model.safetensors and
 // optimizer.safetensors, readable under any plan.
@@ -163,7 +79,7 @@ int64_t load_consolidated(Trainer& t, const std::string& ck, const json& info) {
   t.params().load_full("master", w, ck + "/model.safetensors");
   t.params().load_full("m", m, ck + "/optimizer.safetensors");
   t.params().load_full("v", v, ck + "/optimizer.safetensors");
-  int64_t step = info.value("step", int64_t(0));
+  const int64_t step = checkpoint_step(info, ck + "/trainer.json");
   t.set_steps_done(step);
   return step;
 }
@@ -195,8 +111,8 @@ json sharding_of(const ParallelContext& pc) {
 std::string sharding_text(const json& s) {
   std::string out;
   for (const char* k : {"tp", "cp", "dp", "zero", "ulysses"})
-    out += (out.empty() ? "" : ",") + std::string(k) + "=" + (s.contains(k) ? s[k].dump() : "?");
-  return out + " on " + (s.contains("world") ? s["world"].dump() : "?") + " ranks";
+    out += (out.empty() ? "" : ",") + std::string(k) + "=" + (s.contains(k) ? json_excerpt(s[k]) : "?");
+  return out + " on " + (s.contains("world") ? json_excerpt(s["world"]) : "?") + " ranks";
 }
 
 // The model's architecture without its name and description.
@@ -230,26 +146,28 @@ json shard_metadata(Trainer& t) {
 // Fails (InputError naming `file`) unless the shard file was written by this rank of this plan.
 void check_shard(Trainer& t, const std::string& file, const json& meta, int64_t step) {
   const json mine = shard_metadata(t);
+  if (!meta.is_object()) throw InputError(file, "__metadata__.ctxrun", "expected an object, got " + json_excerpt(meta));
   auto differs = [&](const char* key) { return !meta.contains(key) || meta[key] != mine[key]; };
-  if (meta.value("schema", "") != kShardSchema)
-    throw InputError(file, "__metadata__", "not a ctxrun shard file (schema " + meta.value("schema", "missing") + ")");
-  if (meta.value("step", int64_t(-1)) != step)
-    throw InputError(file, "step", "holds step " + meta.value("step", json()).dump() + " but the index says " +
-                                       std::to_string(step) + " (mixed checkpoints?)");
+  if (differs("schema"))
+    throw InputError(file, "__metadata__", "not a ctxrun shard file (schema " +
+                                               (meta.contains("schema") ? json_excerpt(meta["schema"]) : "missing") + ")");
+  if (!meta.contains("step") || meta["step"] != json(step))
+    throw InputError(file, "step", "holds step " + (meta.contains("step") ? json_excerpt(meta["step"]) : "(none)") +
+                                       " but the index says " + std::to_string(step) + " (mixed checkpoints?)");
   if (differs("sharding"))
-    throw InputError(file, "sharding", "written under " + sharding_text(meta.value("sharding", json::object())) +
+    throw InputError(file, "sharding", "written under " + sharding_text(meta.contains("sharding") ? meta["sharding"] : json::object()) +
                                            ", this run is " + sharding_text(mine["sharding"]));
   for (const char* k : {"rank", "coord", "zero_rank", "zero_size"})
     if (differs(k))
-      throw InputError(file, k, "belongs to " + std::string(k) + " " + meta.value(k, json()).dump() + ", this rank has " +
-                                    mine[k].dump());
+      throw InputError(file, k, "belongs to " + std::string(k) + " " + (meta.contains(k) ? json_excerpt(meta[k]) : "(none)") +
+                                    ", this rank has " + mine[k].dump());
   if (differs("units")) {
-    const json& a = meta.value("units", json::array());
+    const json a = meta.contains("units") && meta["units"].is_array() ? meta["units"] : json::array();
     const json& b = mine["units"];
     std::string why = "holds " + std::to_string(a.size()) + " units, the model has " + std::to_string(b.size());
     for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
       if (a[i] != b[i]) {
-        why = "unit " + std::to_string(i) + " is " + a[i].dump() + " in the file, " + b[i].dump() + " here";
+        why = "unit " + std::to_string(i) + " is " + json_excerpt(a[i]) + " in the file, " + b[i].dump() + " here";
         break;
       }
     throw InputError(file, "units", why);
@@ -298,18 +216,74 @@ std::string save_checkpoint(Trainer& t, const std::string& dir, const json& run_
     }
     info["files"] = files;
     write_file_atomic(tmp_dir + "/trainer.json", info.dump(2));
-    // the same step saved again (e.g. a resume that ran no step): the old copy goes only once the
-    // new one is in place
-    const std::string old_dir = final_dir + ".old";
-    fs::remove_all(old_dir);
-    if (fs::exists(final_dir)) fs::rename(final_dir, old_dir);
-    fs::rename(tmp_dir, final_dir);
+    // the same step saved again (a fresh run into an old folder): the two folders are exchanged in
+    // one atomic rename, so step-N is a complete checkpoint at every instant (`latest` may name it);
+    // the old copy, now in step-N.tmp, goes only after that
+    if (fs::exists(final_dir)) {
+      if (::renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0) {
+        std::cerr << "ctxrun: warning: " << final_dir << " exists and this filesystem cannot exchange folders "
+                  << "atomically (" << std::strerror(errno) << "); the existing checkpoint is kept, this one is not saved\n";
+        fs::remove_all(tmp_dir);
+        pc.world_comm->barrier();
+        return final_dir;
+      }
+      fsync_path(dir);
+      fs::remove_all(tmp_dir);
+    } else {
+      fs::rename(tmp_dir, final_dir);
+    }
     fsync_path(dir);
     write_file_atomic((fs::path(dir) / "latest").string(), std::string(name) + "\n");
-    fs::remove_all(old_dir);
   }
   pc.world_comm->barrier();
   return final_dir;
+}
+
+namespace {
+
+// The newest complete checkpoint in `dir` (a step-N folder holding trainer.json), or "".
+std::string newest_complete(const std::string& dir) {
+  std::string best;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step-", 0) != 0 || n.find('.') != std::string::npos || !fs::exists(e.path() / "trainer.json")) continue;
+    if (best.empty() || n.size() > best.size() || (n.size() == best.size() && n > best)) best = n;
+  }
+  return best;
+}
+
+}  // namespace
+
+void prepare_checkpoint_dir(Trainer& t, const std::string& dir) {
+  ParallelContext& pc = t.context();
+  std::string problem;
+  if (pc.rank == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    const std::string probe = (fs::path(dir) / (".ctxrun-write-test." + std::to_string(::getpid()))).string();
+    int fd = ec ? -1 : ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+      problem = "cannot write checkpoints here (" + (ec ? ec.message() : std::string(std::strerror(errno))) +
+                "); give a writable folder";
+    } else {
+      ::close(fd);
+      ::unlink(probe.c_str());
+      // what a save killed before its rename left behind
+      for (auto& e : fs::directory_iterator(dir, ec)) {
+        const std::string n = e.path().filename().string();
+        const bool stale = n.rfind("step-", 0) == 0 && (n.size() > 4 && (n.compare(n.size() - 4, 4, ".tmp") == 0 ||
+                                                                         n.compare(n.size() - 4, 4, ".old") == 0));
+        if (stale && e.is_directory()) {
+          std::cerr << "ctxrun: removing " << e.path().string() << " (left by a save that did not finish)\n";
+          fs::remove_all(e.path(), ec);
+        }
+      }
+    }
+  }
+  int bad = problem.empty() ? 0 : 1;
+  pc.world_comm->host_allreduce_max(&bad, 1);
+  if (bad) throw InputError(dir, "--ckpt-dir", problem.empty() ? "rank 0 cannot write checkpoints here" : problem);
 }
 
 int64_t load_checkpoint(Trainer& t, const std::string& dir) {
@@ -319,46 +293,50 @@ int64_t load_checkpoint(Trainer& t, const std::string& dir) {
     std::string name;
     if (!(lf >> name)) throw InputError(dir, "latest", "no checkpoint to resume from (no 'latest' file)");
     ck = (fs::path(dir) / name).string();
+    if (!fs::exists(fs::path(ck) / "trainer.json")) {
+      // a save killed between its folder and `latest` (or a folder removed by hand)
+      const std::string newest = newest_complete(dir);
+      if (newest.empty())
+        throw InputError(dir, "latest", "names " + name.substr(0, 64) + ", which is not a complete checkpoint, and no other step-N folder is");
+      if (t.context().rank == 0)
+        std::cerr << "ctxrun: warning: " << dir << "/latest names " << name.substr(0, 64)
+                  << ", which is not a complete checkpoint; resuming from " << newest << ", the newest complete one\n";
+      ck = (fs::path(dir) / newest).string();
+    }
   }
   const std::string index = ck + "/trainer.json";
-  std::ifstream jf(index);
-  if (!jf) throw InputError(ck, "trainer.json", "missing");
-  json info;
-  try {
-    info = json::parse(jf);
-  } catch (const std::exception& e) {
-    throw InputError(index, "", std::string("not JSON: ") + e.what());
-  }
-  const std::string schema = info.value("schema", "");
+  if (!fs::exists(index)) throw InputError(ck, "trainer.json", "missing");
+  const json info = read_json_file(index);  // exit 2 naming file, line and column when damaged
+  const JsonReader ri(info, index);
+  const std::string schema = ri.string_or("schema", "");
   if (schema == "ctxrun.checkpoint/1") return load_consolidated(t, ck, info);
   if (schema != kSchema) throw InputError(index, "schema", "expected \"" + std::string(kSchema) + "\", got \"" + schema + "\"");
+  const int64_t step = checkpoint_step(info, index);
   ParallelContext& pc = t.context();
   ParamStore& ps = t.params();
   const ModelSpec& model = t.options().model;
   const std::string advice =
       "; resharding a checkpoint to another plan is not supported: run the saving plan with --resume --steps " +
-      info.value("step", json()).dump() +
+      std::to_string(step) +
       " --export-hf DIR, then start this plan with --init-from DIR (the weights carry over, the Adam state does not)";
   // the same checks on every rank, from the same file: they all fail together
   {
-    const json saved = info.value("model", json::object());
+    const json saved = ri.has("model") ? ri.object("model").self() : json::object();
     const json a = architecture(saved), b = architecture(model_to_json(model));
     if (a != b) {
       std::string diff;
       for (auto& [k, v] : b.items())
         if (!a.contains(k) || a[k] != v)
-          diff += (diff.empty() ? "" : ", ") + k + " " + (a.contains(k) ? a[k].dump() : "missing") + " vs " + v.dump();
-      throw InputError(index, "model",
-                       "the checkpoint is of model " + saved.value("name", std::string("?")) + ", not " + model.name +
-                           " (" + diff + ")");
+          diff += (diff.empty() ? "" : ", ") + k + " " + (a.contains(k) ? json_excerpt(a[k]) : "missing") + " vs " + v.dump();
+      const std::string saved_name = saved.contains("name") ? json_excerpt(saved["name"]) : "?";
+      throw InputError(index, "model", "the checkpoint is of model " + saved_name + ", not " + model.name + " (" + diff + ")");
     }
-    const json s = info.value("sharding", json::object()), mine = sharding_of(pc);
+    const json s = ri.has("sharding") ? ri.object("sharding").self() : json::object(), mine = sharding_of(pc);
     if (s != mine)
       throw InputError(index, "sharding",
-                       "the checkpoint was written under " + sharding_text(s) + " (plan " + info.value("plan", "?") +
+                       "the checkpoint was written under " + sharding_text(s) + " (plan " + ri.string_or("plan", "?") +
                            "), this run is " + sharding_text(mine) + " (plan " + plan_to_string(pc.plan) + ")" + advice);
   }
-  const int64_t step = info.value("step", int64_t(0));
   // this rank's own file; a problem on any rank stops every rank (each names its own file)
   const std::string file = (fs::path(ck) / rank_file(pc.rank)).string();
   std::string problem;
@@ -368,12 +346,7 @@ int64_t load_checkpoint(Trainer& t, const std::string& dir) {
     std::map<std::string, std::string> md;
     std::map<std::string, std::vector<int64_t>> shapes;
     tensors = read_safetensors(file, &shapes, &md);
-    json meta;
-    try {
-      meta = json::parse(md.count("ctxrun") ? md["ctxrun"] : "{}");
-    } catch (const std::exception& e) {
-      throw InputError(file, "__metadata__", std::string("ctxrun metadata is not JSON: ") + e.what());
-    }
+    const json meta = parse_json_text(md.count("ctxrun") ? md["ctxrun"] : "{}", file + " (__metadata__.ctxrun)");
     check_shard(t, file, meta, step);
     for (size_t u = 0; u < ps.units.size(); ++u)
       for (int k = 0; k < 3; ++k) {

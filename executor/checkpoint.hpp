@@ -13,22 +13,20 @@
 #include <vector>
 
 #include "costmodel/json_util.hpp"
+#include "executor/safetensors.hpp"
 #include "executor/trainer.hpp"
 
 namespace ctx::exec {
 
-using TensorMap = std::map<std::string, std::vector<float>>;
-using ShapeList = std::vector<std::pair<std::string, std::vector<int64_t>>>;
-
-void write_safetensors(const std::string& path, const ShapeList& order, const TensorMap& tensors);
-// Reads F32, BF16 and F16 tensors as float; throws InputError naming the file on bad input.
-// `metadata`: the file's __metadata__ (string values), when given.
-TensorMap read_safetensors(const std::string& path, std::map<std::string, std::vector<int64_t>>* shapes = nullptr,
-                           std::map<std::string, std::string>* metadata = nullptr);
-
-// Collective: every rank writes its own shard file; rank 0 the index. Returns the checkpoint's directory.
+// Collective, before the first step: creates `dir`, proves it writable (InputError naming it, on
+// every rank, otherwise: a bad --ckpt-dir is found before training, not at the first save) and
+// removes step-N.tmp / step-N.old folders left by saves that were killed.
+void prepare_checkpoint_dir(Trainer& t, const std::string& dir);
+// Collective: every rank writes its own shard file; rank 0 the index. Saving a step whose folder
+// exists exchanges the two folders atomically: the checkpoint `latest` names is never missing. Returns the checkpoint's directory.
 std::string save_checkpoint(Trainer& t, const std::string& dir, const json& run_info);
-// Collective: every rank reads <dir>/latest (or `dir` itself when it holds trainer.json) and takes
+// Collective: every rank reads <dir>/latest (or `dir` itself when it holds trainer.json; a `latest`
+// naming no complete checkpoint falls back to the newest complete step-N with a warning) and takes
 // its own shard file back bit for bit. Throws InputError naming the file when the checkpoint
 // belongs to another model or another plan, or a shard file is missing or damaged.
 int64_t load_checkpoint(Trainer& t, const std::string& dir);

@@ -204,11 +204,14 @@ int run(int argc, char** argv, CommWorld& world) {
   to.sorted_packing = o.sorted_packing || plan.sorted_packing;  // --sorted-packing or the plan's packing=sorted
   Trainer trainer(*backend, world, to, *data);
   if (!o.init_from.empty()) load_hf_weights(trainer, o.init_from);
+  int64_t saved_step = -1;  // the step whose checkpoint is on disk from this run (or the one resumed)
   if (o.resume) {
     if (o.ckpt_dir.empty()) throw InputError("--resume", "", "needs --ckpt-dir");
     int64_t s = load_checkpoint(trainer, o.ckpt_dir);
+    saved_step = s;
     if (rank == 0) std::printf("resumed from %s at step %lld\n", o.ckpt_dir.c_str(), static_cast<long long>(s));
   }
+  if (!o.ckpt_dir.empty()) prepare_checkpoint_dir(trainer, o.ckpt_dir);
   if (rank == 0)
     std::printf("ctxrun: %s, seq %lld, %d ranks, plan %s, data %s, backend %s\n", model.name.c_str(),
                 static_cast<long long>(seq), nranks, plan_to_string(plan).c_str(), data->describe().c_str(),
@@ -225,8 +228,11 @@ int run(int argc, char** argv, CommWorld& world) {
   json run_info = {{"plan", plan_to_string(plan)}, {"seq", seq}, {"seed", o.seed}, {"data_seed", o.data_seed},
                    {"data", o.data}, {"schedule_steps", o.opt.total_steps}};
   auto save = [&]() {
-    if (o.ckpt_dir.empty()) return;
+    // the same step is never saved twice (SIGTERM at a --save-every boundary; --steps equal to the
+    // resumed step): its checkpoint is already there
+    if (o.ckpt_dir.empty() || trainer.steps_done() == saved_step) return;
     std::string where = save_checkpoint(trainer, o.ckpt_dir, run_info);
+    saved_step = trainer.steps_done();
     if (rank == 0) std::printf("saved %s\n", where.c_str());
   };
   int exit_code = kExitOk;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <random>
@@ -103,23 +104,32 @@ class Synthetic : public Dataset {
 }  // namespace
 
 std::unique_ptr<Dataset> open_token_file(const std::string& path, const DataOptions& o) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw InputError(path, "", "is a folder; expected an llm.c token file");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw InputError(path, "", "cannot open the token file");
+  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return parse_token_file(bytes, path, o);
+}
+
+std::unique_ptr<Dataset> parse_token_file(const std::string& bytes, const std::string& path, const DataOptions& o) {
   int32_t header[256];
-  f.read(reinterpret_cast<char*>(header), sizeof(header));
-  if (f.gcount() != static_cast<std::streamsize>(sizeof(header)))
+  if (bytes.size() < sizeof(header))
     throw InputError(path, "header", "truncated: an llm.c token file starts with a 1024-byte header");
+  std::memcpy(header, bytes.data(), sizeof(header));
   if (header[0] != kMagic)
     throw InputError(path, "header", "bad magic " + std::to_string(header[0]) + " (llm.c token files start with " +
                                          std::to_string(kMagic) + ")");
   if (header[1] != 1) throw InputError(path, "header", "version " + std::to_string(header[1]) + " (expected 1: uint16 tokens)");
   const int64_t n = header[2];
   if (n <= 0) throw InputError(path, "header", "token count " + std::to_string(n) + " must be positive");
-  std::vector<uint16_t> toks(static_cast<size_t>(n));
-  f.read(reinterpret_cast<char*>(toks.data()), static_cast<std::streamsize>(n * 2));
-  if (f.gcount() != static_cast<std::streamsize>(n * 2))
+  // the count is checked against the bytes there before anything is sized from it
+  const int64_t held = static_cast<int64_t>((bytes.size() - sizeof(header)) / 2);
+  if (held < n)
     throw InputError(path, "tokens", "truncated: the header promises " + std::to_string(n) + " tokens, the file holds " +
-                                         std::to_string(f.gcount() / 2));
+                                         std::to_string(held));
+  std::vector<uint16_t> toks(static_cast<size_t>(n));
+  std::memcpy(toks.data(), bytes.data() + sizeof(header), static_cast<size_t>(n) * 2);
   for (int64_t i = 0; i < n; ++i)
     if (toks[i] >= o.vocab)
       throw InputError(path, "tokens", "token " + std::to_string(toks[i]) + " at position " + std::to_string(i) +

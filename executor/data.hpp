@@ -32,6 +32,9 @@ struct DataOptions {
 
 // Throws InputError naming the file on a bad header, a truncated file or out-of-vocabulary tokens.
 std::unique_ptr<Dataset> open_token_file(const std::string& path, const DataOptions& o);
+// The same reader over a file's bytes (`path` names them in errors); the header's token count is
+// checked against the bytes present before anything is sized from it.
+std::unique_ptr<Dataset> parse_token_file(const std::string& bytes, const std::string& path, const DataOptions& o);
 std::unique_ptr<Dataset> make_synthetic(const DataOptions& o);
 // Writes tokens in llm.c's format (used by tests and to export the synthetic corpus).
 void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens);
