@@ -1,6 +1,6 @@
 // Megatron-LM / NeMo training arguments <-> a ctxplan job.
 //
-// Source: Megatron-LM megatron/training/arguments.py (core_r0.13.0: _add_network_size_args,
+// Source: Megatron-LM megatron/training/arguments.py (core_r0.14, 2025: _add_network_size_args,
 // _add_training_args, _add_distributed_args, _add_mixed_precision_args) and
 // megatron/core/transformer/transformer_config.py for cp_comm_type and the hierarchical CP sizes.
 // The mapping table (flag, default, plan key) is docs/STACKS.md "Megatron-LM".
@@ -549,7 +549,7 @@ StackExport export_megatron(const ExportJob& job, const Profiles& profiles) {
   e.launch = launch.str() + " \\\n  " + join(args, " \\\n  ");
 
   std::ostringstream os;
-  os << "# Megatron-LM arguments written by `ctxplan export megatron` (Megatron-LM core_r0.13.0 arguments.py; "
+  os << "# Megatron-LM arguments written by `ctxplan export megatron` (Megatron-LM core_r0.14 arguments.py; "
         "mapping in docs/STACKS.md)\n";
   os << "# job: " << job.model_arg << ", seq " << job.seq << " tokens, " << job.nodes << " node(s) x " << job.gpus_per_node
      << " GPUs = " << world << " ranks; plan " << plan_to_string(p) << "\n";

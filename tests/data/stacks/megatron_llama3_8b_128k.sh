@@ -1,5 +1,5 @@
 #!/bin/bash
-# Megatron-LM (core_r0.13) pre-training of Llama-3.1-8B at 128K tokens on 2 nodes x 8 GPUs:
+# Megatron-LM (core_r0.14) pre-training of Llama-3.1-8B at 128K tokens on 2 nodes x 8 GPUs:
 # TP 2 with sequence parallel, CP 4 as hierarchical a2a+p2p (2 x 2), distributed optimizer,
 # full recompute of every layer. Argument names from megatron/training/arguments.py.
 export CUDA_DEVICE_MAX_CONNECTIONS=1
