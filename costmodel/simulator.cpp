@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "costmodel/process_groups.hpp"
@@ -27,7 +28,7 @@ bool same_vector(const std::vector<double>& a, const std::vector<double>& b) {
 // The builder passes these by value instead of task ids, so nothing per task is kept unless the
 // tasks are recorded.
 struct T {
-  int32_t id = -1;  // -1: no task (nothing to wait for)
+  int64_t id = -1;  // -1: no task (nothing to wait for); without a recording only compared
   int32_t rep = 0;
   double start = 0, end = 0, ready = 0, duration = 0;
   SimStream stream = SimStream::compute;
@@ -146,9 +147,9 @@ class Builder {
       st.category = cat;
       out_.tasks.push_back(st);
       std::vector<int32_t> d;
-      if (prev.id >= 0) d.push_back(prev.id);  // in-order stream
+      if (prev.id >= 0) d.push_back(static_cast<int32_t>(prev.id));  // in-order stream
       for (const T& x : deps)
-        if (x.id >= 0) d.push_back(x.id);
+        if (x.id >= 0) d.push_back(static_cast<int32_t>(x.id));
       out_.deps.push_back(std::move(d));
     }
     if (coll >= 0) {
@@ -347,7 +348,8 @@ class Builder {
         cost_of[static_cast<size_t>(r)] = &costs[static_cast<size_t>(rep.pack_class)][static_cast<size_t>(rep.cp_index)];
         prev[static_cast<size_t>(r)] = prev_of(r);
       }
-      ring_steps_fast(pass, generic_steps, steps, backward, cost_of, prev, have, have_dkv, last_compute);
+      if (backward) ring_steps_fast(pass, generic_steps, steps, backward, cost_of, prev, have, have_dkv, last_compute);
+      else ring_forward_by_rank(pass, steps, cost_of, prev, have, last_compute);
     }
     if (!backward) return last_compute;
     // dq is done with the last compute, dK,dV with the hop home
@@ -390,7 +392,7 @@ class Builder {
     for (int64_t j = j0; j < steps; ++j) {
       const bool has_recv = j + 1 < steps;
       if (has_recv) {
-        const int32_t base = next_id_;
+        const int64_t base = next_id_;
         next_id_ += R;
         for (int r = 0; r < R; ++r) {
           const T& pv = ring[static_cast<size_t>(r)];
@@ -411,7 +413,7 @@ class Builder {
         }
       }
       {
-        const int32_t base = next_id_;
+        const int64_t base = next_id_;
         next_id_ += R;
         for (int r = 0; r < R; ++r) {
           const T& pv = last_compute[static_cast<size_t>(r)];
@@ -441,7 +443,7 @@ class Builder {
         last_compute.swap(comp);
       }
       if (backward) {
-        const int32_t base = next_id_;
+        const int64_t base = next_id_;
         next_id_ += R;
         for (int r = 0; r < R; ++r) {
           const int p = prev[static_cast<size_t>(r)];
@@ -475,6 +477,305 @@ class Builder {
     }
   }
 
+  // Forward ring steps 1 .. steps-1 without a recording, one rank at a time. In the forward the
+  // transfers wait for nothing but transfers (K,V travel while the step computes), so the block
+  // rank r receives at step k >= 1 arrives at  M_k + k p,  M_k = the latest end of the first
+  // step's receive over r and its k upstream neighbours (p: one hop). Each rank is then a scan
+  // of its own steps, O(1) per step, with the same tasks, ids, accounting and breakdown as the
+  // generic loop; equal to it up to rounding (M_k + k p is one product where the loop adds k
+  // times; tests/test_simulator_oracle.cpp holds it to 1e-9 relative).
+  // `have` holds the first step's receives, `last_compute` the first step's computes.
+  void ring_forward_by_rank(SimPass pass, int64_t steps, const std::vector<const std::vector<double>*>& cost_of,
+                            const std::vector<int>& prev, const std::vector<T>& have, std::vector<T>& last_compute) {
+    const int R = nreps();
+    const double p2p = std::max(0.0, k_.p2p_fwd);
+    const bool fwd_pass = pass == SimPass::forward;
+    const int64_t id0 = next_id_;
+    // step j >= 1 creates (j + 1 < steps ? R receives : nothing), then R computes
+    auto recv_id = [&](int64_t j, int r) { return id0 + 2 * R * (j - 1) + r; };
+    auto comp_id = [&](int64_t j, int r) { return id0 + 2 * R * (j - 1) + (j + 1 < steps ? R : 0) + r; };
+    next_id_ = id0 + 2 * static_cast<int64_t>(R) * (steps - 2) + R;
+    ntasks_ += 2 * static_cast<int64_t>(R) * (steps - 2) + R;
+    std::vector<T> last_recv(static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r) {
+      RepAcc& a = acc_[static_cast<size_t>(r)];
+      const std::vector<double>& cv = *cost_of[static_cast<size_t>(r)];
+      double f_start = 0, f_end = 0;  // forward span of these tasks
+      bool f_any = false;
+      // the task ending last so far (a.last), kept as what identifies it; made a T at the end
+      double best_end = a.last.id >= 0 ? a.last.end : 0;
+      bool best_here = false, best_is_recv = false;
+      int64_t best_j = 0;
+      double best_start = 0, best_ready = 0, best_dur = 0;
+      auto consider = [&](bool is_recv, int64_t j, double start, double end, double ready, double dur) {
+        if (fwd_pass) {
+          if (!f_any || start < f_start) f_start = start;
+          f_end = f_any ? std::max(f_end, end) : end;
+          f_any = true;
+        }
+        if ((a.last.id < 0 && !best_here) || end > best_end) {
+          best_here = true;
+          best_end = end;
+          best_is_recv = is_recv;
+          best_j = j;
+          best_start = start;
+          best_ready = ready;
+          best_dur = dur;
+        }
+      };
+      // the step-0 receive: its end starts the window
+      const T& h0 = have[static_cast<size_t>(r)];
+      double m_prev = 0;                       // M_{k-1} (k >= 2)
+      double m = h0.end;                       // M_k, k = 0: this rank's own first receive
+      int q = r;                               // the upstream rank that entered the window last
+      double h_end = h0.end, h_wait = std::max(0.0, h0.start - h0.ready);  // the block held: recv_{j-1}
+      double c_end = last_compute[static_cast<size_t>(r)].end;
+      double busy = a.busy, compute = a.b.compute, imbalance = a.b.imbalance, exposed = a.b.exposed_comm;
+      double prev_end = a.prev_end;
+      double end_max = a.end;
+      T last_c = last_compute[static_cast<size_t>(r)];
+      for (int64_t j = 1; j < steps; ++j) {
+        // the receive of step j (the block for step j + 1)
+        if (j + 1 < steps) {
+          q = prev[static_cast<size_t>(q)];
+          m_prev = m;
+          m = std::max(m, have[static_cast<size_t>(q)].end);
+          const double base = static_cast<double>(j - 1) * p2p;
+          const double start = m + base, end = start + p2p, ready = m_prev + base;
+          end_max = std::max(end_max, end);
+          consider(true, j, start, end, ready, p2p);
+          if (j + 2 == steps) {
+            T& t = last_recv[static_cast<size_t>(r)];
+            t.id = recv_id(j, r);
+            t.rep = r;
+            t.start = start;
+            t.end = end;
+            t.ready = ready;
+            t.duration = p2p;
+            t.stream = SimStream::ring;
+            t.category = SimCategory::comm;
+          }
+        }
+        // the compute of step j, on the block received at step j - 1
+        const double dur = std::max(0.0, static_cast<size_t>(j) < cv.size() ? cv[static_cast<size_t>(j)] : 0.0);
+        const double start = std::max(std::max(0.0, c_end), h_end);
+        const double end = start + dur;
+        end_max = std::max(end_max, end);
+        busy += dur;
+        const double gap = start - prev_end;
+        if (gap > 0) {
+          const double others = std::min(gap, h_wait);
+          imbalance += others;
+          exposed += gap - others;
+        }
+        compute += dur;
+        prev_end = end;
+        c_end = end;
+        consider(false, j, start, end, start, dur);
+        if (j + 1 == steps) {
+          last_c.id = comp_id(j, r);
+          last_c.rep = r;
+          last_c.start = start;
+          last_c.end = end;
+          last_c.ready = start;
+          last_c.duration = dur;
+          last_c.stream = SimStream::compute;
+          last_c.category = SimCategory::compute;
+        }
+        // the block for the next step: this step's receive
+        if (j + 1 < steps) {
+          const double base = static_cast<double>(j - 1) * p2p;
+          h_end = m + base + p2p;
+          h_wait = std::max(0.0, (m + base) - (m_prev + base));
+        }
+      }
+      a.busy = busy;
+      a.b.compute = compute;
+      a.b.imbalance = imbalance;
+      a.b.exposed_comm = exposed;
+      a.prev_end = prev_end;
+      a.end = end_max;
+      if (best_here) {
+        T t;
+        t.id = best_is_recv ? recv_id(best_j, r) : comp_id(best_j, r);
+        t.rep = r;
+        t.start = best_start;
+        t.end = best_end;
+        t.ready = best_ready;
+        t.duration = best_dur;
+        t.stream = best_is_recv ? SimStream::ring : SimStream::compute;
+        t.category = best_is_recv ? SimCategory::comm : SimCategory::compute;
+        a.last = t;
+      }
+      if (fwd_pass && f_any) {
+        size_t i = static_cast<size_t>(r) * static_cast<size_t>(k_.ga) + static_cast<size_t>(mb_);
+        if (mb_fwd_start_[i] < 0 || f_start < mb_fwd_start_[i]) mb_fwd_start_[i] = f_start;
+        mb_fwd_end_[i] = std::max(mb_fwd_end_[i], f_end);
+      }
+      last_compute[static_cast<size_t>(r)] = last_c;
+      if (steps > 2) last_[static_cast<size_t>(r) * kSimStreams + static_cast<int>(SimStream::ring)] = last_recv[static_cast<size_t>(r)];
+      last_[static_cast<size_t>(r) * kSimStreams + static_cast<int>(SimStream::compute)] = last_c;
+    }
+  }
+
+  // ---- periodicity over layers (without a recording) ---------------------------------------------
+  // The state between two iterations of a layer loop: every (rank, stream)'s last task, the tasks
+  // the loop carries to its next iteration, the per-rank accumulators, the forward span of the
+  // micro-batch and the counters. Every time in it is a max-plus expression of the times before
+  // the iteration (a task starts at the latest end of its dependencies): a convex, piecewise-linear
+  // map F. When two alike iterations in a row have moved every component by the same amount
+  // delta (its own amount: 0 for a stream the loop leaves alone, lambda for the critical rank,
+  // less for a rank that is still catching up), the state moves on the line S(t) = S + t delta with
+  // F(S(t)) = S(t + 1) at t = -1 and t = 0. If one swept iteration from S(m) also lands on
+  // S(m + 1), then F(S(t)) - S(t + 1), convex in t and zero at -1, 0 and m, is zero on all of
+  // [0, m]: the m iterations in between are the line, and are not swept. So the jump sweeps one
+  // iteration to check its far end (halving the distance until the check holds, or giving up),
+  // and is exact up to rounding: increments are compared to 1e-12 of the values they move (the
+  // sweep's own rounding differs by a few hundred ulps from iteration to iteration), and
+  // S + m delta rounds differently from m sums. The accumulators (busy, breakdown) are not
+  // max-plus (an idle gap is split by a min); the check at the far end covers them.
+  struct Snapshot {
+    std::vector<T> tasks;          // last_, then the carried vectors in order
+    std::vector<RepAcc> acc;
+    std::vector<double> span;      // per rank: forward start and end of the current micro-batch
+    int64_t next_id = 0;
+    int32_t next_coll = 0;
+    int64_t ntasks = 0;
+  };
+  void take(Snapshot& s, std::initializer_list<std::vector<T>*> carried) const {
+    s.tasks.assign(last_.begin(), last_.end());
+    for (const std::vector<T>* v : carried) s.tasks.insert(s.tasks.end(), v->begin(), v->end());
+    s.acc = acc_;
+    s.span.resize(2 * acc_.size());
+    for (size_t r = 0; r < acc_.size(); ++r) {
+      const size_t i = r * static_cast<size_t>(k_.ga) + static_cast<size_t>(mb_);
+      s.span[2 * r] = mb_fwd_start_[i];
+      s.span[2 * r + 1] = mb_fwd_end_[i];
+    }
+    s.next_id = next_id_;
+    s.next_coll = next_coll_;
+    s.ntasks = ntasks_;
+  }
+
+  class Period {
+   public:
+    // Records the state after an iteration; true when the last three states lie on a line.
+    bool observe(const Builder& b, std::initializer_list<std::vector<T>*> carried) {
+      std::swap(s_[0], s_[1]);
+      std::swap(s_[1], s_[2]);
+      b.take(s_[2], carried);
+      seen_ = std::min(seen_ + 1, 3);
+      return seen_ == 3 && same_step(s_[0], s_[1], s_[1], s_[2]);
+    }
+    // After observe() returned true: advances the loop by up to n iterations, `iterate(m)`
+    // sweeping the m-th iteration after the observed one. Returns how many iterations were
+    // done (0: none; the state is the observed one again).
+    int64_t jump(Builder& b, std::initializer_list<std::vector<T>*> carried, int64_t n, const std::function<void(int64_t)>& iterate) {
+      // the distance grows while the line holds and shrinks after a miss (a miss costs one swept
+      // iteration: the state goes back to the observed one and the loop sweeps on)
+      const int64_t m = std::min(n, probe_);
+      if (m < 2) return 0;
+      place(b, carried, m - 1);
+      b.take(p_, carried);
+      iterate(m);
+      b.take(w_, carried);
+      if (same_step(s_[1], s_[2], p_, w_)) {
+        ++b.jumps_;
+        b.layers_skipped_ += m - 1;
+        std::swap(s_[1], p_);  // the line goes on from here
+        std::swap(s_[2], w_);
+        seen_ = 2;
+        probe_ = 2 * m;
+        return m;
+      }
+      place(b, carried, 0);
+      ++b.jump_misses_;
+      probe_ = std::max<int64_t>(2, m / 2);
+      return 0;
+    }
+
+   private:
+    static constexpr double kTol = 1e-12;
+    // the live state = the last observed state + m times the last step
+    void place(Builder& b, std::initializer_list<std::vector<T>*> carried, int64_t m) const {
+      const Snapshot &y = s_[1], &z = s_[2];
+      const double dm = static_cast<double>(m);
+      auto lin = [&](double y0, double z0) { return y0 == z0 ? z0 : z0 + dm * (z0 - y0); };
+      auto task = [&](const T& y0, const T& z0) {
+        if (y0.id == z0.id) return z0;
+        T t = z0;
+        t.id = z0.id + m * (z0.id - y0.id);
+        t.start = lin(y0.start, z0.start);
+        t.end = lin(y0.end, z0.end);
+        t.ready = lin(y0.ready, z0.ready);
+        return t;
+      };
+      size_t i = 0;
+      for (T& t : b.last_) { t = task(y.tasks[i], z.tasks[i]); ++i; }
+      for (std::vector<T>* v : carried)
+        for (T& t : *v) { t = task(y.tasks[i], z.tasks[i]); ++i; }
+      for (size_t r = 0; r < b.acc_.size(); ++r) {
+        const RepAcc &ya = y.acc[r], &za = z.acc[r];
+        RepAcc& a = b.acc_[r];
+        a.end = lin(ya.end, za.end);
+        a.prev_end = lin(ya.prev_end, za.prev_end);
+        a.opt_start = lin(ya.opt_start, za.opt_start);
+        a.last = task(ya.last, za.last);
+        a.busy = lin(ya.busy, za.busy);
+        a.b.compute = lin(ya.b.compute, za.b.compute);
+        a.b.exposed_comm = lin(ya.b.exposed_comm, za.b.exposed_comm);
+        a.b.offload_stall = lin(ya.b.offload_stall, za.b.offload_stall);
+        a.b.imbalance = lin(ya.b.imbalance, za.b.imbalance);
+        a.b.optimizer = lin(ya.b.optimizer, za.b.optimizer);
+        const size_t k = r * static_cast<size_t>(b.k_.ga) + static_cast<size_t>(b.mb_);
+        b.mb_fwd_start_[k] = lin(y.span[2 * r], z.span[2 * r]);
+        b.mb_fwd_end_[k] = lin(y.span[2 * r + 1], z.span[2 * r + 1]);
+      }
+      b.next_id_ = z.next_id + m * (z.next_id - y.next_id);
+      b.next_coll_ = z.next_coll + static_cast<int32_t>(m) * (z.next_coll - y.next_coll);
+      b.ntasks_ = z.ntasks + m * (z.ntasks - y.ntasks);
+    }
+    // Does b0 -> b1 move every component as a0 -> a1 does?
+    static bool same_step(const Snapshot& a0, const Snapshot& a1, const Snapshot& b0, const Snapshot& b1) {
+      if (a0.tasks.size() != b1.tasks.size() || a1.tasks.size() != b1.tasks.size() || b0.tasks.size() != b1.tasks.size()) return false;
+      if (a1.next_id - a0.next_id != b1.next_id - b0.next_id || a1.next_coll - a0.next_coll != b1.next_coll - b0.next_coll ||
+          a1.ntasks - a0.ntasks != b1.ntasks - b0.ntasks)
+        return false;
+      auto step = [](double p, double q, double r, double s) {
+        if (p == q) return r == s;  // unchanged (also infinities)
+        return std::abs((s - r) - (q - p)) <= kTol * std::max(std::abs(s), std::abs(q));
+      };
+      auto task = [&](const T& p, const T& q, const T& r, const T& s) {
+        if (p.id == q.id) return r.id == s.id && (p.id < 0) == (r.id < 0);  // untouched (or no task) in both
+        if (p.id < 0 || r.id < 0 || q.id - p.id != s.id - r.id) return false;
+        if (p.rep != s.rep || q.rep != s.rep || r.rep != s.rep || p.stream != s.stream || q.stream != s.stream ||
+            r.stream != s.stream || p.category != s.category || q.category != s.category || r.category != s.category ||
+            p.duration != s.duration || q.duration != s.duration || r.duration != s.duration)
+          return false;
+        return step(p.start, q.start, r.start, s.start) && step(p.end, q.end, r.end, s.end) && step(p.ready, q.ready, r.ready, s.ready);
+      };
+      for (size_t i = 0; i < b1.tasks.size(); ++i)
+        if (!task(a0.tasks[i], a1.tasks[i], b0.tasks[i], b1.tasks[i])) return false;
+      for (size_t r = 0; r < b1.acc.size(); ++r) {
+        const RepAcc &p = a0.acc[r], &q = a1.acc[r], &u = b0.acc[r], &v = b1.acc[r];
+        if (!step(p.end, q.end, u.end, v.end) || !step(p.prev_end, q.prev_end, u.prev_end, v.prev_end) ||
+            !step(p.opt_start, q.opt_start, u.opt_start, v.opt_start) || !task(p.last, q.last, u.last, v.last) ||
+            !step(p.busy, q.busy, u.busy, v.busy) || !step(p.b.compute, q.b.compute, u.b.compute, v.b.compute) ||
+            !step(p.b.exposed_comm, q.b.exposed_comm, u.b.exposed_comm, v.b.exposed_comm) ||
+            !step(p.b.offload_stall, q.b.offload_stall, u.b.offload_stall, v.b.offload_stall) ||
+            !step(p.b.imbalance, q.b.imbalance, u.b.imbalance, v.b.imbalance) ||
+            !step(p.b.optimizer, q.b.optimizer, u.b.optimizer, v.b.optimizer))
+          return false;
+      }
+      for (size_t i = 0; i < b1.span.size(); ++i)
+        if (!step(a0.span[i], a1.span[i], b0.span[i], b1.span[i])) return false;
+      return true;
+    }
+    Snapshot s_[3], p_, w_;
+    int seen_ = 0;
+    int64_t probe_ = 4;
+  };
+
   // ---- one layer forward (also the recompute pass) ----------------------------------------------
   std::vector<T> layer_forward(int32_t l, SimPass pass, const std::vector<T>& after, const std::vector<T>& params) {
     auto d = after;
@@ -495,8 +796,6 @@ class Builder {
 
   void forward() {
     const int32_t L = static_cast<int32_t>(k_.layers);
-    fwd_end_.assign(static_cast<size_t>(L), none());
-    std::vector<std::vector<T>> gathered(static_cast<size_t>(L), none());
     auto gather = [&](int32_t l, SimPass pass, const std::vector<T>& buffer_free) {
       auto h = host("param_h2d", k_.param_h2d, pass, l, buffer_free);
       return collective(G::zero, SimStream::dp, "zero3_all_gather", k_.zero3_ag, pass, l, h);
@@ -508,14 +807,26 @@ class Builder {
     const auto embed = collective(G::zero, SimStream::dp, "zero3_gather_embedding", k_.zero3_embed_ag, SimPass::forward, -1, d);
     d = compute("embedding", 0.0, SimPass::forward, -1, d, &embed);
     d = tp_reduce(SimPass::forward, -1, d);  // the vocab-parallel embedding's partial rows
-    gathered[0] = gather(0, SimPass::forward, d);
-    for (int32_t l = 0; l < L; ++l) {
-      // prefetch the next layer's parameters while this one runs (two layers' buffers)
-      if (l + 1 < L) gathered[static_cast<size_t>(l + 1)] = gather(l + 1, SimPass::forward, l >= 1 ? fwd_end_[static_cast<size_t>(l - 1)] : d);
+    std::vector<T> gathered = gather(0, SimPass::forward, d), next;  // this layer's parameters, the next one's
+    auto iteration = [&](int32_t l) {
+      // prefetch the next layer's parameters while this one runs (two layers' buffers: the buffer
+      // is free when the previous layer has ended, which is when this one starts)
+      if (l + 1 < L) next = gather(l + 1, SimPass::forward, d);
       std::vector<T> start = d;
-      d = layer_forward(l, SimPass::forward, d, gathered[static_cast<size_t>(l)]);
-      fwd_end_[static_cast<size_t>(l)] = d;
+      d = layer_forward(l, SimPass::forward, d, gathered);
       if (k_.ckpt_d2h > 0) host("ckpt_d2h", k_.ckpt_d2h, SimPass::forward, l, start);
+      gathered.swap(next);
+    };
+    Period period;
+    for (int32_t l = 0; l < L; ++l) {
+      iteration(l);
+      // iterations 1 .. L-2 are alike (the first starts from the embedding, the last prefetches
+      // nothing): see Period
+      if (!record_ && l + 2 < L) {
+        const int64_t n = (L - 2) - l;  // alike iterations still to come
+        if (period.observe(*this, {&d, &gathered}) && n >= 2)
+          l += static_cast<int32_t>(period.jump(*this, {&d, &gathered}, n, [&](int64_t m) { iteration(l + static_cast<int32_t>(m)); }));
+      }
     }
     fwd_tail_ = d;
   }
@@ -546,8 +857,6 @@ class Builder {
   void backward(bool reduce) {
     const int32_t L = static_cast<int32_t>(k_.layers);
     std::vector<T> d = loss_end_;
-    std::vector<std::vector<T>> gathered(static_cast<size_t>(L), none()), bwd_end(static_cast<size_t>(L), none());
-    std::vector<std::vector<T>> ckpt_in(static_cast<size_t>(L), none());
     auto gather = [&](int32_t l, const std::vector<T>& buffer_free) {
       auto h = host("param_h2d", k_.param_h2d, SimPass::backward, l, buffer_free);
       return collective(G::zero, SimStream::dp, "zero3_all_gather", k_.zero3_ag, SimPass::backward, l, h);
@@ -555,19 +864,20 @@ class Builder {
     auto fetch_ckpt = [&](int32_t l, const std::vector<T>& buffer_free) {
       return host("ckpt_h2d", k_.ckpt_h2d, SimPass::backward, l, buffer_free);
     };
-    gathered[static_cast<size_t>(L - 1)] = gather(L - 1, d);
-    if (k_.ckpt_h2d > 0) ckpt_in[static_cast<size_t>(L - 1)] = fetch_ckpt(L - 1, d);
+    // this layer's parameters and checkpoint, and the next (lower) layer's, prefetched when the
+    // layer above has finished its backward (which is when this one starts)
+    std::vector<T> gathered = gather(L - 1, d), next_gathered = none();
+    std::vector<T> ckpt_in = k_.ckpt_h2d > 0 ? fetch_ckpt(L - 1, d) : none(), next_ckpt = none();
     std::vector<T> last_reduce = none();
-    for (int32_t l = L - 1; l >= 0; --l) {
+    auto iteration = [&](int32_t l) {
       if (l >= 1) {
-        const auto& free_buf = l + 1 < L ? bwd_end[static_cast<size_t>(l + 1)] : d;
-        gathered[static_cast<size_t>(l - 1)] = gather(l - 1, free_buf);
-        if (k_.ckpt_h2d > 0) ckpt_in[static_cast<size_t>(l - 1)] = fetch_ckpt(l - 1, free_buf);
+        next_gathered = gather(l - 1, d);
+        if (k_.ckpt_h2d > 0) next_ckpt = fetch_ckpt(l - 1, d);
       }
-      const auto& params = gathered[static_cast<size_t>(l)];
+      const auto& params = gathered;
       std::vector<T> x = d;
       if (k_.ckpt_h2d > 0)  // the layer's checkpoint must be back on the device (a join, no work)
-        x = compute("checkpoint_ready", 0.0, SimPass::backward, l, x, &ckpt_in[static_cast<size_t>(l)]);
+        x = compute("checkpoint_ready", 0.0, SimPass::backward, l, x, &ckpt_in);
       if (k_.recompute == Recompute::full) x = layer_forward(l, SimPass::recompute, x, params);
       // backward of the MLP half: d(out) gathered, and the recomputed norm output again (under SP
       // the weight gradient needs the whole sequence's input)
@@ -595,12 +905,25 @@ class Builder {
       x = compute("norm_qkv_rope_bwd", k_.pre_bwd, SimPass::backward, l, x);
       x = k_.sp ? collective(G::self, SimStream::tp, "tp_reduce_scatter", k_.tp_rs, SimPass::backward, l, x)
                 : collective(G::self, SimStream::tp, "tp_all_reduce", k_.tp_ar, SimPass::backward, l, x);
-      bwd_end[static_cast<size_t>(l)] = x;
       if (reduce) {
         auto f = tp_fixups(l, k_.tp_fixups_norm_per_layer, k_.tp_fixups_kv_per_layer, x);
         last_reduce = collective(G::zero, SimStream::dp, "grad_reduce", k_.grad_reduce, SimPass::backward, l, f);
       }
       d = x;
+      gathered.swap(next_gathered);
+      ckpt_in.swap(next_ckpt);
+    };
+    Period period;
+    for (int32_t l = L - 1; l >= 0; --l) {
+      iteration(l);
+      // iterations L-2 .. 1 are alike (the top one starts from the loss, the bottom one prefetches
+      // nothing): see Period
+      if (!record_ && l + 1 < L) {
+        const int64_t n = l - 1;  // alike iterations still to come
+        if (period.observe(*this, {&d, &gathered, &ckpt_in, &last_reduce}) && n >= 2)
+          l -= static_cast<int32_t>(
+              period.jump(*this, {&d, &gathered, &ckpt_in, &last_reduce}, n, [&](int64_t m) { iteration(l - static_cast<int32_t>(m)); }));
+      }
     }
     d = tp_gather(SimPass::backward, -1, d);  // d(embedding output), whole sequence
     d = compute("embedding_bwd", 0.0, SimPass::backward, -1, d);  // scatter-add into the table, not priced (as its forward)
@@ -640,17 +963,20 @@ class Builder {
   bool record_ = true;
   int32_t mb_ = 0;
   int32_t next_coll_ = 0;
-  int32_t next_id_ = 0;
+  int64_t next_id_ = 0;
   int64_t ntasks_ = 0;
+  int64_t jumps_ = 0, layers_skipped_ = 0, jump_misses_ = 0;  // periodicity: jumps taken, layer iterations not swept, checks failed
   std::vector<T> last_;  // last task per (rep, stream)
   std::vector<RepAcc> acc_;
   std::vector<double> mb_fwd_start_, mb_fwd_end_;  // [rep * ga + micro-batch]: forward span
-  std::vector<std::vector<T>> fwd_end_;
   std::vector<T> fwd_tail_, loss_end_, mb_end_, reduce_end_;
 
  public:
   int32_t collectives() const { return next_coll_; }
   int64_t tasks() const { return ntasks_; }
+  int64_t jumps() const { return jumps_; }
+  int64_t layers_extrapolated() const { return layers_skipped_; }
+  int64_t jump_misses() const { return jump_misses_; }
   const std::vector<RepAcc>& reps() const { return acc_; }
   double fwd_start(int rep, int64_t mb) const { return mb_fwd_start_[static_cast<size_t>(rep * k_.ga + mb)]; }
   double fwd_end(int rep, int64_t mb) const { return mb_fwd_end_[static_cast<size_t>(rep * k_.ga + mb)]; }
@@ -666,6 +992,9 @@ SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record) {
   const auto& acc = b.reps();
   r.stats.tasks = b.tasks();
   r.stats.events = b.tasks();
+  r.stats.periodic_jumps = b.jumps();
+  r.stats.layers_extrapolated = b.layers_extrapolated();
+  r.stats.jump_misses = b.jump_misses();
   // step time: the last task anywhere; the critical rank finishes last
   double step = 0;
   for (size_t i = 0; i < acc.size(); ++i)
