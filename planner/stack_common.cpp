@@ -99,6 +99,10 @@ std::string join(const std::vector<std::string>& items, const std::string& sep) 
   return s;
 }
 
+std::string excerpt(const std::string& s, size_t max) {
+  return s.size() <= max ? s : s.substr(0, max - 3) + "...";
+}
+
 bool parse_whole(const std::string& text, int64_t* out) {
   std::string t;
   for (char c : text)

@@ -46,19 +46,23 @@ class Keys {
               : v->is_number()       ? stacks::parse_whole(v->dump(), &n)
               : v->is_string()       ? stacks::parse_whole(v->get<std::string>(), &n)
                                      : false;
-    if (!ok || n < lo) throw InputError(where_, name(path, key), "expected an integer >= " + std::to_string(lo) + ", got " + v->dump());
+    // batches and degrees at most 2^20; train_batch_size and max_length at most 2^34
+    const int64_t hi = key == "train_batch_size" || key == "max_length" ? int64_t(1) << 34 : int64_t(1) << 20;
+    if (!ok || n < lo || n > hi)
+      throw InputError(where_, name(path, key),
+                       "expected an integer in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + json_excerpt(*v));
     return n;
   }
   bool boolean(const json& obj, const std::string& path, const std::string& key, bool fallback) {
     const json* v = get(obj, path, key);
     if (!v) return fallback;
-    if (!v->is_boolean()) throw InputError(where_, name(path, key), "expected true or false, got " + v->dump());
+    if (!v->is_boolean()) throw InputError(where_, name(path, key), "expected true or false, got " + json_excerpt(*v));
     return v->get<bool>();
   }
   std::string str(const json& obj, const std::string& path, const std::string& key, const std::string& fallback) {
     const json* v = get(obj, path, key);
     if (!v) return fallback;
-    if (!v->is_string()) throw InputError(where_, name(path, key), "expected a string, got " + v->dump());
+    if (!v->is_string()) throw InputError(where_, name(path, key), "expected a string, got " + json_excerpt(*v));
     return v->get<std::string>();
   }
   // Every leaf not read, "path = value"; `no_effect` decides which list it goes to.
@@ -72,7 +76,7 @@ class Keys {
         continue;
       }
       if (std::find(used_.begin(), used_.end(), full) != used_.end()) continue;
-      (no_effect(full) ? ignored : not_modelled).push_back(full + " = " + v.dump());
+      (no_effect(full) ? ignored : not_modelled).push_back(full + " = " + json_excerpt(v));
     }
   }
   const std::string& where() const { return where_; }
@@ -239,6 +243,28 @@ StackJob import_arctic(const std::string& text, const std::string& where, const 
   throw InputError(where, "", "this ctxplan was built without yaml-cpp, so it cannot read ArcticTraining YAML; install "
                               "libyaml-cpp-dev (scripts/setup.sh) and rebuild");
 #else
+  // yaml-cpp and the conversion recurse per nesting level: a trainer config is small and shallow
+  if (text.size() > (size_t(1) << 20)) throw InputError(where, "", "larger than 1 MiB; expected an ArcticTraining config");
+  {
+    int depth = 0, line = 1;
+    size_t indent = 0;
+    bool at_line_start = true;
+    for (char c : text) {
+      if (c == '\n') {
+        ++line;
+        indent = 0;
+        at_line_start = true;
+        continue;
+      }
+      if (at_line_start && c == ' ') ++indent;
+      else at_line_start = false;
+      if (c == '[' || c == '{') ++depth;
+      if (c == ']' || c == '}') --depth;
+      if (depth > 32 || indent > 128)
+        throw InputError(where, "", "nesting deeper than a trainer config has (line " + std::to_string(line) +
+                                        "); expected at most 32 levels and 128 spaces of indentation");
+    }
+  }
   try {
     y = yaml_to_json(YAML::Load(text));
   } catch (const YAML::Exception& e) {
@@ -291,7 +317,7 @@ StackJob import_arctic(const std::string& text, const std::string& where, const 
     job.warnings.push_back("model.dtype = " + dtype + ": modelled as bf16");
   k.use("model.attn_implementation");
   if (m.contains("attn_implementation") && m["attn_implementation"] != "flash_attention_2")
-    job.warnings.push_back("model.attn_implementation = " + m["attn_implementation"].dump() +
+    job.warnings.push_back("model.attn_implementation = " + json_excerpt(m["attn_implementation"]) +
                            ": the hf-deepspeed runtime prices flash_attention_2");
   if (!o.model.empty()) {
     job.model = o.model;

@@ -17,6 +17,7 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;  // Megatron's report_memory divides by 1024*1024 and says "MB"
 constexpr double kGiB = 1024.0 * kMiB;
+constexpr size_t kMaxLineChars = 8192;  // a Megatron or torchtitan log line is a few hundred characters
 
 std::string read_all(const std::string& path) {
   std::error_code ec;
@@ -35,7 +36,11 @@ std::vector<std::string> lines_of(const std::string& text) {
   static const std::regex ansi("\x1b\\[[0-9;]*m");  // torchtitan colours its log
   while (std::getline(ss, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    out.push_back(std::regex_replace(line, ansi, ""));
+    // std::regex recurses per character: longer lines are no log line of these stacks, and are left
+    // for the readers to skip rather than risk the stack
+    if (line.size() > kMaxLineChars) line.clear();
+    else if (line.find('\x1b') != std::string::npos) line = std::regex_replace(line, ansi, "");
+    out.push_back(line);
   }
   return out;
 }
@@ -291,7 +296,8 @@ std::optional<StackMeasurement> read_stack_measurement(const std::string& path) 
   if (text.find("elapsed time per iteration (ms)") != std::string::npos || text.find("max allocated:") != std::string::npos)
     return read_megatron(lines, path);
   static const std::regex titan(R"(step:\s*[0-9]+.*(tps|wps):)");
-  if (std::regex_search(text, titan)) return read_torchtitan(lines, path);
+  for (const std::string& l : lines)
+    if (l.find("step:") != std::string::npos && std::regex_search(l, titan)) return read_torchtitan(lines, path);
   for (const std::string& l : lines)
     if (!l.empty() && l[0] != '#') {
       if (l.find(',') != std::string::npos || l.find("_") != std::string::npos) return read_csv(lines, path);

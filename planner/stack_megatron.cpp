@@ -143,12 +143,17 @@ class MegatronArgs {
     if (f->values.size() != 1) throw InputError(where_, "--" + name, "expected one value, got " + std::to_string(f->values.size()));
     return f->values[0];
   }
+  // Degrees, batches and model sizes: at most 2^20; the sequence and global batches: at most 2^34.
   int64_t integer(const std::string& name, int64_t fallback, int64_t lo = 1) {
     const std::string s = str(name, "");
     if (s.empty()) return fallback;
+    const bool large = name == "seq-length" || name == "global-batch-size" || name == "vocab-size" ||
+                       name == "ffn-hidden-size" || name == "max-position-embeddings";
+    const int64_t hi = large ? int64_t(1) << 34 : int64_t(1) << 20;
     int64_t v = 0;
-    if (!stacks::parse_whole(s, &v) || v < lo)
-      throw InputError(where_, "--" + name, "expected an integer >= " + std::to_string(lo) + ", got '" + s + "'");
+    if (!stacks::parse_whole(s, &v) || v < lo || v > hi)
+      throw InputError(where_, "--" + name, "expected an integer in " + std::to_string(lo) + ".." + std::to_string(hi) +
+                                                ", got '" + stacks::excerpt(s) + "'");
     return v;
   }
   double number(const std::string& name, double fallback) {
@@ -166,7 +171,13 @@ class MegatronArgs {
   void unread(std::vector<std::string>& not_modelled, std::vector<std::string>& ignored) const {
     for (const Flag& f : flags_) {
       if (std::find(used_.begin(), used_.end(), f.name) != used_.end()) continue;
-      std::string s = "--" + f.name + (f.values.empty() ? "" : " " + join(f.values, " "));
+      std::string s = "--";
+      s += f.name;
+      if (!f.values.empty()) {
+        s += ' ';
+        s += join(f.values, " ");
+      }
+      s = stacks::excerpt(s);
       (no_effect_on_memory_or_time(f.name) ? ignored : not_modelled).push_back(s);
     }
   }
@@ -193,11 +204,11 @@ class MegatronArgs {
       std::string s;
       if (is("--nnodes") || is("--nodes") || is("-N") || is("--num_nodes")) {
         s = value(i, t.substr(0, t.find('=')));
-        if (stacks::parse_whole(s, &v)) nodes = v;
+        if (stacks::parse_whole(s, &v) && v > 0 && v <= (1 << 20)) nodes = v;
       } else if (is("--nproc-per-node") || is("--nproc_per_node") || is("--ntasks-per-node") || is("--gpus-per-node") ||
                  is("--num_gpus")) {
         s = value(i, t.substr(0, t.find('=')));
-        if (stacks::parse_whole(s, &v)) gpus_per_node = v;
+        if (stacks::parse_whole(s, &v) && v > 0 && v <= (1 << 20)) gpus_per_node = v;
       }
     }
   }

@@ -62,8 +62,11 @@ class TomlJob {
     const toml::node* n = node(sec, key);
     if (!n) return fallback;
     auto v = n->value<int64_t>();
-    if (!n->is_integer() || !v || *v < lo)
-      throw InputError(where_, sec + "." + key, "expected an integer >= " + std::to_string(lo));
+    // degrees and batches at most 2^20; seq_len and global_batch_size at most 2^34
+    const int64_t hi = key == "seq_len" || key == "global_batch_size" ? int64_t(1) << 34 : int64_t(1) << 20;
+    if (!n->is_integer() || !v || *v < lo || *v > hi)
+      throw InputError(where_, sec + "." + key,
+                       "expected an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
     return *v;
   }
   std::string str(const std::string& sec, const std::string& key, const std::string& fallback) {
@@ -112,7 +115,7 @@ class TomlJob {
                  key == "training.max_norm" || key == "training.seed" || key == "training.gc_freq"
              ? ignored
              : not_modelled)
-            .push_back(key + " = " + val.str());
+            .push_back(key + " = " + stacks::excerpt(val.str()));
       }
     }
   }

@@ -88,6 +88,8 @@ std::string resolve_model_name(const Profiles& profiles, const std::string& id, 
 bool parse_whole(const std::string& text, int64_t* out);
 // ga from a global batch: global / (mbs * dp); throws unless it divides.
 int64_t accumulation_from_global(int64_t global, int64_t mbs, int64_t dp, const std::string& where, const std::string& field);
+// At most `max` characters of a value quoted in a message ("..." marks the cut).
+std::string excerpt(const std::string& s, size_t max = 120);
 // "a, b, c"
 std::string join(const std::vector<std::string>& items, const std::string& sep = ", ");
 }  // namespace stacks

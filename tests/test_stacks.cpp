@@ -339,3 +339,22 @@ TEST(StackCli, BadInputExitsTwoNamingTheFileAndOption) {
   EXPECT_EQ(r.exit_code, 2) << r.both();
   EXPECT_NE(r.err.find("needs a plan"), std::string::npos) << r.err;
 }
+
+TEST(StackImport, HostileValuesAreRefusedWithoutCrashing) {
+  SKIP_UNLESS_READABLE(Stack::torchtitan);
+  SKIP_UNLESS_READABLE(Stack::arctic);
+  const std::string shape = " --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096";
+  // degrees whose product would overflow are refused at the option
+  std::string e = import_error(Stack::megatron, "--tensor-model-parallel-size 4611686018427387904 --context-parallel-size 4" + shape);
+  EXPECT_NE(e.find("--tensor-model-parallel-size"), std::string::npos) << e;
+  e = import_error(Stack::torchtitan, "[model]\nflavor = \"8B\"\n[parallelism]\ncontext_parallel_degree = 9223372036854775807\n");
+  EXPECT_NE(e.find("parallelism.context_parallel_degree"), std::string::npos) << e;
+  e = import_error(Stack::deepspeed, R"({"train_micro_batch_size_per_gpu": 1e300})");
+  EXPECT_NE(e.find("train_micro_batch_size_per_gpu"), std::string::npos) << e;
+  // nesting deeper than any trainer config is refused before the recursive YAML parser sees it
+  e = import_error(Stack::arctic, "model: " + std::string(100000, '[') + "\n");
+  EXPECT_NE(e.find("nesting"), std::string::npos) << e;
+  // a value a megabyte long is quoted as an excerpt
+  e = import_error(Stack::megatron, "--tensor-model-parallel-size " + std::string(1 << 20, '9') + shape);
+  EXPECT_LT(e.size(), 1000u);
+}
