@@ -348,7 +348,7 @@ class Builder {
         cost_of[static_cast<size_t>(r)] = &costs[static_cast<size_t>(rep.pack_class)][static_cast<size_t>(rep.cp_index)];
         prev[static_cast<size_t>(r)] = prev_of(r);
       }
-      if (backward) ring_steps_fast(pass, generic_steps, steps, backward, cost_of, prev, have, have_dkv, last_compute);
+      if (backward) ring_steps_fast(pass, generic_steps, steps, cost_of, prev, have, have_dkv, last_compute);
       else ring_forward_by_rank(pass, steps, cost_of, prev, have, last_compute);
     }
     if (!backward) return last_compute;
@@ -360,120 +360,147 @@ class Builder {
     return last_compute;
   }
 
-  // Ring steps [j0, steps) without a recording: the tasks of the generic loop above (ring_kv,
-  // the step's compute, ring_dkv in the backward), created in the same order with the same ids,
-  // timed and accounted exactly as add() and finish() would (same operations in the same order per
-  // rank, so bit-identical), but from flat per-rank arrays: every dependency of these steps is a
-  // task of this loop, so the general dependency walk and the pending-collective logic are not
-  // needed. `have`, `have_dkv` and `last_compute` are the state after step j0 - 1 and are updated.
-  void ring_steps_fast(SimPass pass, int64_t j0, int64_t steps, bool backward, const std::vector<const std::vector<double>*>& cost_of,
+  // Backward ring steps [j0, steps) without a recording: the tasks of the generic loop above
+  // (ring_kv, the step's compute, ring_dkv), created in the same order with the same ids, timed
+  // and accounted exactly as add() and finish() would (same operations in the same order per rank:
+  // bit-identical), from flat per-rank arrays of times: every dependency of these steps is a task
+  // of this loop. Each block's dK,dV hop needs the upstream rank's compute of the same step, so the
+  // steps go one at a time across all ranks. `have`, `have_dkv` and `last_compute` are the state
+  // after step j0 - 1 and are updated.
+  void ring_steps_fast(SimPass pass, int64_t j0, int64_t steps, const std::vector<const std::vector<double>*>& cost_of,
                        const std::vector<int>& prev, std::vector<T>& have, std::vector<T>& have_dkv, std::vector<T>& last_compute) {
     const int R = nreps();
+    const size_t n = static_cast<size_t>(R);
     const double p2p = std::max(0.0, k_.p2p_fwd), p2p_dkv = std::max(0.0, k_.p2p_dkv);
     const bool fwd_pass = pass == SimPass::forward;
-    std::vector<T> ring(static_cast<size_t>(R)), recv(static_cast<size_t>(R)), dkv(static_cast<size_t>(R)), comp(static_cast<size_t>(R));
-    std::vector<char> own(static_cast<size_t>(R));
-    for (int r = 0; r < R; ++r) {
-      ring[static_cast<size_t>(r)] = last_[static_cast<size_t>(r) * kSimStreams + static_cast<int>(SimStream::ring)];
-      own[static_cast<size_t>(r)] = prev[static_cast<size_t>(r)] == r;
+    // times of: the block held (have: the last receive), the last dK,dV hop, the last compute,
+    // the ring stream's last task; the new receive and hop of the step
+    std::vector<double> h_start(n), h_end(n), h_ready(n), d_end(n), c_start(n), c_end(n), ring_end(n), nr_start(n), nr_end(n), nr_ready(n), nd_end(n),
+        d_start(n), d_ready(n);
+    std::vector<char> own(n), d_valid(n);
+    // the task ending last per rank (RepAcc::last), kept as times and what identifies it
+    enum Role : char { kNone, kRecv, kComp, kDkv };
+    std::vector<double> best_end(n), best_start(n), best_ready(n);
+    std::vector<char> best_role(n, kNone);
+    std::vector<int64_t> best_j(n);
+    for (size_t r = 0; r < n; ++r) {
+      const T& ring = last_[r * kSimStreams + static_cast<int>(SimStream::ring)];
+      ring_end[r] = ring.id >= 0 ? ring.end : 0.0;
+      h_start[r] = have[r].start;
+      h_end[r] = have[r].end;
+      h_ready[r] = have[r].ready;
+      d_valid[r] = have_dkv[r].id >= 0;
+      d_end[r] = have_dkv[r].id >= 0 ? have_dkv[r].end : 0.0;
+      c_end[r] = last_compute[r].end;
+      own[r] = prev[r] == static_cast<int>(r);
+      best_end[r] = acc_[r].last.id >= 0 ? acc_[r].last.end : -std::numeric_limits<double>::infinity();
     }
-    // what finish() does for every task, besides the compute stream's accounting
-    auto account = [&](const T& t) {
-      ++ntasks_;
-      RepAcc& a = acc_[static_cast<size_t>(t.rep)];
-      a.end = std::max(a.end, t.end);
-      if (a.last.id < 0 || t.end > a.last.end) a.last = t;
-      if (fwd_pass) {
-        size_t i = static_cast<size_t>(t.rep) * static_cast<size_t>(k_.ga) + static_cast<size_t>(mb_);
-        if (mb_fwd_start_[i] < 0 || t.start < mb_fwd_start_[i]) mb_fwd_start_[i] = t.start;
-        mb_fwd_end_[i] = std::max(mb_fwd_end_[i], t.end);
+    auto seen = [&](size_t r, Role role, int64_t j, double start, double end, double ready) {
+      RepAcc& a = acc_[r];
+      a.end = std::max(a.end, end);
+      if (end > best_end[r]) {
+        best_end[r] = end;
+        best_start[r] = start;
+        best_ready[r] = ready;
+        best_role[r] = role;
+        best_j[r] = j;
       }
+      if (fwd_pass) {
+        size_t i = r * static_cast<size_t>(k_.ga) + static_cast<size_t>(mb_);
+        if (mb_fwd_start_[i] < 0 || start < mb_fwd_start_[i]) mb_fwd_start_[i] = start;
+        mb_fwd_end_[i] = std::max(mb_fwd_end_[i], end);
+      }
+    };
+    const int64_t id0 = next_id_;
+    auto block_id = [&](int64_t j, int block) {  // step j creates receives (if any), computes, hops
+      int64_t base = id0;
+      for (int64_t i = j0; i < j; ++i) base += (i + 1 < steps ? 3 : 2) * static_cast<int64_t>(R);
+      const bool has_recv = j + 1 < steps;
+      return base + (block == kRecv ? 0 : block == kComp ? (has_recv ? R : 0) : (has_recv ? 2 * R : R));
+    };
+    auto cost = [&](size_t r, int64_t j) {
+      const std::vector<double>& cv = *cost_of[r];
+      return std::max(0.0, static_cast<size_t>(j) < cv.size() ? cv[static_cast<size_t>(j)] : 0.0);
     };
     for (int64_t j = j0; j < steps; ++j) {
       const bool has_recv = j + 1 < steps;
       if (has_recv) {
-        const int64_t base = next_id_;
-        next_id_ += R;
-        for (int r = 0; r < R; ++r) {
-          const T& pv = ring[static_cast<size_t>(r)];
-          const T& hr = have[static_cast<size_t>(r)];
-          const T& hp = have[static_cast<size_t>(prev[static_cast<size_t>(r)])];
-          T& t = recv[static_cast<size_t>(r)];
-          t.id = base + r;
-          t.rep = r;
-          t.duration = p2p;
-          t.stream = SimStream::ring;
-          t.category = SimCategory::comm;
-          t.ready = std::max(std::max(0.0, pv.end), hr.end);
-          const double full = std::max(t.ready, hp.end);
-          if (own[static_cast<size_t>(r)]) t.ready = full;
-          t.start = full;
-          t.end = full + t.duration;
-          account(t);
+        for (size_t r = 0; r < n; ++r) {
+          const size_t q = static_cast<size_t>(prev[r]);
+          nr_ready[r] = std::max(std::max(0.0, ring_end[r]), h_end[r]);
+          const double full = std::max(nr_ready[r], h_end[q]);
+          if (own[r]) nr_ready[r] = full;
+          nr_start[r] = full;
+          nr_end[r] = full + p2p;
+          seen(r, kRecv, j, full, nr_end[r], nr_ready[r]);
         }
       }
-      {
-        const int64_t base = next_id_;
-        next_id_ += R;
-        for (int r = 0; r < R; ++r) {
-          const T& pv = last_compute[static_cast<size_t>(r)];
-          const T& h = have[static_cast<size_t>(r)];
-          const std::vector<double>& cv = *cost_of[static_cast<size_t>(r)];
-          T& t = comp[static_cast<size_t>(r)];
-          t.id = base + r;
-          t.rep = r;
-          t.duration = std::max(0.0, static_cast<size_t>(j) < cv.size() ? cv[static_cast<size_t>(j)] : 0.0);
-          t.stream = SimStream::compute;
-          t.category = SimCategory::compute;
-          t.ready = std::max(std::max(0.0, pv.end), h.end);
-          t.start = t.ready;
-          t.end = t.start + t.duration;
-          account(t);
-          RepAcc& a = acc_[static_cast<size_t>(r)];
-          a.busy += t.duration;
-          const double gap = t.start - a.prev_end;  // attribute(): the binding dependency is the received block
-          if (gap > 0) {
-            const double others = std::min(gap, std::max(0.0, h.start - h.ready));
-            a.b.imbalance += others;
-            a.b.exposed_comm += gap - others;
-          }
-          a.b.compute += t.duration;
-          a.prev_end = t.end;
+      for (size_t r = 0; r < n; ++r) {
+        const double dur = cost(r, j);
+        const double start = std::max(std::max(0.0, c_end[r]), h_end[r]);
+        const double end = start + dur;
+        RepAcc& a = acc_[r];
+        a.busy += dur;
+        const double gap = start - a.prev_end;  // attribute(): the binding dependency is the received block
+        if (gap > 0) {
+          const double others = std::min(gap, std::max(0.0, h_start[r] - h_ready[r]));
+          a.b.imbalance += others;
+          a.b.exposed_comm += gap - others;
         }
-        last_compute.swap(comp);
+        a.b.compute += dur;
+        a.prev_end = end;
+        c_start[r] = start;
+        c_end[r] = end;
+        seen(r, kComp, j, start, end, start);
       }
-      if (backward) {
-        const int64_t base = next_id_;
-        next_id_ += R;
-        for (int r = 0; r < R; ++r) {
-          const int p = prev[static_cast<size_t>(r)];
-          const T& pv = has_recv ? recv[static_cast<size_t>(r)] : ring[static_cast<size_t>(r)];
-          const T& lc = last_compute[static_cast<size_t>(p)];
-          const T& hd = have_dkv[static_cast<size_t>(p)];
-          T& t = dkv[static_cast<size_t>(r)];
-          t.id = base + r;
-          t.rep = r;
-          t.duration = p2p_dkv;
-          t.stream = SimStream::ring;
-          t.category = SimCategory::comm;
-          t.ready = std::max(0.0, pv.end);
-          double full = std::max(t.ready, lc.end);
-          if (hd.id >= 0) full = std::max(full, hd.end);
-          if (own[static_cast<size_t>(r)]) t.ready = full;
-          t.start = full;
-          t.end = full + t.duration;
-          account(t);
-        }
-        have_dkv.swap(dkv);
-        ring = have_dkv;
-      } else if (has_recv) {
-        ring = recv;
+      for (size_t r = 0; r < n; ++r) {
+        const size_t q = static_cast<size_t>(prev[r]);
+        const double pv = has_recv ? nr_end[r] : ring_end[r];
+        double ready = std::max(0.0, pv);
+        double full = std::max(ready, c_end[q]);
+        if (d_valid[q]) full = std::max(full, d_end[q]);
+        if (own[r]) ready = full;
+        d_start[r] = full;
+        d_ready[r] = ready;
+        nd_end[r] = full + p2p_dkv;
+        seen(r, kDkv, j, full, nd_end[r], ready);
       }
-      if (has_recv) have.swap(recv);
+      d_end.swap(nd_end);
+      std::fill(d_valid.begin(), d_valid.end(), 1);
+      ring_end = d_end;
+      if (has_recv) {
+        h_start.swap(nr_start);
+        h_end.swap(nr_end);
+        h_ready.swap(nr_ready);
+      }
     }
-    for (int r = 0; r < R; ++r) {
-      last_[static_cast<size_t>(r) * kSimStreams + static_cast<int>(SimStream::ring)] = ring[static_cast<size_t>(r)];
-      last_[static_cast<size_t>(r) * kSimStreams + static_cast<int>(SimStream::compute)] = last_compute[static_cast<size_t>(r)];
+    // back to tasks: the last of each stream, the returned state, the rank's last-ending task
+    int64_t created = 0;
+    for (int64_t i = j0; i < steps; ++i) created += (i + 1 < steps ? 3 : 2) * static_cast<int64_t>(R);
+    next_id_ = id0 + created;
+    ntasks_ += created;
+    const int64_t last_j = steps - 1;
+    auto make = [&](size_t r, Role role, int64_t j, double start, double end, double ready) {
+      T t;
+      t.id = block_id(j, role) + static_cast<int64_t>(r);
+      t.rep = static_cast<int32_t>(r);
+      t.start = start;
+      t.end = end;
+      t.ready = ready;
+      t.duration = role == kRecv ? p2p : role == kDkv ? p2p_dkv : cost(r, j);
+      t.stream = role == kComp ? SimStream::compute : SimStream::ring;
+      t.category = role == kComp ? SimCategory::compute : SimCategory::comm;
+      return t;
+    };
+    for (size_t r = 0; r < n; ++r) {
+      RepAcc& a = acc_[r];
+      if (best_role[r] != kNone) a.last = make(r, static_cast<Role>(best_role[r]), best_j[r], best_start[r], best_end[r], best_ready[r]);
+      const T c = make(r, kComp, last_j, c_start[r], c_end[r], c_start[r]);
+      last_compute[r] = c;
+      last_[r * kSimStreams + static_cast<int>(SimStream::compute)] = c;
+      const T d = make(r, kDkv, last_j, d_start[r], d_end[r], d_ready[r]);
+      have_dkv[r] = d;
+      last_[r * kSimStreams + static_cast<int>(SimStream::ring)] = d;
     }
   }
 
