@@ -3,7 +3,7 @@
 namespace ctx {
 
 Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, Plan plan, int64_t seq,
-                   SimResult* sim) {
+                   SimResult* sim, SimRecord record) {
   PlanCheck check = check_plan(plan, m, c, seq);
   if (!check.ok()) throw InputError("--plan", "", "invalid plan for " + m.name + " on " + c.name + " at " +
                                                      std::to_string(seq) + " tokens: " + check.message());
@@ -19,8 +19,9 @@ Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfil
   p.memory = predict_memory(m, c, rt, plan, seq);
   StepCosts costs = step_costs(m, c, rt, plan, seq, true);
   p.time_closed_form = estimate_step(costs);
-  // the task graph is recorded only when the caller asks for the result (trace, timeline, tests)
-  SimResult r = simulate_step(costs, plan, sim ? SimRecord::tasks : SimRecord::none);
+  // the task graph is recorded only when the caller asks for the result and its tasks (trace,
+  // timeline, tests)
+  SimResult r = simulate_step(costs, plan, sim ? record : SimRecord::none);
   p.time = r.time;
   p.sim_stats = r.stats;
   if (sim) *sim = std::move(r);

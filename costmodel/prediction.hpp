@@ -28,7 +28,7 @@ struct Prediction {
 // cannot run) and predicts it.
 // With `sim` non-null the simulation (its tasks, for a trace) is returned there too.
 Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, Plan plan, int64_t seq,
-                   SimResult* sim = nullptr);
+                   SimResult* sim = nullptr, SimRecord record = SimRecord::tasks);
 
 json step_time_to_json(const StepTime& t);
 

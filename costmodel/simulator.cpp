@@ -42,6 +42,7 @@ const T kNoTask{};
 struct RepAcc {
   double end = 0;          // its last task's end
   double busy = 0;         // compute-stream compute time
+  double stream_busy = 0;  // compute-stream time of every category (compute and optimizer)
   double opt_start = std::numeric_limits<double>::infinity();
   StepBreakdown b;
   double prev_end = 0;     // end of its previous compute-stream task
@@ -179,6 +180,7 @@ class Builder {
     if (a.last.id < 0 || t.end > a.last.end) a.last = t;
     if (t.stream == SimStream::compute) {
       if (t.category == SimCategory::compute) a.busy += t.duration;
+      a.stream_busy += t.duration;
       attribute(a.b, t.rep, t.start - a.prev_end, binding);
       if (t.category == SimCategory::optimizer) a.b.optimizer += t.duration;
       else a.b.compute += t.duration;
@@ -441,6 +443,7 @@ class Builder {
         const double end = start + dur;
         RepAcc& a = acc_[r];
         a.busy += dur;
+        a.stream_busy += dur;
         const double gap = start - a.prev_end;  // attribute(): the binding dependency is the received block
         if (gap > 0) {
           const double others = std::min(gap, std::max(0.0, h_start[r] - h_ready[r]));
@@ -557,7 +560,7 @@ class Builder {
       int q = r;                               // the upstream rank that entered the window last
       double h_end = h0.end, h_wait = std::max(0.0, h0.start - h0.ready);  // the block held: recv_{j-1}
       double c_end = last_compute[static_cast<size_t>(r)].end;
-      double busy = a.busy, compute = a.b.compute, imbalance = a.b.imbalance, exposed = a.b.exposed_comm;
+      double busy = a.busy, stream_busy = a.stream_busy, compute = a.b.compute, imbalance = a.b.imbalance, exposed = a.b.exposed_comm;
       double prev_end = a.prev_end;
       double end_max = a.end;
       T last_c = last_compute[static_cast<size_t>(r)];
@@ -589,6 +592,7 @@ class Builder {
         const double end = start + dur;
         end_max = std::max(end_max, end);
         busy += dur;
+        stream_busy += dur;
         const double gap = start - prev_end;
         if (gap > 0) {
           const double others = std::min(gap, h_wait);
@@ -617,6 +621,7 @@ class Builder {
         }
       }
       a.busy = busy;
+      a.stream_busy = stream_busy;
       a.b.compute = compute;
       a.b.imbalance = imbalance;
       a.b.exposed_comm = exposed;
@@ -749,6 +754,7 @@ class Builder {
         a.opt_start = lin(ya.opt_start, za.opt_start);
         a.last = task(ya.last, za.last);
         a.busy = lin(ya.busy, za.busy);
+        a.stream_busy = lin(ya.stream_busy, za.stream_busy);
         a.b.compute = lin(ya.b.compute, za.b.compute);
         a.b.exposed_comm = lin(ya.b.exposed_comm, za.b.exposed_comm);
         a.b.offload_stall = lin(ya.b.offload_stall, za.b.offload_stall);
@@ -787,7 +793,7 @@ class Builder {
         const RepAcc &p = a0.acc[r], &q = a1.acc[r], &u = b0.acc[r], &v = b1.acc[r];
         if (!step(p.end, q.end, u.end, v.end) || !step(p.prev_end, q.prev_end, u.prev_end, v.prev_end) ||
             !step(p.opt_start, q.opt_start, u.opt_start, v.opt_start) || !task(p.last, q.last, u.last, v.last) ||
-            !step(p.busy, q.busy, u.busy, v.busy) || !step(p.b.compute, q.b.compute, u.b.compute, v.b.compute) ||
+            !step(p.busy, q.busy, u.busy, v.busy) || !step(p.stream_busy, q.stream_busy, u.stream_busy, v.stream_busy) || !step(p.b.compute, q.b.compute, u.b.compute, v.b.compute) ||
             !step(p.b.exposed_comm, q.b.exposed_comm, u.b.exposed_comm, v.b.exposed_comm) ||
             !step(p.b.offload_stall, q.b.offload_stall, u.b.offload_stall, v.b.offload_stall) ||
             !step(p.b.imbalance, q.b.imbalance, u.b.imbalance, v.b.imbalance) ||
@@ -1022,6 +1028,10 @@ SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record) {
   r.stats.periodic_jumps = b.jumps();
   r.stats.layers_extrapolated = b.layers_extrapolated();
   r.stats.jump_misses = b.jump_misses();
+  for (size_t i = 0; i < acc.size(); ++i) {
+    r.reps[i].compute_stream_busy_s = acc[i].stream_busy;
+    r.reps[i].end_s = acc[i].end;
+  }
   // step time: the last task anywhere; the critical rank finishes last
   double step = 0;
   for (size_t i = 0; i < acc.size(); ++i)

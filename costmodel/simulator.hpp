@@ -43,6 +43,8 @@ struct SimRep {
   int pack_class = 0;       // 0: heaviest pack (or all packs equal), 1: lightest
   int64_t stands_for = 1;   // how many ranks share its schedule
   std::string label;
+  double compute_stream_busy_s = 0;  // summed durations of its compute-stream tasks (optimizer included)
+  double end_s = 0;                  // when its last task ends
 };
 
 struct SimStats {

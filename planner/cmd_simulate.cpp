@@ -28,15 +28,19 @@ std::function<int()> add_simulate_command(CLI::App& app, CommonOptions& common) 
   return [a, &common]() {
     Job job = resolve_job(a->job, common);
     SimResult sim;
-    Prediction p = predict(job.model, job.cluster, job.runtime, job.plan, job.seq, &sim);
+    // every task is kept only for the trace; the tables come from the per-rank totals
+    Prediction p = predict(job.model, job.cluster, job.runtime, job.plan, job.seq, &sim, a->trace.empty() ? SimRecord::none : SimRecord::tasks);
     if (!a->trace.empty()) {
       std::string title = job.model.name + " on " + job.cluster.name + ", seq " + std::to_string(job.seq) + ", " + plan_to_string(p.plan);
       write_file_atomic(a->trace, chrome_trace(sim, title).dump() + "\n");
     }
     if (a->json) {
       json j = prediction_to_json(p);
-      j["simulation"] = {{"tasks", sim.stats.tasks}, {"events", sim.stats.events}, {"wall_seconds", sim.stats.wall_seconds},
-                         {"simulated_ranks", sim.reps.size()}};
+      j["simulation"] = {{"tasks", sim.stats.tasks},
+                         {"events", sim.stats.events},
+                         {"wall_seconds", sim.stats.wall_seconds},
+                         {"simulated_ranks", sim.reps.size()},
+                         {"layers_extrapolated", sim.stats.layers_extrapolated}};
       std::cout << j.dump(2) << "\n";
       return p.memory.fits() ? kExitOk : kExitDoesNotFit;
     }
@@ -60,19 +64,17 @@ std::function<int()> add_simulate_command(CLI::App& app, CommonOptions& common) 
               << fixed(t.model_tflops_per_gpu, 0) << " model TFLOP/s per GPU (" << fixed(t.hardware_tflops_per_gpu, 0)
               << " as run, recompute included)\n";
     std::cout << "Closed-form estimate (used by the search): " << fixed(p.time_closed_form.step_seconds, 4) << " s\n\n";
-    std::vector<double> end(sim.reps.size(), 0.0), busy(sim.reps.size(), 0.0);
-    for (auto& task : sim.tasks) {
-      end[static_cast<size_t>(task.rep)] = std::max(end[static_cast<size_t>(task.rep)], task.end);
-      if (task.stream == SimStream::compute) busy[static_cast<size_t>(task.rep)] += task.duration;
-    }
     Table rt;
     rt.header = {"simulated rank", "stands for", "compute busy s", "finishes s"};
     for (size_t i = 0; i < sim.reps.size() && i < 64; ++i)
-      rt.rows.push_back({sim.reps[i].label, std::to_string(sim.reps[i].stands_for), fixed(busy[i], 4), fixed(end[i], 4)});
+      rt.rows.push_back({sim.reps[i].label, std::to_string(sim.reps[i].stands_for), fixed(sim.reps[i].compute_stream_busy_s, 4), fixed(sim.reps[i].end_s, 4)});
     std::cout << rt.render();
     if (sim.reps.size() > 64) std::cout << "  ... " << sim.reps.size() - 64 << " more\n";
     std::cout << "\nSimulated " << sim.stats.tasks << " tasks (" << sim.stats.events << " events) in " << fixed(sim.stats.wall_seconds * 1e3, 1)
-              << " ms.";
+              << " ms";
+    if (sim.stats.layers_extrapolated > 0)
+      std::cout << " (" << sim.stats.layers_extrapolated << " periodic layer iterations extrapolated, not swept)";
+    std::cout << ".";
     if (!a->trace.empty()) std::cout << " Trace: " << a->trace << " (one process per rank, one thread per stream)";
     std::cout << "\n";
     if (!p.memory.fits()) std::cout << "\nwarning: the plan does not fit in memory (see `ctxplan predict`)\n";

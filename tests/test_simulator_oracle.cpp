@@ -138,6 +138,17 @@ TEST(SimulatorOracle, StreamingSweepMatchesTheEventQueueOnEveryPlanOfTheMatrix) 
       EXPECT_EQ(got.stats.never_ran, 0) << w;
       EXPECT_EQ(got.stats.started_twice, 0) << w;
       ASSERT_EQ(got.reps.size(), ref.reps.size()) << w;
+      {  // per-rank totals (ctxplan simulate's table) against the oracle's tasks
+        std::vector<double> end(ref.reps.size(), 0.0), busy(ref.reps.size(), 0.0);
+        for (const SimTask& t : ref.tasks) {
+          end[static_cast<size_t>(t.rep)] = std::max(end[static_cast<size_t>(t.rep)], t.end);
+          if (t.stream == SimStream::compute) busy[static_cast<size_t>(t.rep)] += t.duration;
+        }
+        for (size_t i = 0; i < ref.reps.size(); ++i) {
+          cmp("rank end", got.reps[i].end_s, end[i]);
+          cmp("rank compute-stream busy", got.reps[i].compute_stream_busy_s, busy[i]);
+        }
+      }
       for (size_t i = 0; i < got.reps.size(); ++i) {
         EXPECT_EQ(got.reps[i].rank, ref.reps[i].rank) << w;
         EXPECT_EQ(got.reps[i].stands_for, ref.reps[i].stands_for) << w;
