@@ -43,6 +43,8 @@ struct RepAcc {
   double end = 0;          // its last task's end
   double busy = 0;         // compute-stream compute time
   double stream_busy = 0;  // compute-stream time of every category (compute and optimizer)
+  double fwd_start = -1, fwd_end = 0;  // the current micro-batch's forward span (-1: not started)
+  double fwd_sum = 0;      // forward spans of the finished micro-batches, summed
   double opt_start = std::numeric_limits<double>::infinity();
   StepBreakdown b;
   double prev_end = 0;     // end of its previous compute-stream task
@@ -61,15 +63,27 @@ class Builder {
     const int R = static_cast<int>(out_.reps.size());
     last_.assign(static_cast<size_t>(R) * kSimStreams, T{});
     acc_.assign(static_cast<size_t>(R), RepAcc{});
-    mb_fwd_start_.assign(static_cast<size_t>(R * k_.ga), -1.0);
-    mb_fwd_end_.assign(static_cast<size_t>(R * k_.ga), 0.0);
-    for (int64_t mb = 0; mb < k_.ga; ++mb) {
-      mb_ = static_cast<int32_t>(mb);
+    auto micro_batch = [&](int64_t mb) {
+      mb_ = mb;
       const bool reduce = k_.grad_reduce_every_microbatch || mb + 1 == k_.ga;
+      for (RepAcc& a : acc_) a.fwd_start = -1, a.fwd_end = 0;
       forward();
       loss(reduce);
+      for (RepAcc& a : acc_) a.fwd_sum += a.fwd_end - std::max(0.0, a.fwd_start);  // the forward span is complete
       backward(reduce);
+    };
+    // micro-batches 1 .. ga-2 are alike (the first starts from nothing, the last reduces the
+    // gradients unless every one does): identical micro-batches are the periodic case of Period
+    Period period;
+    for (int64_t mb = 0; mb < k_.ga; ++mb) {
+      micro_batch(mb);
+      if (!record_ && mb + 2 < k_.ga) {
+        const int64_t n = (k_.ga - 2) - mb;
+        if (period.observe(*this, {&mb_end_, &reduce_end_}) && n >= 2)
+          mb += period.jump(*this, {&mb_end_, &reduce_end_}, n, [&](int64_t m) { micro_batch(mb + m); });
+      }
     }
+    mb_ = k_.ga - 1;
     optimizer();
   }
 
@@ -141,7 +155,7 @@ class Builder {
       st.ready = t.ready;
       st.rep = rep;
       st.layer = layer;
-      st.micro_batch = mb_;
+      st.micro_batch = static_cast<int32_t>(mb_);
       st.collective = coll;
       st.stream = s;
       st.pass = pass;
@@ -189,9 +203,8 @@ class Builder {
     if (pass == SimPass::optimizer) {
       a.opt_start = std::min(a.opt_start, t.start);
     } else if (pass == SimPass::forward) {
-      size_t i = static_cast<size_t>(t.rep) * static_cast<size_t>(k_.ga) + static_cast<size_t>(mb_);
-      if (mb_fwd_start_[i] < 0 || t.start < mb_fwd_start_[i]) mb_fwd_start_[i] = t.start;
-      mb_fwd_end_[i] = std::max(mb_fwd_end_[i], t.end);
+      if (a.fwd_start < 0 || t.start < a.fwd_start) a.fwd_start = t.start;
+      a.fwd_end = std::max(a.fwd_end, t.end);
     }
   }
 
@@ -212,7 +225,7 @@ class Builder {
   }
 
  private:
-  int32_t new_collective() { return next_coll_++; }
+  int32_t new_collective() { return static_cast<int32_t>(next_coll_++); }  // (recorded ids only)
 
   // A collective over a group: members are the simulated reps with the same group key. They start
   // together, when the last of them is ready.
@@ -408,9 +421,8 @@ class Builder {
         best_j[r] = j;
       }
       if (fwd_pass) {
-        size_t i = r * static_cast<size_t>(k_.ga) + static_cast<size_t>(mb_);
-        if (mb_fwd_start_[i] < 0 || start < mb_fwd_start_[i]) mb_fwd_start_[i] = start;
-        mb_fwd_end_[i] = std::max(mb_fwd_end_[i], end);
+        if (a.fwd_start < 0 || start < a.fwd_start) a.fwd_start = start;
+        a.fwd_end = std::max(a.fwd_end, end);
       }
     };
     const int64_t id0 = next_id_;
@@ -640,9 +652,8 @@ class Builder {
         a.last = t;
       }
       if (fwd_pass && f_any) {
-        size_t i = static_cast<size_t>(r) * static_cast<size_t>(k_.ga) + static_cast<size_t>(mb_);
-        if (mb_fwd_start_[i] < 0 || f_start < mb_fwd_start_[i]) mb_fwd_start_[i] = f_start;
-        mb_fwd_end_[i] = std::max(mb_fwd_end_[i], f_end);
+        if (a.fwd_start < 0 || f_start < a.fwd_start) a.fwd_start = f_start;
+        a.fwd_end = std::max(a.fwd_end, f_end);
       }
       last_compute[static_cast<size_t>(r)] = last_c;
       if (steps > 2) last_[static_cast<size_t>(r) * kSimStreams + static_cast<int>(SimStream::ring)] = last_recv[static_cast<size_t>(r)];
@@ -669,21 +680,14 @@ class Builder {
   struct Snapshot {
     std::vector<T> tasks;          // last_, then the carried vectors in order
     std::vector<RepAcc> acc;
-    std::vector<double> span;      // per rank: forward start and end of the current micro-batch
     int64_t next_id = 0;
-    int32_t next_coll = 0;
+    int64_t next_coll = 0;
     int64_t ntasks = 0;
   };
   void take(Snapshot& s, std::initializer_list<std::vector<T>*> carried) const {
     s.tasks.assign(last_.begin(), last_.end());
     for (const std::vector<T>* v : carried) s.tasks.insert(s.tasks.end(), v->begin(), v->end());
     s.acc = acc_;
-    s.span.resize(2 * acc_.size());
-    for (size_t r = 0; r < acc_.size(); ++r) {
-      const size_t i = r * static_cast<size_t>(k_.ga) + static_cast<size_t>(mb_);
-      s.span[2 * r] = mb_fwd_start_[i];
-      s.span[2 * r + 1] = mb_fwd_end_[i];
-    }
     s.next_id = next_id_;
     s.next_coll = next_coll_;
     s.ntasks = ntasks_;
@@ -760,12 +764,12 @@ class Builder {
         a.b.offload_stall = lin(ya.b.offload_stall, za.b.offload_stall);
         a.b.imbalance = lin(ya.b.imbalance, za.b.imbalance);
         a.b.optimizer = lin(ya.b.optimizer, za.b.optimizer);
-        const size_t k = r * static_cast<size_t>(b.k_.ga) + static_cast<size_t>(b.mb_);
-        b.mb_fwd_start_[k] = lin(y.span[2 * r], z.span[2 * r]);
-        b.mb_fwd_end_[k] = lin(y.span[2 * r + 1], z.span[2 * r + 1]);
+        a.fwd_start = lin(ya.fwd_start, za.fwd_start);
+        a.fwd_end = lin(ya.fwd_end, za.fwd_end);
+        a.fwd_sum = lin(ya.fwd_sum, za.fwd_sum);
       }
       b.next_id_ = z.next_id + m * (z.next_id - y.next_id);
-      b.next_coll_ = z.next_coll + static_cast<int32_t>(m) * (z.next_coll - y.next_coll);
+      b.next_coll_ = z.next_coll + m * (z.next_coll - y.next_coll);
       b.ntasks_ = z.ntasks + m * (z.ntasks - y.ntasks);
     }
     // Does b0 -> b1 move every component as a0 -> a1 does?
@@ -797,11 +801,11 @@ class Builder {
             !step(p.b.exposed_comm, q.b.exposed_comm, u.b.exposed_comm, v.b.exposed_comm) ||
             !step(p.b.offload_stall, q.b.offload_stall, u.b.offload_stall, v.b.offload_stall) ||
             !step(p.b.imbalance, q.b.imbalance, u.b.imbalance, v.b.imbalance) ||
-            !step(p.b.optimizer, q.b.optimizer, u.b.optimizer, v.b.optimizer))
+            !step(p.b.optimizer, q.b.optimizer, u.b.optimizer, v.b.optimizer) ||
+            !step(p.fwd_start, q.fwd_start, u.fwd_start, v.fwd_start) || !step(p.fwd_end, q.fwd_end, u.fwd_end, v.fwd_end) ||
+            !step(p.fwd_sum, q.fwd_sum, u.fwd_sum, v.fwd_sum))
           return false;
       }
-      for (size_t i = 0; i < b1.span.size(); ++i)
-        if (!step(a0.span[i], a1.span[i], b0.span[i], b1.span[i])) return false;
       return true;
     }
     Snapshot s_[3], p_, w_;
@@ -967,7 +971,7 @@ class Builder {
   }
 
   void optimizer() {
-    mb_ = static_cast<int32_t>(k_.ga - 1);
+    mb_ = k_.ga - 1;
     std::vector<T> d = reduce_end_.empty() ? mb_end_ : reduce_end_;
     for (int r = 0; r < nreps(); ++r)  // the optimizer needs the compute and the reductions done
       if (d[static_cast<size_t>(r)].id < 0) d[static_cast<size_t>(r)] = mb_end_[static_cast<size_t>(r)];
@@ -994,25 +998,22 @@ class Builder {
   SimResult& out_;
   int64_t cp_reps_ = 1;
   bool record_ = true;
-  int32_t mb_ = 0;
-  int32_t next_coll_ = 0;
+  int64_t mb_ = 0;
+  int64_t next_coll_ = 0;
   int64_t next_id_ = 0;
   int64_t ntasks_ = 0;
   int64_t jumps_ = 0, layers_skipped_ = 0, jump_misses_ = 0;  // periodicity: jumps taken, layer iterations not swept, checks failed
   std::vector<T> last_;  // last task per (rep, stream)
   std::vector<RepAcc> acc_;
-  std::vector<double> mb_fwd_start_, mb_fwd_end_;  // [rep * ga + micro-batch]: forward span
   std::vector<T> fwd_tail_, loss_end_, mb_end_, reduce_end_;
 
  public:
-  int32_t collectives() const { return next_coll_; }
+  int64_t collectives() const { return next_coll_; }
   int64_t tasks() const { return ntasks_; }
   int64_t jumps() const { return jumps_; }
   int64_t layers_extrapolated() const { return layers_skipped_; }
   int64_t jump_misses() const { return jump_misses_; }
   const std::vector<RepAcc>& reps() const { return acc_; }
-  double fwd_start(int rep, int64_t mb) const { return mb_fwd_start_[static_cast<size_t>(rep * k_.ga + mb)]; }
-  double fwd_end(int rep, int64_t mb) const { return mb_fwd_end_[static_cast<size_t>(rep * k_.ga + mb)]; }
 };
 
 }  // namespace
@@ -1039,9 +1040,8 @@ SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record) {
   r.breakdown_rep = static_cast<int>(
       std::min_element(acc.begin(), acc.end(), [](const RepAcc& x, const RepAcc& y) { return x.busy < y.busy; }) - acc.begin());
   // phases on the critical rank: forward (incl. the loss forward) of each micro-batch, backward, optimizer
-  double fwd = 0;
+  const double fwd = acc[static_cast<size_t>(r.critical_rep)].fwd_sum;
   const double opt_start = std::min(step, acc[static_cast<size_t>(r.critical_rep)].opt_start);
-  for (int64_t mb = 0; mb < k.ga; ++mb) fwd += b.fwd_end(r.critical_rep, mb) - std::max(0.0, b.fwd_start(r.critical_rep, mb));
   r.time.method = "simulated";
   r.time.step_seconds = step;
   r.time.phase_seconds[static_cast<int>(TimePhase::forward)] = std::min(fwd, step);
