@@ -62,6 +62,17 @@ bool model_inputs(App& app) {
     in.model = path;
     changed = true;
   }
+  // a training stack's configuration: model, sequence, runtime, precision and the plan at once
+  static int stack_index = 0;
+  static std::string stack_path;
+  static const char* const kStacks[] = {"megatron", "torchtitan", "deepspeed", "arctic"};
+  ImGui::SetNextItemWidth(100);
+  ImGui::Combo("##openstack", &stack_index, kStacks, 4);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(-60);
+  text_commit("##stackpath", &stack_path, "Megatron args / torchtitan TOML / DeepSpeed JSON / Arctic YAML");
+  ImGui::SameLine();
+  if (ImGui::Button("Open##stack")) app.open_stack_config(kStacks[stack_index], stack_path, ImGui::GetTime());
   if (app.job) {
     const ModelSpec& m = app.job->model;
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
@@ -247,7 +258,7 @@ bool constraint_inputs(App& app) {
   ImGui::SameLine();
   changed |= ImGui::RadioButton("memory", &objective, 1);
   in.objective_memory = objective == 1;
-  changed |= ImGui::SliderInt("simulated finalists", &in.refine, 0, 100);
+  changed |= ImGui::SliderInt("simulated finalists", &in.refine, 0, 1000);
   return changed;
 }
 
