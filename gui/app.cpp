@@ -2,8 +2,11 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <sstream>
+
+#include "planner/stacks.hpp"
 
 namespace ctx::gui {
 namespace fs = std::filesystem;
@@ -308,6 +311,54 @@ std::string App::export_plan(const std::string& path) const {
             {"plan", plan_to_json(prediction.plan)}};
   write_file_atomic(path, j.dump(2) + "\n");
   return cluster;
+}
+
+std::vector<std::string> App::export_to_stack(const std::string& stack_name, const std::string& path) const {
+  if (!job || !have_prediction) throw InputError(path, "", "no plan to export: the selected plan has no prediction yet");
+  const Stack stack = parse_stack(stack_name, "export");
+  ExportJob ej;
+  ej.model = job->model;
+  ej.model_arg = state.inputs.model;
+  ej.seq = job->seq_tokens;
+  ej.nodes = job->cluster.nodes;
+  ej.gpus_per_node = job->cluster.gpus_per_node;
+  ej.plan = prediction.plan;
+  if (ej.plan.dp == 0) ej.plan.dp = world_size(job->cluster) / (ej.plan.tp * ej.plan.cp);
+  StackExport e = ctx::export_stack(stack, ej, profiles);
+  write_file_atomic(path, e.text);
+  std::vector<std::string> out = {"launch: " + e.launch};
+  for (const auto& c : e.cannot_express) out.push_back(std::string(to_string(stack)) + " cannot express: " + c);
+  return out;
+}
+
+void App::open_stack_config(const std::string& stack_name, const std::string& path, double now) {
+  try {
+    const Stack stack = parse_stack(stack_name, "open configuration");
+    std::error_code ec;
+    if (path.empty() || !std::filesystem::is_regular_file(path, ec)) throw InputError(path, "", "no such file");
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    ImportOptions o;
+    if (job) o.world = world_size(job->cluster);  // the plan's dp fills the current cluster
+    StackJob sj = import_stack(stack, text.str(), path, profiles, o);
+    if (sj.model_spec)
+      throw InputError(path, "", "the model shape matches no profile: `ctxplan import " + std::string(to_string(stack)) +
+                                     " FILE -o plan.json` writes it as plan.model.json, which opens as the model");
+    if (!sj.model.empty()) state.inputs.model = sj.model;
+    if (sj.seq > 0) state.inputs.seq_tokens = sj.seq;
+    state.inputs.runtime = sj.runtime;
+    state.inputs.precision = to_string(sj.plan.precision);
+    state.plan = plan_to_string(sj.plan);
+    errors.erase("action");
+    status = "opened " + path + " (" + to_string(stack) + "): " + state.plan;
+    if (!sj.warnings.empty())
+      status += "; " + std::to_string(sj.warnings.size()) + " warning(s), first: " + sj.warnings.front();
+    inputs_changed(now);
+    plan_changed();
+  } catch (const InputError& e) {
+    set_error("action", e);
+  }
 }
 
 json App::report(int frames) const {

@@ -83,6 +83,13 @@ class App {
   // Writes plan.json (schema ctxplan.plan/1) and, for an edited cluster, <stem>.cluster.json;
   // returns the cluster argument used (a name, or that file's path).
   std::string export_plan(const std::string& path) const;
+  // Writes the selected plan as a stack's file (megatron | torchtitan | deepspeed | arctic, planner/
+  // stacks.hpp); returns the launch line and what the stack cannot express, for the status line.
+  std::vector<std::string> export_to_stack(const std::string& stack, const std::string& path) const;
+  // Opens a Megatron-LM / torchtitan / DeepSpeed / ArcticTraining configuration as the inputs
+  // (model, sequence, runtime, precision) and the plan, on the current cluster. Errors go to the
+  // error panel ("action"); the import's warnings to the status line.
+  void open_stack_config(const std::string& stack, const std::string& path, double now);
 
   json report(int frames) const;
   void begin_frame() {

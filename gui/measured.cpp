@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "planner/stack_measurements.hpp"
+
 namespace ctx::gui {
 namespace {
 
@@ -45,13 +47,37 @@ std::string dotted(const std::string& pointer) {
   return s;
 }
 
+// A stack's measurement as the fields of the Prediction it pairs with.
+MeasuredReport from_stack(const StackMeasurement& sm) {
+  MeasuredReport m;
+  m.path = sm.where;
+  m.format = sm.format;
+  if (sm.peak_allocated_bytes) m.values.push_back({"memory.peak_bytes", "peak (allocated)", true, *sm.peak_allocated_bytes});
+  for (int i = 0; i < kMemCategories; ++i)
+    if (sm.category_bytes[i]) {
+      const std::string cat = to_string(static_cast<Mem>(i));
+      m.values.push_back({"memory.by_category." + cat, "  " + cat, true, *sm.category_bytes[i]});
+    }
+  if (sm.step_seconds) m.values.push_back({"time.step_seconds", "step time (s)", false, *sm.step_seconds});
+  if (sm.forward_seconds) m.values.push_back({"time.phases_seconds.forward", "  forward (s)", false, *sm.forward_seconds});
+  if (sm.backward_seconds) m.values.push_back({"time.phases_seconds.backward", "  backward (s)", false, *sm.backward_seconds});
+  if (sm.optimizer_seconds) m.values.push_back({"time.phases_seconds.optimizer", "  optimizer (s)", false, *sm.optimizer_seconds});
+  if (sm.tokens_per_second) m.values.push_back({"time.tokens_per_second", "tokens/s", false, *sm.tokens_per_second});
+  if (sm.mfu) m.values.push_back({"time.mfu", "MFU", false, *sm.mfu});
+  if (sm.tokens_per_second_per_gpu) m.tokens_per_second_per_gpu = *sm.tokens_per_second_per_gpu;
+  if (sm.global_batch) m.global_batch_samples = *sm.global_batch;
+  return m;
+}
+
 }  // namespace
 
 MeasuredReport load_measured_report(const std::string& path) {
+  if (std::optional<StackMeasurement> sm = read_stack_measurement(path)) return from_stack(*sm);
   json j = read_json_file(path);
   JsonReader r(j, path);
   MeasuredReport m;
   m.path = path;
+  m.format = "ctxrun report";
   m.schema = r.string_or("schema", "");
   m.model = r.string_or("model", "");
   m.cluster = r.string_or("cluster", "");
@@ -105,6 +131,21 @@ std::vector<ComparisonRow> compare_to_prediction(const MeasuredReport& m, const 
     row.predicted = p.at(jp).get<double>();
     row.measured = v.value;
     row.relative_error = row.predicted != 0 ? (row.measured - row.predicted) / row.predicted : (row.measured == 0 ? 0 : INFINITY);
+    rows.push_back(std::move(row));
+  }
+  // rates a stack's log gives per GPU or per sample, as the job's tokens/s
+  double tps = 0;
+  if (m.tokens_per_second_per_gpu > 0) tps = m.tokens_per_second_per_gpu * static_cast<double>(pred.world);
+  for (auto& v : m.values)
+    if (v.name == "time.step_seconds" && m.global_batch_samples > 0 && v.value > 0)
+      tps = m.global_batch_samples * static_cast<double>(pred.seq) / v.value;
+  if (tps > 0) {
+    ComparisonRow row;
+    row.name = "time.tokens_per_second";
+    row.label = "tokens/s";
+    row.predicted = p.at(json::json_pointer("/time/tokens_per_second")).get<double>();
+    row.measured = tps;
+    row.relative_error = row.predicted != 0 ? (tps - row.predicted) / row.predicted : INFINITY;
     rows.push_back(std::move(row));
   }
   return rows;

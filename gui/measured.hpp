@@ -22,8 +22,15 @@ struct MeasuredReport {
   };
   std::vector<Value> values;
   std::vector<double> losses;
+  // A stack's log (planner/stack_measurements.hpp) states some rates per GPU or per sample; they
+  // become tokens/s against the prediction's world and sequence. 0: not given.
+  std::string format;                   // "ctxrun report", "Megatron-LM log", "torchtitan log", ...
+  double tokens_per_second_per_gpu = 0;
+  double global_batch_samples = 0;      // with step_seconds: tokens/s = samples x seq / step
 };
 
+// A ctxrun report (or any prediction-shaped JSON), or a stack's measurement: a Megatron-LM or
+// torchtitan log, a torch.cuda.memory_stats() dump, a CSV (docs/STACKS.md).
 // Throws InputError naming the file and the field on bad JSON or wrong types.
 MeasuredReport load_measured_report(const std::string& path);
 

@@ -70,6 +70,25 @@ void draw_selected_plan_header(App& app, FrameRequests& req) {
     }
   }
   ImGui::SameLine();
+  // the selected plan in a training stack's own file (planner/stacks.hpp), beside plan.json
+  static int stack_index = 0;
+  static const char* const kStacks[] = {"megatron", "torchtitan", "deepspeed", "arctic"};
+  static const char* const kStackFiles[] = {".megatron.sh", ".torchtitan.toml", ".ds_config.json", ".arctic.yml"};
+  ImGui::SetNextItemWidth(100);
+  ImGui::Combo("##stack", &stack_index, kStacks, 4);
+  ImGui::SameLine();
+  if (ImGui::Button("Export to stack")) {
+    const std::string path = std::filesystem::path(export_path).replace_extension(kStackFiles[stack_index]).string();
+    try {
+      std::vector<std::string> lines = app.export_to_stack(kStacks[stack_index], path);
+      app.status = "wrote " + path;
+      for (const auto& l : lines) app.status += "; " + l;
+      app.errors.erase("action");
+    } catch (const InputError& e) {
+      app.set_error("action", e);
+    }
+  }
+  ImGui::SameLine();
   if (ImGui::Button("Copy command line")) {
     req.copy_text = app.command_line(cluster_file);
     app.status = "copied: " + req.copy_text;

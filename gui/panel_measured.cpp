@@ -16,7 +16,7 @@ void draw_measured_tab(App& app) {
   static std::string path;
   if (path.empty()) path = app.state.measured_path;
   ImGui::SetNextItemWidth(420);
-  const bool enter = ImGui::InputTextWithHint("##report", "path to a ctxrun report or a ctxplan predict --json output", &path,
+  const bool enter = ImGui::InputTextWithHint("##report", "a ctxrun report, predict --json, Megatron/torchtitan log, memory_stats JSON or CSV", &path,
                                               ImGuiInputTextFlags_EnterReturnsTrue);
   ImGui::SameLine();
   if (ImGui::Button("Load") || enter) app.load_measured(path);

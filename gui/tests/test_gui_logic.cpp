@@ -286,3 +286,71 @@ TEST(App, AnInvalidPlanIsAnErrorNotACrash) {
 }
 
 }  // namespace
+
+// ---- the stacks (planner/stacks.hpp, planner/stack_measurements.hpp) ------------------------
+
+TEST(GuiStacks, MeasuredTabReadsAStackLogFieldByField) {
+  const std::string log = std::string(CTXPLAN_SOURCE_DIR) + "/tests/data/stacks/megatron_train.log";
+  MeasuredReport m = load_measured_report(log);
+  EXPECT_EQ(m.format, "Megatron-LM log");
+  EXPECT_EQ(m.global_batch_samples, 16);
+  Prediction p;
+  p.world = 16;
+  p.seq = 131072;
+  p.time.step_seconds = 40;
+  p.time.tokens_per_second = 16.0 * 131072 / 40;
+  p.memory.peak.bytes[0] = 6e10;
+  std::vector<ComparisonRow> rows = compare_to_prediction(m, p);
+  const double step = (47100.0 + 46900.0 + 47000.0) / 3 / 1000;  // the log's iterations after the first
+  bool saw_step = false, saw_tps = false;
+  for (const auto& r : rows) {
+    if (r.name == "time.step_seconds") {
+      saw_step = true;
+      EXPECT_NEAR(r.measured, step, 1e-9);
+      EXPECT_NEAR(r.relative_error, (step - 40) / 40, 1e-9);
+    }
+    if (r.name == "time.tokens_per_second") {
+      saw_tps = true;
+      EXPECT_NEAR(r.measured, 16.0 * 131072 / step, 1e-6);  // global batch x seq / step
+    }
+  }
+  EXPECT_TRUE(saw_step);
+  EXPECT_TRUE(saw_tps);
+}
+
+TEST(GuiStacks, OpensAStackConfigAndExportsTheSelectedPlanBack) {
+  App app(std::string(CTXPLAN_SOURCE_DIR) + "/profiles");
+  app.state = default_state();
+  app.state.run_search = false;
+  app.state.inputs.cluster = "8xh100";
+  settle(app, 0);
+  ASSERT_TRUE(app.job.has_value());
+  const std::string yml = std::string(CTXPLAN_SOURCE_DIR) + "/tests/data/stacks/arctic_sp8_llama_8b.yml";
+  app.open_stack_config("arctic", yml, 1);
+  ASSERT_TRUE(app.errors.empty()) << app.errors.begin()->second.message;
+  settle(app, 100);
+  ASSERT_TRUE(app.have_prediction);
+  EXPECT_EQ(app.state.inputs.model, "Llama-3.1-8B");
+  EXPECT_EQ(app.state.inputs.seq_tokens, 500000);
+  EXPECT_EQ(app.prediction.plan.cp_kind, CpKind::ulysses);
+  EXPECT_EQ(app.prediction.plan.cp, 8);
+  const std::string out = (std::filesystem::temp_directory_path() / ("gui_stack_" + std::to_string(::getpid()) + ".yml")).string();
+  std::vector<std::string> lines = app.export_to_stack("arctic", out);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines[0].find("arctic_training"), std::string::npos);
+  // the written file opens back as the same plan
+  App again(std::string(CTXPLAN_SOURCE_DIR) + "/profiles");
+  again.state = default_state();
+  again.state.run_search = false;
+  again.state.inputs.cluster = "8xh100";
+  settle(again, 0);
+  again.open_stack_config("arctic", out, 1);
+  settle(again, 100);
+  ASSERT_TRUE(again.have_prediction);
+  EXPECT_EQ(plan_to_string(again.prediction.plan), plan_to_string(app.prediction.plan));
+  std::filesystem::remove(out);
+  // a file that is not there goes to the error panel, the inputs stay
+  again.open_stack_config("megatron", "/nonexistent/args.sh", 2);
+  EXPECT_EQ(again.errors.count("action"), 1u);
+  EXPECT_EQ(again.state.inputs.model, "Llama-3.1-8B");
+}
