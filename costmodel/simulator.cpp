@@ -363,7 +363,7 @@ class Builder {
         cost_of[static_cast<size_t>(r)] = &costs[static_cast<size_t>(rep.pack_class)][static_cast<size_t>(rep.cp_index)];
         prev[static_cast<size_t>(r)] = prev_of(r);
       }
-      if (backward) ring_steps_fast(pass, generic_steps, steps, cost_of, prev, have, have_dkv, last_compute);
+      if (backward) ring_steps_fast(generic_steps, steps, cost_of, prev, have, have_dkv, last_compute);
       else ring_forward_by_rank(pass, steps, cost_of, prev, have, last_compute);
     }
     if (!backward) return last_compute;
@@ -382,17 +382,17 @@ class Builder {
   // of this loop. Each block's dK,dV hop needs the upstream rank's compute of the same step, so the
   // steps go one at a time across all ranks. `have`, `have_dkv` and `last_compute` are the state
   // after step j0 - 1 and are updated.
-  void ring_steps_fast(SimPass pass, int64_t j0, int64_t steps, const std::vector<const std::vector<double>*>& cost_of,
+  void ring_steps_fast(int64_t j0, int64_t steps, const std::vector<const std::vector<double>*>& cost_of,
                        const std::vector<int>& prev, std::vector<T>& have, std::vector<T>& have_dkv, std::vector<T>& last_compute) {
     const int R = nreps();
     const size_t n = static_cast<size_t>(R);
     const double p2p = std::max(0.0, k_.p2p_fwd), p2p_dkv = std::max(0.0, k_.p2p_dkv);
-    const bool fwd_pass = pass == SimPass::forward;
     // times of: the block held (have: the last receive), the last dK,dV hop, the last compute,
     // the ring stream's last task; the new receive and hop of the step
     std::vector<double> h_start(n), h_end(n), h_ready(n), d_end(n), c_start(n), c_end(n), ring_end(n), nr_start(n), nr_end(n), nr_ready(n), nd_end(n),
         d_start(n), d_ready(n);
     std::vector<char> own(n), d_valid(n);
+    bool d_all_valid = false;  // after the first step every rank has sent a hop
     // the task ending last per rank (RepAcc::last), kept as times and what identifies it
     enum Role : char { kNone, kRecv, kComp, kDkv };
     std::vector<double> best_end(n), best_start(n), best_ready(n);
@@ -410,19 +410,15 @@ class Builder {
       own[r] = prev[r] == static_cast<int>(r);
       best_end[r] = acc_[r].last.id >= 0 ? acc_[r].last.end : -std::numeric_limits<double>::infinity();
     }
+    // finish()'s per-task accounting: RepAcc::end is the end of RepAcc::last (set after the loop);
+    // backward tasks have no forward span
     auto seen = [&](size_t r, Role role, int64_t j, double start, double end, double ready) {
-      RepAcc& a = acc_[r];
-      a.end = std::max(a.end, end);
       if (end > best_end[r]) {
         best_end[r] = end;
         best_start[r] = start;
         best_ready[r] = ready;
         best_role[r] = role;
         best_j[r] = j;
-      }
-      if (fwd_pass) {
-        if (a.fwd_start < 0 || start < a.fwd_start) a.fwd_start = start;
-        a.fwd_end = std::max(a.fwd_end, end);
       }
     };
     const int64_t id0 = next_id_;
@@ -473,7 +469,7 @@ class Builder {
         const double pv = has_recv ? nr_end[r] : ring_end[r];
         double ready = std::max(0.0, pv);
         double full = std::max(ready, c_end[q]);
-        if (d_valid[q]) full = std::max(full, d_end[q]);
+        if (d_all_valid || d_valid[q]) full = std::max(full, d_end[q]);
         if (own[r]) ready = full;
         d_start[r] = full;
         d_ready[r] = ready;
@@ -481,7 +477,7 @@ class Builder {
         seen(r, kDkv, j, full, nd_end[r], ready);
       }
       d_end.swap(nd_end);
-      std::fill(d_valid.begin(), d_valid.end(), 1);
+      d_all_valid = true;
       ring_end = d_end;
       if (has_recv) {
         h_start.swap(nr_start);
@@ -509,6 +505,7 @@ class Builder {
     };
     for (size_t r = 0; r < n; ++r) {
       RepAcc& a = acc_[r];
+      if (best_role[r] != kNone) a.end = std::max(a.end, best_end[r]);
       if (best_role[r] != kNone) a.last = make(r, static_cast<Role>(best_role[r]), best_j[r], best_start[r], best_end[r], best_ready[r]);
       const T c = make(r, kComp, last_j, c_start[r], c_end[r], c_start[r]);
       last_compute[r] = c;
