@@ -74,7 +74,7 @@ class Builder {
     };
     // micro-batches 1 .. ga-2 are alike (the first starts from nothing, the last reduces the
     // gradients unless every one does): identical micro-batches are the periodic case of Period
-    Period period;
+    Period period(true);
     for (int64_t mb = 0; mb < k_.ga; ++mb) {
       micro_batch(mb);
       if (!record_ && mb + 2 < k_.ga) {
@@ -692,6 +692,7 @@ class Builder {
 
   class Period {
    public:
+    explicit Period(bool micro_batches = false) : micro_batches_(micro_batches) {}
     // Records the state after an iteration; true when the last three states lie on a line.
     bool observe(const Builder& b, std::initializer_list<std::vector<T>*> carried) {
       std::swap(s_[0], s_[1]);
@@ -714,7 +715,7 @@ class Builder {
       b.take(w_, carried);
       if (same_step(s_[1], s_[2], p_, w_)) {
         ++b.jumps_;
-        b.layers_skipped_ += m - 1;
+        (micro_batches_ ? b.micro_batches_skipped_ : b.layers_skipped_) += m - 1;
         std::swap(s_[1], p_);  // the line goes on from here
         std::swap(s_[2], w_);
         seen_ = 2;
@@ -806,6 +807,7 @@ class Builder {
       return true;
     }
     Snapshot s_[3], p_, w_;
+    bool micro_batches_ = false;  // what an iteration is (for the statistics): a micro-batch, else a layer
     int seen_ = 0;
     int64_t probe_ = 4;
   };
@@ -999,7 +1001,7 @@ class Builder {
   int64_t next_coll_ = 0;
   int64_t next_id_ = 0;
   int64_t ntasks_ = 0;
-  int64_t jumps_ = 0, layers_skipped_ = 0, jump_misses_ = 0;  // periodicity: jumps taken, layer iterations not swept, checks failed
+  int64_t jumps_ = 0, layers_skipped_ = 0, micro_batches_skipped_ = 0, jump_misses_ = 0;  // periodicity: jumps taken, layer iterations not swept, checks failed
   std::vector<T> last_;  // last task per (rep, stream)
   std::vector<RepAcc> acc_;
   std::vector<T> fwd_tail_, loss_end_, mb_end_, reduce_end_;
@@ -1010,6 +1012,7 @@ class Builder {
   int64_t jumps() const { return jumps_; }
   int64_t layers_extrapolated() const { return layers_skipped_; }
   int64_t jump_misses() const { return jump_misses_; }
+  int64_t micro_batches_extrapolated() const { return micro_batches_skipped_; }
   const std::vector<RepAcc>& reps() const { return acc_; }
 };
 
@@ -1026,6 +1029,7 @@ SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record) {
   r.stats.periodic_jumps = b.jumps();
   r.stats.layers_extrapolated = b.layers_extrapolated();
   r.stats.jump_misses = b.jump_misses();
+  r.stats.micro_batches_extrapolated = b.micro_batches_extrapolated();
   for (size_t i = 0; i < acc.size(); ++i) {
     r.reps[i].compute_stream_busy_s = acc[i].stream_busy;
     r.reps[i].end_s = acc[i].end;

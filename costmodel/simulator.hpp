@@ -55,6 +55,7 @@ struct SimStats {
   int64_t time_regressions = 0;  // events popped earlier than the previous one; must be 0
   int64_t periodic_jumps = 0;    // layer loops cut short by periodicity (without a recording)
   int64_t layers_extrapolated = 0;  // layer iterations taken on the line of the previous ones, not swept
+  int64_t micro_batches_extrapolated = 0;  // whole micro-batches taken on the line of the previous ones
   int64_t jump_misses = 0;       // jumps whose check failed (each cost one swept iteration)
   double wall_seconds = 0;       // how long the simulation itself took
 };

@@ -40,7 +40,8 @@ std::function<int()> add_simulate_command(CLI::App& app, CommonOptions& common) 
                          {"events", sim.stats.events},
                          {"wall_seconds", sim.stats.wall_seconds},
                          {"simulated_ranks", sim.reps.size()},
-                         {"layers_extrapolated", sim.stats.layers_extrapolated}};
+                         {"layers_extrapolated", sim.stats.layers_extrapolated},
+                         {"micro_batches_extrapolated", sim.stats.micro_batches_extrapolated}};
       std::cout << j.dump(2) << "\n";
       return p.memory.fits() ? kExitOk : kExitDoesNotFit;
     }
@@ -72,8 +73,9 @@ std::function<int()> add_simulate_command(CLI::App& app, CommonOptions& common) 
     if (sim.reps.size() > 64) std::cout << "  ... " << sim.reps.size() - 64 << " more\n";
     std::cout << "\nSimulated " << sim.stats.tasks << " tasks (" << sim.stats.events << " events) in " << fixed(sim.stats.wall_seconds * 1e3, 1)
               << " ms";
-    if (sim.stats.layers_extrapolated > 0)
-      std::cout << " (" << sim.stats.layers_extrapolated << " periodic layer iterations extrapolated, not swept)";
+    if (sim.stats.layers_extrapolated > 0 || sim.stats.micro_batches_extrapolated > 0)
+      std::cout << " (not swept, taken on the line of the iterations before them: " << sim.stats.layers_extrapolated
+                << " layer iterations, " << sim.stats.micro_batches_extrapolated << " micro-batches)";
     std::cout << ".";
     if (!a->trace.empty()) std::cout << " Trace: " << a->trace << " (one process per rank, one thread per stream)";
     std::cout << "\n";
