@@ -28,8 +28,19 @@ std::function<int()> add_simulate_command(CLI::App& app, CommonOptions& common) 
   return [a, &common]() {
     Job job = resolve_job(a->job, common);
     SimResult sim;
-    // every task is kept only for the trace; the tables come from the per-rank totals
-    Prediction p = predict(job.model, job.cluster, job.runtime, job.plan, job.seq, &sim, a->trace.empty() ? SimRecord::none : SimRecord::tasks);
+    // every task is kept only for the trace; the tables come from the per-rank totals. A trace is
+    // bounded: the streaming sweep counts the tasks first (it is cheap), and a step with more than
+    // kMaxTraceTasks (about 200 bytes each while recording, and more in the JSON) is refused.
+    constexpr int64_t kMaxTraceTasks = 10'000'000;
+    Prediction p = predict(job.model, job.cluster, job.runtime, job.plan, job.seq, &sim, SimRecord::none);
+    if (!a->trace.empty()) {
+      if (sim.stats.tasks > kMaxTraceTasks)
+        throw InputError("--trace", a->trace,
+                         "this step has " + std::to_string(sim.stats.tasks) + " tasks; a trace holds at most " + std::to_string(kMaxTraceTasks) +
+                             " (about 2 GB while recording): trace fewer micro-batches (ga), layers or CP ranks, or drop --trace (the "
+                             "simulation itself needs no trace)");
+      p = predict(job.model, job.cluster, job.runtime, job.plan, job.seq, &sim, SimRecord::tasks);
+    }
     if (!a->trace.empty()) {
       std::string title = job.model.name + " on " + job.cluster.name + ", seq " + std::to_string(job.seq) + ", " + plan_to_string(p.plan);
       write_file_atomic(a->trace, chrome_trace(sim, title).dump() + "\n");

@@ -290,6 +290,25 @@ TEST(SearchCli, SimulateWritesAChromeTrace) {
   EXPECT_EQ(pids.size(), 8u) << "plain ring: every CP rank is its own track";
 }
 
+// Without --trace nothing is kept per task, so a step of 614M tasks (a million identical
+// micro-batches) simulates in well under a second; its trace is refused naming --trace and the
+// limit, and no file is written.
+TEST(SearchCli, HugeStepSimulatesButItsTraceIsRefused) {
+  const std::vector<std::string> job = {"simulate", "--model", "Llama-3.1-8B", "--cluster", "8x8xh100", "--seq", "8k", "--plan", "dp=8,tp=8,zero=1,ga=1048576"};
+  RunResult r = run_ctxplan(job);
+  ASSERT_EQ(r.exit_code, kExitOk) << r.both();
+  EXPECT_TRUE(contains(r.out, "1048537 micro-batches")) << r.out;
+  std::string path = "/tmp/ctxplan_huge_trace_" + std::to_string(getpid()) + ".json";
+  std::vector<std::string> traced = job;
+  traced.push_back("--trace");
+  traced.push_back(path);
+  r = run_ctxplan(traced);
+  EXPECT_EQ(r.exit_code, kExitBadInput) << r.both();
+  EXPECT_TRUE(contains(r.err, "--trace")) << r.err;
+  EXPECT_TRUE(contains(r.err, "at most 10000000")) << r.err;
+  EXPECT_NE(access(path.c_str(), F_OK), 0) << "no trace file is written";
+}
+
 TEST(SearchCli, MaxseqPerGpuCount) {
   RunResult r = run_ctxplan({"maxseq", "--model", "Llama-3.1-8B", "--cluster", "4x8xh100", "--gpus", "1,8", "--json"});
   ASSERT_EQ(r.exit_code, kExitOk) << r.both();
