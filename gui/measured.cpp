@@ -52,7 +52,8 @@ MeasuredReport from_stack(const StackMeasurement& sm) {
   MeasuredReport m;
   m.path = sm.where;
   m.format = sm.format;
-  if (sm.peak_allocated_bytes) m.values.push_back({"memory.peak_bytes", "peak (allocated)", true, *sm.peak_allocated_bytes});
+  if (sm.peak_allocated_bytes)
+    m.values.push_back({"memory.peak_bytes", "peak allocated (predicted without runtime)", true, *sm.peak_allocated_bytes});
   for (int i = 0; i < kMemCategories; ++i)
     if (sm.category_bytes[i]) {
       const std::string cat = to_string(static_cast<Mem>(i));
@@ -129,6 +130,10 @@ std::vector<ComparisonRow> compare_to_prediction(const MeasuredReport& m, const 
     row.label = v.label;
     row.bytes = v.bytes;
     row.predicted = p.at(jp).get<double>();
+    // PyTorch's allocated bytes (a stack's log) count tensors: the prediction's 'runtime' category
+    // (CUDA context, NCCL buffers, allocator slack) is left out, as `ctxplan compare` does
+    if (!m.format.empty() && m.format != "ctxrun report" && v.name == "memory.peak_bytes")
+      row.predicted -= p.at(json::json_pointer("/memory/by_category/runtime")).get<double>();
     row.measured = v.value;
     row.relative_error = row.predicted != 0 ? (row.measured - row.predicted) / row.predicted : (row.measured == 0 ? 0 : INFINITY);
     rows.push_back(std::move(row));

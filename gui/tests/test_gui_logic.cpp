@@ -300,14 +300,20 @@ TEST(GuiStacks, MeasuredTabReadsAStackLogFieldByField) {
   p.time.step_seconds = 40;
   p.time.tokens_per_second = 16.0 * 131072 / 40;
   p.memory.peak.bytes[0] = 6e10;
+  p.memory.peak.bytes[static_cast<int>(Mem::runtime)] = 2e9;
   std::vector<ComparisonRow> rows = compare_to_prediction(m, p);
   const double step = (47100.0 + 46900.0 + 47000.0) / 3 / 1000;  // the log's iterations after the first
-  bool saw_step = false, saw_tps = false;
+  bool saw_step = false, saw_tps = false, saw_peak = false;
   for (const auto& r : rows) {
     if (r.name == "time.step_seconds") {
       saw_step = true;
       EXPECT_NEAR(r.measured, step, 1e-9);
       EXPECT_NEAR(r.relative_error, (step - 40) / 40, 1e-9);
+    }
+    if (r.name == "memory.peak_bytes") {
+      saw_peak = true;
+      EXPECT_EQ(r.predicted, 6e10);  // the predicted peak without its runtime category
+      EXPECT_NEAR(r.measured, 61500.25 * 1024 * 1024, 1);  // the log's highest "max allocated" (MB = 2^20)
     }
     if (r.name == "time.tokens_per_second") {
       saw_tps = true;
@@ -316,6 +322,7 @@ TEST(GuiStacks, MeasuredTabReadsAStackLogFieldByField) {
   }
   EXPECT_TRUE(saw_step);
   EXPECT_TRUE(saw_tps);
+  EXPECT_TRUE(saw_peak);
 }
 
 TEST(GuiStacks, OpensAStackConfigAndExportsTheSelectedPlanBack) {
