@@ -1,6 +1,7 @@
 #include "costmodel/plan.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -102,11 +103,39 @@ const std::vector<std::pair<std::string, std::string>>& plan_key_help() {
   return keys;
 }
 
+namespace {
+
+// Decimal notation only: [+-]digits[.digits][e[+-]digits]. std::stod alone also takes leading
+// blanks, hexadecimal ("0x100"), "inf" and "nan".
+bool decimal_syntax(const std::string& s) {
+  size_t i = 0;
+  auto digits = [&] {
+    size_t b = i;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+    return i > b;
+  };
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+  if (!digits()) return false;
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    if (!digits()) return false;
+  }
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == s.size();
+}
+
+}  // namespace
+
 bool parse_scaled_number(const std::string& text, double* out) {
   std::string body = text;
   double scale = 1;
   if (!body.empty() && (body.back() == 'k' || body.back() == 'K')) { scale = 1024; body.pop_back(); }
   else if (!body.empty() && (body.back() == 'm' || body.back() == 'M')) { scale = 1024.0 * 1024.0; body.pop_back(); }
+  if (!decimal_syntax(body)) return false;
   size_t used = 0;
   double v = 0;
   try {
@@ -129,8 +158,9 @@ std::vector<std::string> plan_key_names() {
 
 int64_t parse_int(const std::string& where, const std::string& key, const std::string& v, int64_t lo, int64_t hi) {
   double d = 0;
-  if (!parse_scaled_number(v, &d) || d != std::floor(d))
-    throw InputError(where, key, "expected an integer, got '" + v + "'");
+  // counts are decimal integers with the k/m suffixes only: no exponent (tp=1e0), no hex (tp=0x2)
+  if (v.find_first_of("eE") != std::string::npos || !parse_scaled_number(v, &d) || d != std::floor(d))
+    throw InputError(where, key, "expected a decimal integer (suffix k or m allowed, e.g. 8 or 32k), got '" + v + "'");
   if (d < static_cast<double>(lo) || d > static_cast<double>(hi))
     throw InputError(where, key,
                      "value '" + v + "' is out of range; valid: " + std::to_string(lo) + ".." + std::to_string(hi));

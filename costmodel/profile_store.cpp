@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <regex>
 
+#include "costmodel/limits.hpp"
 #include "costmodel/suggest.hpp"
 
 #ifndef CTXPLAN_PROFILES_DIR
@@ -315,7 +316,11 @@ static ClusterSpec cluster_from_json(const json& j, const std::string& where, co
   std::string gpu_name = r.string("gpu");
   const HardwareSpec* gpu = find_hardware(hw, gpu_name);
   if (!gpu) r.fail("gpu", "unknown GPU '" + gpu_name + "'; it must name a profile in profiles/hardware");
-  ClusterSpec c = make_cluster(*gpu, r.integer_in("nodes", 1, 1 << 20), r.integer_in("gpus_per_node", 1, 1024));
+  const int64_t nodes = r.integer_in("nodes", 1, kMaxClusterGpus), per_node = r.integer_in("gpus_per_node", 1, 1024);
+  if (nodes * per_node > kMaxClusterGpus)
+    r.fail("nodes", std::to_string(nodes) + " nodes x " + std::to_string(per_node) + " GPUs is more than the " +
+                        std::to_string(kMaxClusterGpus) + " GPUs a cluster may have");
+  ClusterSpec c = make_cluster(*gpu, nodes, per_node);
   c.name = r.string("name");
   c.source = r.string_or("source", "");
   c.intra_bytes_per_second = r.number_or("intra_gbps", c.intra_bytes_per_second / 1e9) * 1e9;
@@ -462,8 +467,9 @@ ClusterSpec resolve_cluster(const Profiles& p, const std::string& arg) {
     auto count = [](const std::string& digits) { return digits.size() > 9 ? int64_t(-1) : std::stoll(digits); };
     int64_t nodes = m[1].matched ? count(m[1].str()) : 1;
     int64_t per_node = count(m[2].str());
-    if (nodes < 1 || nodes > (1 << 20) || per_node < 1 || per_node > 1024)
-      throw InputError("--cluster", "", "'" + arg + "': nodes must be 1..1048576 and GPUs per node 1..1024");
+    if (nodes < 1 || per_node < 1 || per_node > 1024 || nodes > kMaxClusterGpus || nodes * per_node > kMaxClusterGpus)
+      throw InputError("--cluster", "", "'" + arg + "': GPUs per node must be 1..1024 and nodes x GPUs per node 1.." +
+                                            std::to_string(kMaxClusterGpus));
     std::vector<std::string> names;
     const HardwareSpec* gpu = find_hardware(p.hardware, m[3].str(), &names);
     if (!gpu) {

@@ -5,6 +5,7 @@
 // 4 diverged (non-finite loss; the step and first layer are named), 130 interrupted (checkpoint saved).
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -45,7 +46,8 @@ struct Options {
 
 int64_t parse_count(const std::string& text, const std::string& where) {
   double v = 0;
-  if (!parse_scaled_number(text, &v) || v < 1 || v > 1e12 || v != static_cast<double>(static_cast<int64_t>(v)))
+  if (text.find_first_of("eE") != std::string::npos || !parse_scaled_number(text, &v) || v < 1 || v > 1e12 ||
+      v != std::floor(v))
     throw InputError(where, "", "expected a positive token count such as 256, 4k or 1m, got '" + text + "'");
   return static_cast<int64_t>(v);
 }

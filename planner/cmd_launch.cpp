@@ -19,9 +19,19 @@ namespace fs = std::filesystem;
 namespace ctx {
 namespace {
 
+// Slurm's --time forms (sbatch(1)): M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; a field after the first is
+// two digits at most and within its clock range (99:99:99 was taken).
+bool valid_slurm_time(const std::string& t) {
+  static const std::regex form(R"(^(\d{1,7})$|^(\d{1,7}):(\d{1,2})$|^(\d{1,5}):(\d{1,2}):(\d{1,2})$|^(\d{1,4})-(\d{1,2})(:(\d{1,2})(:(\d{1,2}))?)?$)");
+  std::smatch m;
+  if (!std::regex_match(t, m, form)) return false;
+  auto in = [&](int g, int hi) { return !m[g].matched || std::stoi(m[g].str()) <= hi; };
+  return in(3, 59) && in(5, 59) && in(6, 59) && in(8, 23) && in(10, 59) && in(12, 59);
+}
+
 struct LaunchArgs {
   JobArgs job;
-  int64_t pick = 1, steps = 20, cpus = 0;
+  int64_t pick = 1, steps = 20, cpus = -1;  // cpus -1: not given
   std::string slurm, ctxrun, backend = "cuda", mpirun = "mpirun", report, extra, mpi_extra, bind = "numa", time, job_name, partition,
                              account, launcher = "srun";
   std::vector<std::string> env;
@@ -163,11 +173,12 @@ std::function<int()> add_launch_command(CLI::App& app, CommonOptions& common) {
       throw InputError("--backend", "", "expected cuda or cpu, got '" + a->backend + "'");
     if (a->launcher != "srun" && a->launcher != "mpirun")
       throw InputError("--launcher", "", "expected srun or mpirun, got '" + a->launcher + "'");
-    const int64_t cpus = a->cpus > 0 ? a->cpus : (a->local ? 1 : 8);
-    if (a->cpus < 0 || cpus > 1024) throw InputError("--cpus-per-rank", "", "must be 1..1024, got " + std::to_string(a->cpus));
-    static const std::regex slurm_time_re(R"(^\d+(-\d+)?(:\d+){0,2}$)");
-    if (!a->time.empty() && !std::regex_match(a->time, slurm_time_re))
-      throw InputError("--time", "", "expected a Slurm time such as 90, 02:00:00 or 1-12:00:00, got '" + a->time + "'");
+    const int64_t cpus = a->cpus >= 0 ? a->cpus : (a->local ? 1 : 8);
+    if (cpus < 1 || cpus > 1024) throw InputError("--cpus-per-rank", "", "must be 1..1024, got " + std::to_string(a->cpus));
+    if (!a->time.empty() && !valid_slurm_time(a->time))
+      throw InputError("--time", "", "expected a Slurm time (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS; "
+                                     "minutes and seconds 0..59, hours 0..23) such as 90, 02:00:00 or 1-12:00:00, got '" +
+                                         a->time + "'");
 
     LaunchJob lj = resolve_launch_job(*a, common);
     LaunchRequest r;

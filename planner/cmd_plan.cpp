@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
+#include "costmodel/limits.hpp"
 #include "costmodel/prediction.hpp"
 #include "planner/commands.hpp"
 #include "costmodel/exit_codes.hpp"
@@ -55,6 +57,23 @@ std::vector<CpKind> parse_kinds(const std::string& s) {
   return out;
 }
 
+// --gpus: GPU counts 1..kMaxClusterGpus (a count is GPUs, not tokens: no k/m suffix needed, none refused)
+std::vector<int64_t> parse_gpu_counts(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string k;
+  while (std::getline(ss, k, ',')) {
+    if (k.empty()) continue;
+    double v = 0;
+    if (k.find_first_of("eE") != std::string::npos || !parse_scaled_number(k, &v) || v != std::floor(v) || v < 1 ||
+        v > static_cast<double>(kMaxClusterGpus))
+      throw InputError("--gpus", "", "GPU counts must be whole numbers 1.." + std::to_string(kMaxClusterGpus) + ", got '" + k + "'");
+    out.push_back(static_cast<int64_t>(v));
+  }
+  if (out.empty()) throw InputError("--gpus", "", "expected a comma-separated list of GPU counts, e.g. 8,16,32");
+  return out;
+}
+
 std::vector<int64_t> parse_list(const std::string& s, const std::string& where) {
   std::vector<int64_t> out;
   std::stringstream ss(s);
@@ -69,7 +88,7 @@ struct SearchArgs {
   JobArgs job;
   std::string gbt, objective = "time", kinds, csv;
   bool json = false, no_offload = false;
-  int top = 10, refine = 20;
+  int top = 10, refine = 200;
 };
 
 void add_search_options(CLI::App& app, SearchArgs& a) {
@@ -125,7 +144,7 @@ std::function<int()> add_plan_command(CLI::App& app, CommonOptions& common) {
   add_search_options(app, *a);
   app.add_option("--objective", a->objective, "time (fastest step, default) or memory (smallest peak)");
   app.add_option("--top,-k", a->top, "how many plans to print (default 10)");
-  app.add_option("--refine", a->refine, "finalists re-ranked by the event simulator (default 20)");
+  app.add_option("--refine", a->refine, "finalists re-ranked by the event simulator (default 200)");
   app.add_flag("--json", a->json, "print the result as JSON");
   app.add_option("--csv", a->csv, "write every fitting plan as CSV to this file ('-' for standard output)");
   app.footer(
@@ -212,7 +231,7 @@ std::function<int()> add_maxseq_command(CLI::App& app, CommonOptions& common) {
       counts.push_back(1);
       for (int64_t n = std::min<int64_t>(8, job.cluster.gpus_per_node); n <= world_size(job.cluster); n *= 2) counts.push_back(n);
     } else {
-      counts = parse_list(a->gpus, "--gpus");
+      counts = parse_gpu_counts(a->gpus);
     }
     json rows = json::array();
     Table t;
@@ -225,8 +244,13 @@ std::function<int()> add_maxseq_command(CLI::App& app, CommonOptions& common) {
       r.cluster = resized_cluster(job.cluster, counts[i]);
       Plan best;
       int64_t s = max_trainable_seq_any(r, hi, &best);
-      json row = {{"gpus", counts[i]}, {"max_seq", s}};
-      std::vector<std::string> cells = {std::to_string(counts[i]), std::to_string(s), s ? plan_to_string(best) : "(nothing fits)", "", ""};
+      // the cluster grows to whole nodes: rows say the GPUs planned on (and the count asked for)
+      const int64_t gpus = world_size(r.cluster);
+      json row = {{"gpus", gpus}, {"max_seq", s}};
+      if (gpus != counts[i]) row["gpus_requested"] = counts[i];
+      std::vector<std::string> cells = {gpus == counts[i] ? std::to_string(gpus)
+                                                          : std::to_string(gpus) + " (asked " + std::to_string(counts[i]) + ")",
+                                        std::to_string(s), s ? plan_to_string(best) : "(nothing fits)", "", ""};
       if (s > 0) {
         StepTime st = estimate_step(step_costs(r.model, r.cluster, r.runtime, best, s, false));
         row["plan"] = plan_to_string(best);
@@ -262,8 +286,8 @@ std::function<int()> add_sweep_command(CLI::App& app, CommonOptions& common) {
     std::vector<int64_t> seqs = parse_list(a->seqs, "--seqs"), counts;
     if (a->gpus.empty())
       for (int64_t n = std::min<int64_t>(8, job.cluster.gpus_per_node); n <= world_size(job.cluster); n *= 2) counts.push_back(n);
-    else counts = parse_list(a->gpus, "--gpus");
-    a->refine = 3;
+    else counts = parse_gpu_counts(a->gpus);
+    a->refine = 30;
     std::ostringstream csv;
     csv << "seq,gpus,fits,plan,step_seconds,tokens_per_second,mfu,peak_gib\n";
     json rows = json::array();
@@ -278,15 +302,16 @@ std::function<int()> add_sweep_command(CLI::App& app, CommonOptions& common) {
           j2.seq = s;
           SearchRequest req = make_request(*a, j2);
           req.cluster = resized_cluster(job.cluster, n);
+          const int64_t gpus = world_size(req.cluster);  // whole nodes: the GPUs planned on
           SearchResult r = search_plans(req);
           if (r.ranked.empty()) {
-            csv << s << "," << n << ",0,,,,,\n";
-            rows.push_back({{"seq", s}, {"gpus", n}, {"fits", false}});
+            csv << s << "," << gpus << ",0,,,,,\n";
+            rows.push_back({{"seq", s}, {"gpus", gpus}, {"fits", false}});
           } else {
             const Candidate& c = r.ranked[0];
-            csv << s << "," << n << ",1,\"" << plan_to_string(c.plan) << "\"," << c.time.step_seconds << "," << c.time.tokens_per_second << ","
+            csv << s << "," << gpus << ",1,\"" << plan_to_string(c.plan) << "\"," << c.time.step_seconds << "," << c.time.tokens_per_second << ","
                 << c.time.mfu << "," << c.peak_bytes / (1024.0 * 1024 * 1024) << "\n";
-            rows.push_back({{"seq", s}, {"gpus", n}, {"fits", true}, {"best", candidate_json(c)}});
+            rows.push_back({{"seq", s}, {"gpus", gpus}, {"fits", true}, {"best", candidate_json(c)}});
           }
         }
       }
@@ -326,7 +351,7 @@ std::function<int()> add_budget_command(CLI::App& app, CommonOptions& common) {
       if (!parse_scaled_number(item.substr(colon + 1), &tokens) || tokens <= 0)
         throw InputError("--stages", item, "the token count after ':' must be a positive number such as 2e9");
       SearchRequest req = make_request(*a, j2);
-      req.refine = 3;
+      req.refine = 30;
       SearchResult r = search_plans(req);
       ++stage;
       if (r.ranked.empty()) {

@@ -59,7 +59,8 @@ std::string Table::render(const std::string& indent) const {
 
 int64_t parse_tokens(const std::string& text, const std::string& where) {
   double v = 0;
-  if (!parse_scaled_number(text, &v))
+  // decimal with the k/m suffixes only (no exponent, no hex: `--seq 0x100` was taken)
+  if (text.find_first_of("eE") != std::string::npos || !parse_scaled_number(text, &v))
     throw InputError(where, "", "expected a token count such as 131072, 128k or 1m, got '" + text + "'");
   double tokens = std::round(v);
   if (tokens < 1 || tokens > 17179869184.0)

@@ -11,6 +11,7 @@
 
 #include "costmodel/exit_codes.hpp"
 #include "costmodel/json_util.hpp"
+#include "costmodel/limits.hpp"
 #include "tests/run_process.hpp"
 
 namespace fs = std::filesystem;
@@ -123,5 +124,80 @@ TEST(HostileInput, SyntaxErrorNamesTheFieldItIsIn) {
   } catch (const ctx::InputError& e) {
     EXPECT_EQ(e.field.substr(0, 4), "a.b[");
     EXPECT_EQ(e.where, "x.json:1:20");
+  }
+}
+
+// ---- runaway sizes: refused naming the bound (costmodel/limits.hpp) -------------------------------
+
+// Before: `plan` on a 1,048,576-node cluster ran 63 s and `sweep --gpus 1000000000` ran away.
+TEST(HostileInput, ClusterBeyondTheGpuBoundIsRefusedNamingIt) {
+  RunResult plan = run_ctxplan({"plan", "--model", "Llama-3.1-8B", "--cluster", "1048576x8xh100", "--seq", "1m"});
+  EXPECT_EQ(plan.exit_code, ctx::kExitBadInput) << plan.both();
+  EXPECT_HAS(plan.err, "--cluster");
+  EXPECT_HAS(plan.err, "1.." + std::to_string(ctx::kMaxClusterGpus));
+  RunResult sweep = run_ctxplan({"sweep", "--model", "tiny", "--cluster", "8xh100", "--seqs", "4k", "--gpus", "1000000000"});
+  EXPECT_EQ(sweep.exit_code, ctx::kExitBadInput) << sweep.both();
+  EXPECT_HAS(sweep.err, "--gpus");
+  EXPECT_HAS(sweep.err, "1.." + std::to_string(ctx::kMaxClusterGpus));
+  // the bound itself is accepted: a cluster of exactly kMaxClusterGpus GPUs
+  RunResult edge = run_ctxplan({"predict", "--model", "Llama-3.1-8B", "--cluster",
+                                std::to_string(ctx::kMaxClusterGpus / 8) + "x8xh100", "--seq", "128k", "--plan", "tp=8"});
+  EXPECT_NE(edge.exit_code, ctx::kExitBadInput) << edge.both();
+}
+
+// Before: `--gpus 0` said "token count must be 1..17179869184".
+TEST(HostileInput, GpuCountZeroSpeaksOfGpus) {
+  RunResult r = run_ctxplan({"maxseq", "--model", "tiny", "--cluster", "8xh100", "--gpus", "0"});
+  EXPECT_EQ(r.exit_code, ctx::kExitBadInput) << r.both();
+  EXPECT_HAS(r.err, "GPU counts");
+  EXPECT_FALSE(contains(r.err, "token"));
+}
+
+// Before: `maxseq --gpus 12` on nodes of 8 planned on 16 GPUs and labelled the row 12.
+TEST(HostileInput, MaxseqRowsNameTheGpusPlannedOn) {
+  RunResult r = run_ctxplan({"maxseq", "--model", "tiny", "--cluster", "4x8xh100", "--gpus", "12", "--max", "64k", "--json"});
+  ASSERT_EQ(r.exit_code, ctx::kExitOk) << r.both();
+  ctx::json j = ctx::json::parse(r.out);
+  ASSERT_EQ(j["rows"].size(), 1u);
+  EXPECT_EQ(j["rows"][0]["gpus"], 16);
+  EXPECT_EQ(j["rows"][0]["gpus_requested"], 12);
+}
+
+// Before: strtod took `tp=0x2`, `tp=1e0` and `--seq 0x100`.
+TEST(HostileInput, CountsAreDecimalIntegersWithTheDocumentedSuffixesOnly) {
+  for (const char* plan : {"tp=0x2", "tp=1e0", "tp= 2", "tp=inf", "cp=nan"}) {
+    RunResult r = run_ctxplan({"predict", "--plan", plan});
+    EXPECT_EQ(r.exit_code, ctx::kExitBadInput) << plan << ": " << r.both();
+    EXPECT_HAS(r.err, "decimal integer");
+  }
+  RunResult seq = run_ctxplan({"predict", "--seq", "0x100"});
+  EXPECT_EQ(seq.exit_code, ctx::kExitBadInput) << seq.both();
+  EXPECT_HAS(seq.err, "--seq");
+  // the documented forms stay valid
+  RunResult ok = run_ctxplan({"predict", "--seq", "128k", "--plan", "tp=8"});
+  EXPECT_NE(ok.exit_code, ctx::kExitBadInput) << ok.both();
+}
+
+// Before: `launch --cpus-per-rank=0` and `--time 99:99:99` were accepted.
+TEST(HostileInput, LaunchRefusesZeroCpusAndImpossibleTimes) {
+  const std::vector<std::string> job = {"launch", "--model", "tiny", "--cluster", "1x2xh100", "--seq", "256", "--plan", "tp=2",
+                                        "--backend", "cpu", "--local"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = job;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_ctxplan(a);
+  };
+  const std::string sbatch = (fs::temp_directory_path() / ("ctxplan_hostile_" + std::to_string(::getpid()) + ".sbatch")).string();
+  RunResult zero = with({"--cpus-per-rank", "0"});
+  EXPECT_EQ(zero.exit_code, ctx::kExitBadInput) << zero.both();
+  EXPECT_HAS(zero.err, "--cpus-per-rank");
+  for (const char* t : {"99:99:99", "1-24:00:00", "10:60", "1:2:3:4"}) {
+    RunResult r = with({"--time", t, "--slurm", sbatch});
+    EXPECT_EQ(r.exit_code, ctx::kExitBadInput) << t << ": " << r.both();
+    EXPECT_HAS(r.err, "--time");
+  }
+  for (const char* t : {"90", "02:00:00", "1-12:00:00", "48:00:00", "2-0"}) {
+    RunResult r = with({"--time", t, "--slurm", sbatch});
+    EXPECT_EQ(r.exit_code, ctx::kExitOk) << t << ": " << r.both();
   }
 }
