@@ -88,7 +88,7 @@ struct SearchArgs {
   JobArgs job;
   std::string gbt, objective = "time", kinds, csv;
   bool json = false, no_offload = false;
-  int top = 10, refine = 200;
+  int top = 10, refine = 20;
 };
 
 void add_search_options(CLI::App& app, SearchArgs& a) {
@@ -144,7 +144,7 @@ std::function<int()> add_plan_command(CLI::App& app, CommonOptions& common) {
   add_search_options(app, *a);
   app.add_option("--objective", a->objective, "time (fastest step, default) or memory (smallest peak)");
   app.add_option("--top,-k", a->top, "how many plans to print (default 10)");
-  app.add_option("--refine", a->refine, "finalists re-ranked by the event simulator (default 200)");
+  app.add_option("--refine", a->refine, "finalists re-ranked by the event simulator (default 20)");
   app.add_flag("--json", a->json, "print the result as JSON");
   app.add_option("--csv", a->csv, "write every fitting plan as CSV to this file ('-' for standard output)");
   app.footer(
@@ -351,7 +351,7 @@ std::function<int()> add_budget_command(CLI::App& app, CommonOptions& common) {
       if (!parse_scaled_number(item.substr(colon + 1), &tokens) || tokens <= 0)
         throw InputError("--stages", item, "the token count after ':' must be a positive number such as 2e9");
       SearchRequest req = make_request(*a, j2);
-      req.refine = 30;
+      req.refine = 3;
       SearchResult r = search_plans(req);
       ++stage;
       if (r.ranked.empty()) {
