@@ -71,6 +71,7 @@ StackExport export_stack(Stack stack, const ExportJob& job, const Profiles& prof
   // reason, the rest are listed here so none is lost.
   ImportOptions o;
   o.world = job.nodes * job.gpus_per_node;
+  o.model = job.model_arg.empty() ? job.model.name : job.model_arg;  // a model the stack cannot name is listed, not fatal
   StackJob back = import_stack(stack, e.text, std::string("the ") + to_string(stack) + " export", profiles, o);
   e.exported = back.plan;
   for (const std::string& d : plan_differences(job.plan, back.plan)) {

@@ -420,6 +420,18 @@ StackJob import_megatron(const std::string& text, const std::string& where, cons
     throw InputError(where, "--use-tp-pp-dp-mapping", "this rank order is not modelled; valid: Megatron's default tp-cp-ep-dp-pp");
 
   // ---- model ----
+  if (!o.model.empty()) {  // named by the caller: the shape flags are read, not matched
+    for (const char* f : {"num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "group-query-attention",
+                          "num-query-groups", "kv-channels", "swiglu", "normalization", "untie-embeddings-and-output-weights",
+                          "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "position-embedding-type", "rotary-base",
+                          "rotary-percent", "use-rope-scaling", "rope-scaling-factor", "vocab-size"})
+      a.values(f);
+    job.model = o.model;
+    std::vector<std::string> unread;
+    a.unread(unread, job.ignored);
+    for (const std::string& u : unread) job.warnings.push_back(u + ": not a Megatron option ctxplan models (ignored)");
+    return job;
+  }
   ModelSpec m = model_from_flags(a);
   std::string name = stacks::match_model_profile(profiles, m);
   if (!name.empty()) {

@@ -358,3 +358,13 @@ TEST(StackImport, HostileValuesAreRefusedWithoutCrashing) {
   e = import_error(Stack::megatron, "--tensor-model-parallel-size " + std::string(1 << 20, '9') + shape);
   EXPECT_LT(e.size(), 1000u);
 }
+
+TEST(StackExport, AModelWithoutATorchtitanFlavorIsListedNotFatal) {
+  SKIP_UNLESS_READABLE(Stack::torchtitan);
+  ExportJob j = job_for("cp=2,zero=3,recompute=full");
+  j.model = resolve_model(profiles(), "SmolLM3-3B");
+  j.model_arg = "SmolLM3-3B";
+  StackExport e = export_stack(Stack::torchtitan, j, profiles());
+  EXPECT_TRUE(any_contains(e.cannot_express, "model SmolLM3-3B")) << stacks::join(e.cannot_express, "\n");
+  EXPECT_TRUE(same_plan(j.plan, e.exported));  // the plan itself goes through
+}
