@@ -213,7 +213,12 @@ StackJob import_deepspeed(const std::string& text, const std::string& where, con
   if (has_tbs && !tbs_auto) {
     if (!has_ga || ga_auto) {
       if (job.world > 0) p.ga = stacks::accumulation_from_global(tbs, p.mbs, job.world, where, "train_batch_size");
-      else if (tbs % p.mbs == 0 && has_mbs) p.dp = tbs / p.mbs;  // accumulation 1
+      else if (tbs % p.mbs == 0 && has_mbs) {
+        p.dp = tbs / p.mbs;
+        job.warnings.push_back("gradient_accumulation_steps not given and no GPU count: read as 1, so train_batch_size " +
+                               std::to_string(tbs) + " = " + std::to_string(p.dp) + " data-parallel ranks (give "
+                               "`ctxplan import --cluster` to derive the accumulation instead)");
+      }
     } else if (tbs % (p.mbs * p.ga) != 0) {
       throw InputError(where, "train_batch_size", std::to_string(tbs) + " is not micro batch x accumulation x ranks");
     } else {
