@@ -37,6 +37,19 @@ struct T {
 
 const T kNoTask{};
 
+T task_of(int64_t id, int rep, double start, double end, double ready, double duration, SimStream stream, SimCategory category) {
+  T t;
+  t.id = id;
+  t.rep = rep;
+  t.start = start;
+  t.end = end;
+  t.ready = ready;
+  t.duration = duration;
+  t.stream = stream;
+  t.category = category;
+  return t;
+}
+
 // Per simulated rank, what the step time, the phases and the breakdown need, accumulated in
 // creation order (the order the event-queue version walked the recorded tasks in).
 struct RepAcc {
@@ -50,6 +63,11 @@ struct RepAcc {
   double prev_end = 0;     // end of its previous compute-stream task
   T last;                  // the task that ends last (the first of equals)
 };
+// Its numbers, for the periodicity check and jump (every one moves along the line the same way).
+constexpr double RepAcc::*kRepAccNumbers[] = {&RepAcc::end, &RepAcc::busy, &RepAcc::stream_busy, &RepAcc::fwd_start,
+                                              &RepAcc::fwd_end, &RepAcc::fwd_sum, &RepAcc::opt_start, &RepAcc::prev_end};
+constexpr double StepBreakdown::*kBreakdownNumbers[] = {&StepBreakdown::compute, &StepBreakdown::exposed_comm, &StepBreakdown::offload_stall,
+                                                        &StepBreakdown::imbalance, &StepBreakdown::optimizer};
 
 // Builds the task graph: the same program for every simulated rank, generated in lockstep so
 // that collectives get one id across their members. Every task's start and end are known when it
@@ -492,16 +510,9 @@ class Builder {
     ntasks_ += created;
     const int64_t last_j = steps - 1;
     auto make = [&](size_t r, Role role, int64_t j, double start, double end, double ready) {
-      T t;
-      t.id = block_id(j, role) + static_cast<int64_t>(r);
-      t.rep = static_cast<int32_t>(r);
-      t.start = start;
-      t.end = end;
-      t.ready = ready;
-      t.duration = role == kRecv ? p2p : role == kDkv ? p2p_dkv : cost(r, j);
-      t.stream = role == kComp ? SimStream::compute : SimStream::ring;
-      t.category = role == kComp ? SimCategory::compute : SimCategory::comm;
-      return t;
+      return task_of(block_id(j, role) + static_cast<int64_t>(r), static_cast<int>(r), start, end, ready,
+                     role == kRecv ? p2p : role == kDkv ? p2p_dkv : cost(r, j), role == kComp ? SimStream::compute : SimStream::ring,
+                     role == kComp ? SimCategory::compute : SimCategory::comm);
     };
     for (size_t r = 0; r < n; ++r) {
       RepAcc& a = acc_[r];
@@ -583,17 +594,7 @@ class Builder {
           const double start = m + base, end = start + p2p, ready = m_prev + base;
           end_max = std::max(end_max, end);
           consider(true, j, start, end, ready, p2p);
-          if (j + 2 == steps) {
-            T& t = last_recv[static_cast<size_t>(r)];
-            t.id = recv_id(j, r);
-            t.rep = r;
-            t.start = start;
-            t.end = end;
-            t.ready = ready;
-            t.duration = p2p;
-            t.stream = SimStream::ring;
-            t.category = SimCategory::comm;
-          }
+          if (j + 2 == steps) last_recv[static_cast<size_t>(r)] = task_of(recv_id(j, r), r, start, end, ready, p2p, SimStream::ring, SimCategory::comm);
         }
         // the compute of step j, on the block received at step j - 1
         const double dur = std::max(0.0, static_cast<size_t>(j) < cv.size() ? cv[static_cast<size_t>(j)] : 0.0);
@@ -612,16 +613,7 @@ class Builder {
         prev_end = end;
         c_end = end;
         consider(false, j, start, end, start, dur);
-        if (j + 1 == steps) {
-          last_c.id = comp_id(j, r);
-          last_c.rep = r;
-          last_c.start = start;
-          last_c.end = end;
-          last_c.ready = start;
-          last_c.duration = dur;
-          last_c.stream = SimStream::compute;
-          last_c.category = SimCategory::compute;
-        }
+        if (j + 1 == steps) last_c = task_of(comp_id(j, r), r, start, end, start, dur, SimStream::compute, SimCategory::compute);
         // the block for the next step: this step's receive
         if (j + 1 < steps) {
           const double base = static_cast<double>(j - 1) * p2p;
@@ -636,18 +628,9 @@ class Builder {
       a.b.exposed_comm = exposed;
       a.prev_end = prev_end;
       a.end = end_max;
-      if (best_here) {
-        T t;
-        t.id = best_is_recv ? recv_id(best_j, r) : comp_id(best_j, r);
-        t.rep = r;
-        t.start = best_start;
-        t.end = best_end;
-        t.ready = best_ready;
-        t.duration = best_dur;
-        t.stream = best_is_recv ? SimStream::ring : SimStream::compute;
-        t.category = best_is_recv ? SimCategory::comm : SimCategory::compute;
-        a.last = t;
-      }
+      if (best_here)
+        a.last = task_of(best_is_recv ? recv_id(best_j, r) : comp_id(best_j, r), r, best_start, best_end, best_ready, best_dur,
+                         best_is_recv ? SimStream::ring : SimStream::compute, best_is_recv ? SimCategory::comm : SimCategory::compute);
       if (fwd_pass && f_any) {
         if (a.fwd_start < 0 || f_start < a.fwd_start) a.fwd_start = f_start;
         a.fwd_end = std::max(a.fwd_end, f_end);
@@ -751,20 +734,9 @@ class Builder {
       for (size_t r = 0; r < b.acc_.size(); ++r) {
         const RepAcc &ya = y.acc[r], &za = z.acc[r];
         RepAcc& a = b.acc_[r];
-        a.end = lin(ya.end, za.end);
-        a.prev_end = lin(ya.prev_end, za.prev_end);
-        a.opt_start = lin(ya.opt_start, za.opt_start);
+        for (double RepAcc::*f : kRepAccNumbers) a.*f = lin(ya.*f, za.*f);
+        for (double StepBreakdown::*f : kBreakdownNumbers) a.b.*f = lin(ya.b.*f, za.b.*f);
         a.last = task(ya.last, za.last);
-        a.busy = lin(ya.busy, za.busy);
-        a.stream_busy = lin(ya.stream_busy, za.stream_busy);
-        a.b.compute = lin(ya.b.compute, za.b.compute);
-        a.b.exposed_comm = lin(ya.b.exposed_comm, za.b.exposed_comm);
-        a.b.offload_stall = lin(ya.b.offload_stall, za.b.offload_stall);
-        a.b.imbalance = lin(ya.b.imbalance, za.b.imbalance);
-        a.b.optimizer = lin(ya.b.optimizer, za.b.optimizer);
-        a.fwd_start = lin(ya.fwd_start, za.fwd_start);
-        a.fwd_end = lin(ya.fwd_end, za.fwd_end);
-        a.fwd_sum = lin(ya.fwd_sum, za.fwd_sum);
       }
       b.next_id_ = z.next_id + m * (z.next_id - y.next_id);
       b.next_coll_ = z.next_coll + m * (z.next_coll - y.next_coll);
@@ -793,16 +765,11 @@ class Builder {
         if (!task(a0.tasks[i], a1.tasks[i], b0.tasks[i], b1.tasks[i])) return false;
       for (size_t r = 0; r < b1.acc.size(); ++r) {
         const RepAcc &p = a0.acc[r], &q = a1.acc[r], &u = b0.acc[r], &v = b1.acc[r];
-        if (!step(p.end, q.end, u.end, v.end) || !step(p.prev_end, q.prev_end, u.prev_end, v.prev_end) ||
-            !step(p.opt_start, q.opt_start, u.opt_start, v.opt_start) || !task(p.last, q.last, u.last, v.last) ||
-            !step(p.busy, q.busy, u.busy, v.busy) || !step(p.stream_busy, q.stream_busy, u.stream_busy, v.stream_busy) || !step(p.b.compute, q.b.compute, u.b.compute, v.b.compute) ||
-            !step(p.b.exposed_comm, q.b.exposed_comm, u.b.exposed_comm, v.b.exposed_comm) ||
-            !step(p.b.offload_stall, q.b.offload_stall, u.b.offload_stall, v.b.offload_stall) ||
-            !step(p.b.imbalance, q.b.imbalance, u.b.imbalance, v.b.imbalance) ||
-            !step(p.b.optimizer, q.b.optimizer, u.b.optimizer, v.b.optimizer) ||
-            !step(p.fwd_start, q.fwd_start, u.fwd_start, v.fwd_start) || !step(p.fwd_end, q.fwd_end, u.fwd_end, v.fwd_end) ||
-            !step(p.fwd_sum, q.fwd_sum, u.fwd_sum, v.fwd_sum))
-          return false;
+        if (!task(p.last, q.last, u.last, v.last)) return false;
+        for (double RepAcc::*f : kRepAccNumbers)
+          if (!step(p.*f, q.*f, u.*f, v.*f)) return false;
+        for (double StepBreakdown::*f : kBreakdownNumbers)
+          if (!step(p.b.*f, q.b.*f, u.b.*f, v.b.*f)) return false;
       }
       return true;
     }
