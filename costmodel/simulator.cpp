@@ -533,111 +533,103 @@ class Builder {
   // step's receive over r and its k upstream neighbours (p: one hop). Each rank is then a scan
   // of its own steps, O(1) per step, with the same tasks, ids, accounting and breakdown as the
   // generic loop; equal to it up to rounding (M_k + k p is one product where the loop adds k
-  // times; tests/test_simulator_oracle.cpp holds it to 1e-9 relative).
+  // times; tests/test_simulator_oracle.cpp holds it to 1e-9 relative). What finish() tracks per
+  // task comes from the two sequences' ends, which never decrease: the receives' (M_k + k p) and
+  // the computes' (each starts after the previous one ends). The task ending last is the first
+  // (in creation order) to reach the larger final end; the forward span runs from the earlier of
+  // the two first starts to that end.
   // `have` holds the first step's receives, `last_compute` the first step's computes.
   void ring_forward_by_rank(SimPass pass, int64_t steps, const std::vector<const std::vector<double>*>& cost_of,
                             const std::vector<int>& prev, const std::vector<T>& have, std::vector<T>& last_compute) {
     const int R = nreps();
     const double p2p = std::max(0.0, k_.p2p_fwd);
-    const bool fwd_pass = pass == SimPass::forward;
     const int64_t id0 = next_id_;
     // step j >= 1 creates (j + 1 < steps ? R receives : nothing), then R computes
     auto recv_id = [&](int64_t j, int r) { return id0 + 2 * R * (j - 1) + r; };
     auto comp_id = [&](int64_t j, int r) { return id0 + 2 * R * (j - 1) + (j + 1 < steps ? R : 0) + r; };
     next_id_ = id0 + 2 * static_cast<int64_t>(R) * (steps - 2) + R;
     ntasks_ += 2 * static_cast<int64_t>(R) * (steps - 2) + R;
-    std::vector<T> last_recv(static_cast<size_t>(R));
+    const int64_t last_recv_step = steps - 2;  // receives exist at steps 1 .. steps-2
+    std::vector<double> first_end(static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r) first_end[static_cast<size_t>(r)] = have[static_cast<size_t>(r)].end;
+    // the receive of step k >= 1 from M_k and M_{k-1}
+    auto recv_task = [&](int r, int64_t k, double m_k, double m_before) {
+      const double base = static_cast<double>(k - 1) * p2p;
+      const double start = m_k + base;
+      return task_of(recv_id(k, r), r, start, start + p2p, m_before + base, p2p, SimStream::ring, SimCategory::comm);
+    };
     for (int r = 0; r < R; ++r) {
       RepAcc& a = acc_[static_cast<size_t>(r)];
       const std::vector<double>& cv = *cost_of[static_cast<size_t>(r)];
-      double f_start = 0, f_end = 0;  // forward span of these tasks
-      bool f_any = false;
-      // the task ending last so far (a.last), kept as what identifies it; made a T at the end
-      double best_end = a.last.id >= 0 ? a.last.end : 0;
-      bool best_here = false, best_is_recv = false;
-      int64_t best_j = 0;
-      double best_start = 0, best_ready = 0, best_dur = 0;
-      auto consider = [&](bool is_recv, int64_t j, double start, double end, double ready, double dur) {
-        if (fwd_pass) {
-          if (!f_any || start < f_start) f_start = start;
-          f_end = f_any ? std::max(f_end, end) : end;
-          f_any = true;
-        }
-        if ((a.last.id < 0 && !best_here) || end > best_end) {
-          best_here = true;
-          best_end = end;
-          best_is_recv = is_recv;
-          best_j = j;
-          best_start = start;
-          best_ready = ready;
-          best_dur = dur;
-        }
-      };
-      // the step-0 receive: its end starts the window
       const T& h0 = have[static_cast<size_t>(r)];
-      double m_prev = 0;                       // M_{k-1} (k >= 2)
-      double m = h0.end;                       // M_k, k = 0: this rank's own first receive
-      int q = r;                               // the upstream rank that entered the window last
+      double m_prev = 0, m = h0.end;  // M_{k-1}, M_k (k = 0: this rank's own first receive)
+      int q = r;                      // the upstream rank that entered the window last
       double h_end = h0.end, h_wait = std::max(0.0, h0.start - h0.ready);  // the block held: recv_{j-1}
-      double c_end = last_compute[static_cast<size_t>(r)].end;
-      double busy = a.busy, stream_busy = a.stream_busy, compute = a.b.compute, imbalance = a.b.imbalance, exposed = a.b.exposed_comm;
-      double prev_end = a.prev_end;
-      double end_max = a.end;
-      T last_c = last_compute[static_cast<size_t>(r)];
+      double c_end = last_compute[static_cast<size_t>(r)].end, c_start = 0;
+      double busy = 0, imbalance = a.b.imbalance, exposed = a.b.exposed_comm, prev_end = a.prev_end;
+      // the first receive (compute) whose end is its sequence's final end
+      int64_t recv_top = 1, comp_top = 1;
+      double recv_top_m = 0, recv_top_m_before = 0, comp_top_start = 0, first_compute_start = 0;
       for (int64_t j = 1; j < steps; ++j) {
-        // the receive of step j (the block for step j + 1)
-        if (j + 1 < steps) {
+        if (j <= last_recv_step) {  // the receive of step j (the block for step j + 1)
           q = prev[static_cast<size_t>(q)];
           m_prev = m;
-          m = std::max(m, have[static_cast<size_t>(q)].end);
-          const double base = static_cast<double>(j - 1) * p2p;
-          const double start = m + base, end = start + p2p, ready = m_prev + base;
-          end_max = std::max(end_max, end);
-          consider(true, j, start, end, ready, p2p);
-          if (j + 2 == steps) last_recv[static_cast<size_t>(r)] = task_of(recv_id(j, r), r, start, end, ready, p2p, SimStream::ring, SimCategory::comm);
+          m = std::max(m, first_end[static_cast<size_t>(q)]);
+          if (p2p > 0 || m > m_prev || j == 1) recv_top = j, recv_top_m = m, recv_top_m_before = m_prev;
         }
         // the compute of step j, on the block received at step j - 1
         const double dur = std::max(0.0, static_cast<size_t>(j) < cv.size() ? cv[static_cast<size_t>(j)] : 0.0);
         const double start = std::max(std::max(0.0, c_end), h_end);
         const double end = start + dur;
-        end_max = std::max(end_max, end);
+        if (j == 1) first_compute_start = start;
         busy += dur;
-        stream_busy += dur;
-        const double gap = start - prev_end;
+        const double gap = start - prev_end;  // attribute(): the binding dependency is the received block
         if (gap > 0) {
           const double others = std::min(gap, h_wait);
           imbalance += others;
           exposed += gap - others;
         }
-        compute += dur;
         prev_end = end;
+        if (end > c_end || j == 1) comp_top = j, comp_top_start = start;
+        c_start = start;
         c_end = end;
-        consider(false, j, start, end, start, dur);
-        if (j + 1 == steps) last_c = task_of(comp_id(j, r), r, start, end, start, dur, SimStream::compute, SimCategory::compute);
-        // the block for the next step: this step's receive
-        if (j + 1 < steps) {
+        if (j <= last_recv_step) {  // the block for the next step: this step's receive
           const double base = static_cast<double>(j - 1) * p2p;
           h_end = m + base + p2p;
           h_wait = std::max(0.0, (m + base) - (m_prev + base));
         }
       }
-      a.busy = busy;
-      a.stream_busy = stream_busy;
-      a.b.compute = compute;
+      // what finish() accumulated task by task (sums in the same order)
+      a.busy += busy;
+      a.stream_busy += busy;
+      a.b.compute += busy;
       a.b.imbalance = imbalance;
       a.b.exposed_comm = exposed;
       a.prev_end = prev_end;
-      a.end = end_max;
-      if (best_here)
-        a.last = task_of(best_is_recv ? recv_id(best_j, r) : comp_id(best_j, r), r, best_start, best_end, best_ready, best_dur,
-                         best_is_recv ? SimStream::ring : SimStream::compute, best_is_recv ? SimCategory::comm : SimCategory::compute);
-      if (fwd_pass && f_any) {
-        if (a.fwd_start < 0 || f_start < a.fwd_start) a.fwd_start = f_start;
-        a.fwd_end = std::max(a.fwd_end, f_end);
-      }
+      const int64_t lj = steps - 1;
+      const double c_dur = std::max(0.0, static_cast<size_t>(lj) < cv.size() ? cv[static_cast<size_t>(lj)] : 0.0);
+      const T last_c = task_of(comp_id(lj, r), r, c_start, c_end, c_start, c_dur, SimStream::compute, SimCategory::compute);
       last_compute[static_cast<size_t>(r)] = last_c;
-      if (steps > 2) last_[static_cast<size_t>(r) * kSimStreams + static_cast<int>(SimStream::ring)] = last_recv[static_cast<size_t>(r)];
       last_[static_cast<size_t>(r) * kSimStreams + static_cast<int>(SimStream::compute)] = last_c;
+      // the task ending last, the rank's end and forward span
+      T best = task_of(comp_id(comp_top, r), r, comp_top_start, c_end, comp_top_start,
+                       std::max(0.0, static_cast<size_t>(comp_top) < cv.size() ? cv[static_cast<size_t>(comp_top)] : 0.0), SimStream::compute,
+                       SimCategory::compute);
+      double first_start = first_compute_start;
+      if (last_recv_step >= 1) {
+        const T lr = recv_task(r, last_recv_step, m, m_prev);
+        last_[static_cast<size_t>(r) * kSimStreams + static_cast<int>(SimStream::ring)] = lr;
+        const T top = recv_task(r, recv_top, recv_top_m, recv_top_m_before);
+        // a receive is created before the compute of its step
+        if (top.end > best.end || (top.end == best.end && recv_top <= comp_top)) best = top;
+        first_start = std::min(first_start, recv_task(r, 1, std::max(h0.end, first_end[static_cast<size_t>(prev[static_cast<size_t>(r)])]), h0.end).start);
+      }
+      a.end = std::max(a.end, best.end);
+      if (a.last.id < 0 || best.end > a.last.end) a.last = best;
+      if (pass == SimPass::forward) {
+        if (a.fwd_start < 0 || first_start < a.fwd_start) a.fwd_start = first_start;
+        a.fwd_end = std::max(a.fwd_end, best.end);
+      }
     }
   }
 
