@@ -131,6 +131,11 @@ void App::start_simulation() {
 void App::poll_simulation() {
   Simulated s;
   if (!predict_.take(s)) return;
+  if (!predict_.failure().empty()) {
+    set_error("simulation", "the simulation failed: " + predict_.failure() + " (a bug: please report it)");
+    time_pending = false;
+    return;
+  }
   if (s.key == predict_key_) {
     if (s.ok) {
       prediction = std::move(s.prediction);
@@ -165,7 +170,11 @@ void App::update(double now) {
 
   // search: one per job, restarted when the job changes (debounced)
   PlanTable done;
-  if (search_.take(done)) {
+  const bool searched = search_.take(done);
+  if (searched && !search_.failure().empty()) {
+    // running_search_key_ stays set: the same job is not searched again until its inputs change
+    set_error("search", "the search failed: " + search_.failure() + " (a bug: please report it)");
+  } else if (searched) {
     const bool for_current = job && done.job_key == job->key;
     if (done.complete || table.job_key != done.job_key) {
       table = std::move(done);
@@ -189,8 +198,13 @@ void App::update(double now) {
 
   MaxSeqCurve c;
   if (maxseq_.take(c)) {
-    if (!c.cancelled) curve = std::move(c);
-    running_curve_key_.clear();
+    if (!maxseq_.failure().empty()) {
+      // running_curve_key_ stays set: the same curve is not started again until the inputs change
+      set_error("maxseq", "the max-sequence curve failed: " + maxseq_.failure() + " (a bug: please report it)");
+    } else {
+      if (!c.cancelled) curve = std::move(c);
+      running_curve_key_.clear();
+    }
   }
   if ((state.run_maxseq || state.view.tab == "maxseq") && job && have_prediction && !curve_current() && running_curve_key_.empty() &&
       now - last_input_change_ >= kSearchDebounceSeconds)

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -32,10 +34,18 @@ class BackgroundJob {
     auto run = std::make_shared<Run>();
     Run* raw = run.get();
     run->thread = std::thread([raw, work = std::move(work)] {
-      raw->result = work([raw](double f) {
-        raw->progress.store(f, std::memory_order_relaxed);
-        return !raw->cancel.load(std::memory_order_relaxed);
-      });
+      // an exception the work did not handle would terminate the app: it becomes the run's failure,
+      // shown in the window by whoever takes the result
+      try {
+        raw->result = work([raw](double f) {
+          raw->progress.store(f, std::memory_order_relaxed);
+          return !raw->cancel.load(std::memory_order_relaxed);
+        });
+      } catch (const std::exception& e) {
+        raw->failure = e.what();
+      } catch (...) {
+        raw->failure = "unknown exception";
+      }
       raw->done.store(true, std::memory_order_release);
     });
     current_ = std::move(run);
@@ -48,15 +58,18 @@ class BackgroundJob {
   bool running() const { return current_ && !current_->done.load(std::memory_order_acquire); }
   bool cancelling() const { return running() && current_->cancel.load(std::memory_order_relaxed); }
   double progress() const { return current_ ? current_->progress.load(std::memory_order_relaxed) : 0.0; }
-  // True once per finished run: moves its result into `out`.
+  // True once per finished run: moves its result into `out` (a default Result when the work threw:
+  // failure() then says what, until the next take).
   bool take(Result& out) {
     reap();
     if (!current_ || !current_->done.load(std::memory_order_acquire)) return false;
     current_->thread.join();
     out = std::move(current_->result);
+    failure_ = std::move(current_->failure);
     current_.reset();
     return true;
   }
+  const std::string& failure() const { return failure_; }
   // Work still running anywhere (the current run or cancelled ones finishing).
   bool busy() {
     reap();
@@ -69,6 +82,7 @@ class BackgroundJob {
     std::atomic<double> progress{0};
     std::atomic<bool> cancel{false}, done{false};
     Result result{};
+    std::string failure;  // what the work threw, if it did
   };
   void reap() {
     for (size_t i = 0; i < retired_.size();) {
@@ -82,6 +96,7 @@ class BackgroundJob {
   }
   std::shared_ptr<Run> current_;
   std::vector<std::shared_ptr<Run>> retired_;
+  std::string failure_;
 };
 
 }  // namespace ctx::gui

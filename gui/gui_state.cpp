@@ -90,11 +90,15 @@ void read_view(const JsonReader& r, View& v) {
   v.left_width = static_cast<float>(r.number_or("left_width", v.left_width));
   if (r.has("window")) {
     const json& w = r.raw("window");
-    if (!w.is_array() || w.size() != 2 || !w[0].is_number_integer() || !w[1].is_number_integer() || w[0].get<int>() < 200 ||
-        w[1].get<int>() < 200)
-      r.fail("window", "expected [width, height] in pixels, each >= 200");
-    v.window_width = w[0].get<int>();
-    v.window_height = w[1].get<int>();
+    auto side = [&](const json& x) {
+      auto n = json_exact_integer(x);
+      return n && *n >= kMinWindowPixels && *n <= kMaxWindowPixels ? static_cast<int>(*n) : -1;
+    };
+    if (!w.is_array() || w.size() != 2 || side(w[0]) < 0 || side(w[1]) < 0)
+      r.fail("window", "expected [width, height] in pixels, each " + std::to_string(kMinWindowPixels) + ".." +
+                           std::to_string(kMaxWindowPixels) + ", got " + json_excerpt(w));
+    v.window_width = side(w[0]);
+    v.window_height = side(w[1]);
   }
   v.table_filter = r.string_or("table_filter", v.table_filter);
   v.fits_only = r.boolean_or("fits_only", v.fits_only);

@@ -79,6 +79,10 @@ struct GuiState {
   std::string export_plan;         // before the screenshot: export the selected plan here (sets view.export_path)
 };
 
+// Window sides accepted from the settings, a state file or --size (a huge one broke the X connection).
+constexpr int kMinWindowPixels = 200;
+constexpr int kMaxWindowPixels = 16384;
+
 GuiState default_state();
 std::string cp_kind_name(int i);    // "ring", ...
 

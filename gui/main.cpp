@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cfloat>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -42,7 +43,26 @@ std::string settings_path(const Options& o) {
   return (fs::path(config_dir()) / "gui.json").string();
 }
 
-bool parse_size(const std::string& s, int* w, int* h) { return std::sscanf(s.c_str(), "%dx%d", w, h) == 2 && *w >= 200 && *h >= 200; }
+// Window sizes from --size or the settings: kMinWindowPixels..kMaxWindowPixels a side (a huge size
+// broke the X server connection).
+bool parse_size(const std::string& s, int* w, int* h) {
+  char tail = 0;
+  return std::sscanf(s.c_str(), "%dx%d%c", w, h, &tail) == 2 && *w >= kMinWindowPixels && *h >= kMinWindowPixels &&
+         *w <= kMaxWindowPixels && *h <= kMaxWindowPixels;
+}
+
+// Moves an unreadable settings file to <path>.unreadable (or .unreadable.N); returns the new name,
+// "" when it could not be moved.
+std::string set_aside(const std::string& path) {
+  for (int i = 0; i < 100; ++i) {
+    const std::string to = path + ".unreadable" + (i ? "." + std::to_string(i) : "");
+    std::error_code ec;
+    if (fs::exists(to, ec)) continue;
+    fs::rename(path, to, ec);
+    return ec ? "" : to;
+  }
+  return "";
+}
 
 // Ctrl-C or a TERM ends the loop like closing the window, so the settings are saved.
 volatile std::sig_atomic_t g_stop = 0;
@@ -74,13 +94,21 @@ int main(int argc, char** argv) {
   app.update(0);
   app.state.run_search = true;
   // settings, then the state file on top
-  const std::string settings = settings_path(o);
+  std::string settings = settings_path(o);
   if (!settings.empty() && fs::exists(settings)) {
     try {
       app.state = state_from_json(read_json_file(settings), settings, app.state);
       app.state.run_search = true, app.state.select_rank = -1, app.state.run_maxseq = false, app.state.export_plan.clear();
     } catch (const InputError& e) {
-      app.set_error("settings", e);
+      // never write over a file that could not be read: it moves aside (kept for the user to fix),
+      // and this session's settings are saved anew; if it cannot move, nothing is saved
+      const std::string aside = set_aside(settings);
+      const std::string what = std::string(e.what()) +
+                               (aside.empty() ? "; the file is left as it is and this session's settings are not saved"
+                                              : "; the file was moved to " + aside + " and the settings start anew");
+      std::cerr << "ctxplan-gui: settings: " << what << "\n";
+      app.set_error("settings", what);
+      if (aside.empty()) settings.clear();
     }
   }
   if (!o.state.empty()) {
@@ -93,7 +121,8 @@ int main(int argc, char** argv) {
   }
   int width = app.state.view.window_width, height = app.state.view.window_height;
   if (!o.size.empty() && !parse_size(o.size, &width, &height)) {
-    std::cerr << "ctxplan-gui: --size: expected WxH with each >= 200, got '" << o.size << "'\n";
+    std::cerr << "ctxplan-gui: --size: expected WxH with each side " << kMinWindowPixels << ".." << kMaxWindowPixels
+              << " pixels, got '" << o.size << "'\n";
     return kExitBadInput;
   }
   app.inputs_changed(-1e9);  // apply now, no debounce
@@ -197,8 +226,11 @@ int main(int argc, char** argv) {
           exit_code = kExitInternal;
         }
         if (timed_out) {
+          // the workers may still be inside a simulation that does not poll for cancellation: the
+          // process ends here rather than waiting for them to join (the report is written)
           std::cerr << "ctxplan-gui: timed out after " << o.timeout_seconds << " s waiting for the search\n";
-          exit_code = kExitInternal;
+          std::fflush(nullptr);
+          std::_Exit(kExitInternal);
         }
         break;
       }

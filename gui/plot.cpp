@@ -66,7 +66,15 @@ std::vector<double> axis_ticks(const Axis& a, int max_ticks) {
   double step = mag;
   for (double m : {1.0, 2.0, 5.0, 10.0})
     if (m * mag >= raw) { step = m * mag; break; }
-  for (double v = std::ceil(a.lo / step) * step; v <= a.hi + step * 1e-9; v += step) t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+  const double start = std::ceil(a.lo / step) * step;
+  // a range narrower than the resolution of its numbers (t1 - t0 below the ULP of t0): `v += step`
+  // would never move, so the ticks are counted, not accumulated, and at most 2 x max_ticks + 2 drawn
+  if (!std::isfinite(start) || !(step > 0) || start + step == start) return {a.lo};
+  for (int i = 0; i <= 2 * max_ticks + 2; ++i) {
+    const double v = start + static_cast<double>(i) * step;
+    if (v > a.hi + step * 1e-9) break;
+    t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+  }
   return t;
 }
 

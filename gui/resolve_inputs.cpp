@@ -1,5 +1,7 @@
 #include "gui/resolve_inputs.hpp"
 
+#include "costmodel/limits.hpp"
+
 #include <sstream>
 
 namespace ctx::gui {
@@ -38,6 +40,11 @@ ResolvedJob resolve_inputs(const Profiles& profiles, const Inputs& in) {
     // shape first (the GPU's default fabric), then the links and host memory the person typed
     const HardwareSpec& gpu = e.gpu.empty() ? job.cluster.gpu : resolve_hardware(profiles, e.gpu);
     ClusterSpec base = job.cluster;
+    if (e.nodes < 1 || e.gpus_per_node < 1 || e.gpus_per_node > 1024 || e.nodes > kMaxClusterGpus ||
+        e.nodes * e.gpus_per_node > kMaxClusterGpus)
+      throw InputError(kInputsWhere, "cluster_edit", std::to_string(e.nodes) + " nodes x " + std::to_string(e.gpus_per_node) +
+                                                         " GPUs: GPUs per node must be 1..1024 and the cluster 1.." +
+                                                         std::to_string(kMaxClusterGpus) + " GPUs");
     job.cluster = make_cluster(gpu, e.nodes, e.gpus_per_node);
     if (gpu.name == base.gpu.name) {
       job.cluster.intra_bytes_per_second = base.intra_bytes_per_second;

@@ -384,3 +384,49 @@ TEST(GuiHeadless, ExportedPlanAndCommandLineReproduceThePrediction) {
 }
 
 }  // namespace
+
+// ---- hostile settings and sizes (issue 17) -------------------------------------------------------
+
+// Before: one wrong value in the settings file, and the GUI wrote the defaults over it at exit.
+TEST(GuiHeadless, UnreadableSettingsAreMovedAsideNeverOverwritten) {
+  REQUIRE_HEADLESS();
+  const std::string dir = fresh_dir("badsettings");
+  const std::string settings = (fs::path(dir) / "gui.json").string();
+  const std::string original = R"({"schema": "ctxplan.gui-state/1", "view": {"tab": "gantt"}, "inputs": {"seq": 1e400}})";
+  std::ofstream(settings) << original;
+  GuiRun r = run_gui(dir, "badsettings", json{{"search", false}}, {"--settings", settings});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find(settings + ".unreadable"), std::string::npos) << r.err;
+  std::ifstream kept(settings + ".unreadable");
+  std::stringstream ss;
+  ss << kept.rdbuf();
+  EXPECT_EQ(ss.str(), original) << "the unreadable settings were not kept byte for byte";
+}
+
+// Before: a timeline range a few ULPs wide looped in the axis-tick builder until memory ran out.
+TEST(GuiHeadless, TimelineRangeNarrowerThanItsResolutionStillDraws) {
+  REQUIRE_HEADLESS();
+  const double t0 = 0.001, t1 = std::nextafter(std::nextafter(std::nextafter(t0, 1.0), 1.0), 1.0);
+  GuiRun r = run_gui(fresh_dir("tinyrange"), "tinyrange",
+                     json{{"view", {{"tab", "timeline"}, {"timeline_t0", t0}, {"timeline_t1", t1}}}, {"search", false}},
+                     {"--timeout", "60"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(r.image.empty());
+}
+
+// Before: a huge window size from --size or the settings broke the X server connection.
+TEST(GuiHeadless, HugeWindowSizeIsRefusedWithTheValidRange) {
+  REQUIRE_HEADLESS();
+  // --size is checked before any window opens (run_gui passes a size of its own)
+  const std::string dir = fresh_dir("hugesize");
+  std::string out;
+  const int code = run_program({CTXPLAN_GUI_BIN, "--no-settings", "--profiles", std::string(CTXPLAN_SOURCE_DIR) + "/profiles",
+                                "--screenshot", (fs::path(dir) / "x.png").string(), "--size", "100000x100000"},
+                               &out, dir);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "x.png"));
+  GuiRun state = run_gui(fresh_dir("hugestate"), "hugestate", json{{"view", {{"window", {100000, 100000}}}}});
+  EXPECT_EQ(state.exit_code, 2) << state.err;
+  EXPECT_NE(state.err.find("view.window"), std::string::npos) << state.err;
+  EXPECT_NE(state.err.find("200..16384"), std::string::npos) << state.err;
+}
