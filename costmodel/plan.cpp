@@ -324,7 +324,7 @@ std::string plan_to_string(const Plan& p) {
   std::ostringstream os;
   os << "dp=" << p.dp << ",tp=" << p.tp << ",cp=" << p.cp;
   if (p.cp > 1 || p.cp_kind != d.cp_kind) os << ",cp_kind=" << to_string(p.cp_kind);
-  if (p.cp_kind == CpKind::usp) os << ",ulysses=" << p.ulysses;
+  if (p.cp_kind == CpKind::usp && p.ulysses > 0) os << ",ulysses=" << p.ulysses;  // unset: plan_check asks for it
   if (p.sp >= 0 && sp_enabled(p) != (p.tp > 1)) os << ",sp=" << (sp_enabled(p) ? 1 : 0);
   if (p.zero != d.zero) os << ",zero=" << p.zero;
   if (p.mbs != d.mbs) os << ",mbs=" << p.mbs;
@@ -350,7 +350,7 @@ json plan_to_json(const Plan& p) {
   j["sp"] = sp_enabled(p);
   j["cp"] = p.cp;
   j["cp_kind"] = to_string(p.cp_kind);
-  j["ulysses"] = ulysses_degree(p);
+  if (!(p.cp_kind == CpKind::usp && p.ulysses == 0)) j["ulysses"] = ulysses_degree(p);  // usp's unset degree stays unset
   j["zero"] = p.zero;
   j["mbs"] = p.mbs;
   j["ga"] = p.ga;
@@ -376,7 +376,7 @@ Plan plan_from_json(const json& j, const std::string& where) {
     std::string s;
     if (v.is_string()) s = v.get<std::string>();
     else if (v.is_boolean()) s = v.get<bool>() ? "1" : "0";
-    else if (v.is_number_integer()) s = std::to_string(v.get<int64_t>());
+    else if (auto n = json_exact_integer(v); n && v.is_number_integer()) s = std::to_string(*n);  // no wrap past int64
     else if (v.is_number()) s = v.dump();
     else throw InputError(where, "plan." + k, "expected a string, number or boolean");
     if (s.find(',') != std::string::npos) throw InputError(where, "plan." + k, "value may not contain ','");

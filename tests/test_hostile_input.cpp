@@ -12,6 +12,7 @@
 #include "costmodel/exit_codes.hpp"
 #include "costmodel/json_util.hpp"
 #include "costmodel/limits.hpp"
+#include "costmodel/plan.hpp"
 #include "tests/run_process.hpp"
 
 namespace fs = std::filesystem;
@@ -200,4 +201,14 @@ TEST(HostileInput, LaunchRefusesZeroCpusAndImpossibleTimes) {
     RunResult r = with({"--time", t, "--slurm", sbatch});
     EXPECT_EQ(r.exit_code, ctx::kExitOk) << t << ": " << r.both();
   }
+}
+
+// Found by fuzz_plan_string (tests/fuzz/regressions/fuzz_plan_string/usp-without-ulysses-round-trip):
+// `cp_kind=usp` without `ulysses=` printed as `...,ulysses=0`, which the parser refuses (1..).
+TEST(HostileInput, UspPlanWithoutUlyssesDegreeRoundTrips) {
+  const ctx::Plan p = ctx::parse_plan(",cp_kind=usp,", "--plan");
+  const std::string s = ctx::plan_to_string(p);
+  EXPECT_EQ(s.find("ulysses=0"), std::string::npos) << s;
+  EXPECT_EQ(ctx::plan_to_string(ctx::parse_plan(s, "round-trip")), s);
+  EXPECT_EQ(ctx::plan_to_string(ctx::plan_from_json(ctx::plan_to_json(p), "round-trip")), s);
 }
