@@ -416,6 +416,13 @@ class Builder {
     std::vector<double> best_end(n), best_start(n), best_ready(n);
     std::vector<char> best_role(n, kNone);
     std::vector<int64_t> best_j(n);
+    // the rank's accumulators, as flat arrays while the steps run (each summed in the same order)
+    std::vector<double> busy(n), stream_busy(n), compute(n), imbalance(n), exposed(n), prev_end(n);
+    for (size_t r = 0; r < n; ++r) {
+      const RepAcc& a = acc_[r];
+      busy[r] = a.busy, stream_busy[r] = a.stream_busy, compute[r] = a.b.compute, imbalance[r] = a.b.imbalance;
+      exposed[r] = a.b.exposed_comm, prev_end[r] = a.prev_end;
+    }
     for (size_t r = 0; r < n; ++r) {
       const T& ring = last_[r * kSimStreams + static_cast<int>(SimStream::ring)];
       ring_end[r] = ring.id >= 0 ? ring.end : 0.0;
@@ -467,17 +474,16 @@ class Builder {
         const double dur = cost(r, j);
         const double start = std::max(std::max(0.0, c_end[r]), h_end[r]);
         const double end = start + dur;
-        RepAcc& a = acc_[r];
-        a.busy += dur;
-        a.stream_busy += dur;
-        const double gap = start - a.prev_end;  // attribute(): the binding dependency is the received block
+        busy[r] += dur;
+        stream_busy[r] += dur;
+        const double gap = start - prev_end[r];  // attribute(): the binding dependency is the received block
         if (gap > 0) {
           const double others = std::min(gap, std::max(0.0, h_start[r] - h_ready[r]));
-          a.b.imbalance += others;
-          a.b.exposed_comm += gap - others;
+          imbalance[r] += others;
+          exposed[r] += gap - others;
         }
-        a.b.compute += dur;
-        a.prev_end = end;
+        compute[r] += dur;
+        prev_end[r] = end;
         c_start[r] = start;
         c_end[r] = end;
         seen(r, kComp, j, start, end, start);
@@ -516,6 +522,7 @@ class Builder {
     };
     for (size_t r = 0; r < n; ++r) {
       RepAcc& a = acc_[r];
+      a.busy = busy[r], a.stream_busy = stream_busy[r], a.b.compute = compute[r], a.b.imbalance = imbalance[r], a.b.exposed_comm = exposed[r], a.prev_end = prev_end[r];
       if (best_role[r] != kNone) a.end = std::max(a.end, best_end[r]);
       if (best_role[r] != kNone) a.last = make(r, static_cast<Role>(best_role[r]), best_j[r], best_start[r], best_end[r], best_ready[r]);
       const T c = make(r, kComp, last_j, c_start[r], c_end[r], c_start[r]);
