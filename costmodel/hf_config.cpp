@@ -46,7 +46,8 @@ ModelSpec model_from_hf_config(const json& j, const std::string& where) {
     std::string kind = s.has("rope_type") ? s.string("rope_type") : s.string_or("type", "default");
     if (kind == "default") m.rope.scaling = RopeScaling::none;
     else if (kind == "linear") m.rope.scaling = RopeScaling::linear;
-    else if (kind == "dynamic" || kind == "ntk") m.rope.scaling = RopeScaling::ntk;
+    else if (kind == "dynamic") m.rope.scaling = RopeScaling::ntk, m.rope.dynamic = true;
+    else if (kind == "ntk") m.rope.scaling = RopeScaling::ntk;
     else if (kind == "yarn") m.rope.scaling = RopeScaling::yarn;
     else if (kind == "llama3") m.rope.scaling = RopeScaling::llama3;
     else s.fail("rope_type", "unsupported RoPE scaling '" + kind + "'; valid: default, linear, dynamic, yarn, llama3");

@@ -168,6 +168,8 @@ json read_json_file(const std::string& path) {
   return parse_json_text(ss.str(), path);
 }
 
+std::string json_dump(const json& j, int indent) { return j.dump(indent, ' ', false, json::error_handler_t::replace); }
+
 std::string json_excerpt(const json& v) {
   std::string s;
   // containers deeper than the parse limit cannot come from a file; built in code, they are summarised

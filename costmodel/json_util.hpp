@@ -31,6 +31,9 @@ std::string json_excerpt(const json& v);
 // A JSON number as an exact int64, or nullopt: a fraction, or beyond the int64 range (checked on
 // the double before any cast, so no undefined behaviour).
 std::optional<int64_t> json_exact_integer(const json& v);
+// A document as every binary writes it (files and standard output): bytes that are not UTF-8 in a
+// string (a file name, a model path) become U+FFFD instead of nlohmann's type_error (exit 1).
+std::string json_dump(const json& j, int indent = 2);
 // Writes a file atomically (temp file, fsync, rename) so a failed run never leaves half a file.
 void write_file_atomic(const std::string& path, const std::string& content);
 

@@ -22,6 +22,9 @@ struct RopeSpec {
   double beta_fast = 32.0;               // YaRN
   double beta_slow = 1.0;                // YaRN
   double partial_rotary_factor = 1.0;    // fraction of head_dim rotated (GLM-4: 0.5)
+  // Hugging Face rope_type "dynamic" (dynamic NTK): the base is rescaled from the current length,
+  // and only once it exceeds max_position_embeddings (executor/rope.hpp rope_for_sequence)
+  bool dynamic = false;
 };
 
 struct ModelSpec {

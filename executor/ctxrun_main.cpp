@@ -23,6 +23,7 @@
 #endif
 #include "executor/checkpoint.hpp"
 #include "executor/report.hpp"
+#include "executor/rope.hpp"
 #include "executor/trainer.hpp"
 #include "costmodel/exit_codes.hpp"
 
@@ -166,6 +167,7 @@ int run(int argc, char** argv, CommWorld& world) {
   d.vocab = model.vocab;
   d.seed = o.data_seed;
   d.doc_mask = plan.mask == MaskKind::document;
+  model.rope = rope_for_sequence(model, seq, d.doc_mask);  // HF dynamic NTK: as Hugging Face defines it, or refused
   if (d.doc_mask && plan.docs.kind == DocLengths::Kind::fixed && !plan.docs.tokens.empty())
     d.doc_min = d.doc_max = std::min(plan.docs.tokens[0], seq);
   std::unique_ptr<Dataset> data = o.data.empty() ? make_synthetic(d) : open_token_file(o.data, d);
@@ -251,7 +253,7 @@ int run(int argc, char** argv, CommWorld& world) {
       return kExitDiverged;
     }
     if (!o.schedule_trace.empty() && rank == 0 && !trainer.schedule().empty()) {
-      write_file_atomic(o.schedule_trace, schedule_to_json(trainer.schedule()).dump(1) + "\n");
+      write_file_atomic(o.schedule_trace, json_dump(schedule_to_json(trainer.schedule()), 1) + "\n");
       o.schedule_trace.clear();
     }
     rec.losses.push_back(st.loss);
@@ -289,7 +291,7 @@ int run(int argc, char** argv, CommWorld& world) {
                                  " backend)";
     if (rank == 0) {
       std::ofstream f(o.report + ".tmp");
-      f << j.dump(2) << "\n";
+      f << json_dump(j) << "\n";
       f.close();
       std::filesystem::rename(o.report + ".tmp", o.report);
       std::printf("wrote %s\n", o.report.c_str());

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+
+#include "costmodel/errors.hpp"
 
 namespace ctx::exec {
 
@@ -57,6 +60,31 @@ RopeTable make_rope_table(const RopeSpec& r, int64_t head_dim) {
   }
   t.inv_freq.assign(inv.begin(), inv.end());
   return t;
+}
+
+RopeSpec rope_for_sequence(const ModelSpec& m, int64_t seq, bool doc_mask) {
+  RopeSpec r = m.rope;
+  if (!r.dynamic) return r;
+  r.dynamic = false;
+  const std::string where = m.source.empty() ? m.name : m.source;
+  if (m.max_position <= 0)
+    throw InputError(where, "max_position_embeddings",
+                     "rope_type 'dynamic' rescales RoPE past max_position_embeddings, which the config does not give");
+  if (seq <= m.max_position) {  // the current length never passes the original maximum: plain RoPE
+    r.scaling = RopeScaling::none;
+    r.factor = 1.0;
+    return r;
+  }
+  if (doc_mask)
+    throw InputError(where, "rope_scaling.rope_type",
+                     "'dynamic' (Hugging Face's dynamic NTK) rescales the RoPE base from the longest position of each "
+                     "batch once it passes max_position_embeddings (" + std::to_string(m.max_position) +
+                         "); under document masking that length changes from batch to batch, which ctxrun does not "
+                         "execute (it would apply one static NTK base): train at --seq <= " + std::to_string(m.max_position) +
+                         ", without document masking, or with rope_type 'linear' or 'yarn'");
+  // positions 0..seq-1 in every step: HF's base change is the static NTK one with this factor
+  r.factor = r.factor * static_cast<double>(seq) / static_cast<double>(m.max_position) - (r.factor - 1.0);
+  return r;
 }
 
 }  // namespace ctx::exec

@@ -239,7 +239,7 @@ std::string config_dir() {
 void save_state_file(const std::string& path, const GuiState& s) {
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
-  write_file_atomic(path, state_to_json(s).dump(2) + "\n");
+  write_file_atomic(path, json_dump(state_to_json(s)) + "\n");
 }
 
 }  // namespace ctx::gui

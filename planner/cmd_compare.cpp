@@ -71,8 +71,8 @@ std::function<int()> add_compare_command(CLI::App& app, CommonOptions& common) {
     // RUN may also be a Megatron/torchtitan log, a torch.cuda.memory_stats() dump or a CSV (stack_measurements.hpp)
     Comparison c = compare_any(a->files[0], a->files.size() > 1 ? a->files[1] : "", o);
     json j = comparison_to_json(c);
-    if (!a->out.empty()) write_file_atomic(a->out, j.dump(2) + "\n");
-    if (a->json) std::cout << j.dump(2) << "\n";
+    if (!a->out.empty()) write_file_atomic(a->out, json_dump(j) + "\n");
+    if (a->json) std::cout << json_dump(j) << "\n";
     else std::cout << comparison_table(c);
     return a->fail_over_tol && c.misses > 0 ? kExitOverTolerance : kExitOk;
   };

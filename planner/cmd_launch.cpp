@@ -232,7 +232,7 @@ std::function<int()> add_launch_command(CLI::App& app, CommonOptions& common) {
     if (a->json) {
       json j = launch_to_json(r, cmd, p);
       if (!a->slurm.empty()) j["slurm_file"] = a->slurm;
-      std::cout << j.dump(2) << "\n";
+      std::cout << json_dump(j) << "\n";
     } else {
       std::cout << launch_text(r, cmd, p);
       if (!a->slurm.empty()) std::cout << "# wrote " << a->slurm << ": submit with sbatch " << shell_quote(a->slurm) << "\n";

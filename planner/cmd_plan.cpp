@@ -179,7 +179,7 @@ std::function<int()> add_plan_command(CLI::App& app, CommonOptions& common) {
                 {"fitting", r.fitting}, {"simulated", r.simulated}, {"seconds", r.seconds}, {"cancelled", r.cancelled},
                 {"top", top}, {"pareto", pareto}};
       if (r.ranked.empty()) j["no_fit"] = r.no_fit_reason + " " + advice;
-      std::cout << j.dump(2) << "\n";
+      std::cout << json_dump(j) << "\n";
     } else if (a->csv != "-") {
       std::cout << "ctxplan plan: " << job.model.name << " on " << job.cluster.name << " (" << world_size(job.cluster) << " x "
                 << job.cluster.gpu.name << "), seq " << job.seq << " tokens, runtime " << job.runtime.name << ", objective "
@@ -262,7 +262,7 @@ std::function<int()> add_maxseq_command(CLI::App& app, CommonOptions& common) {
       rows.push_back(row);
       t.rows.push_back(cells);
     }
-    if (a->json) std::cout << json{{"schema", "ctxplan.maxseq/1"}, {"model", job.model.name}, {"runtime", job.runtime.name}, {"rows", rows}}.dump(2) << "\n";
+    if (a->json) std::cout << json_dump(json{{"schema", "ctxplan.maxseq/1"}, {"model", job.model.name}, {"runtime", job.runtime.name}, {"rows", rows}}) << "\n";
     else std::cout << "ctxplan maxseq: " << job.model.name << " on " << job.cluster.gpu.name << " nodes of " << job.cluster.gpus_per_node
                    << ", runtime " << job.runtime.name << "\n" << t.render();
     return g_cancel ? kExitInterrupted : kExitOk;
@@ -316,7 +316,7 @@ std::function<int()> add_sweep_command(CLI::App& app, CommonOptions& common) {
         }
       }
   out:
-    std::string text = a->json ? json{{"schema", "ctxplan.sweep/1"}, {"model", job.model.name}, {"rows", rows}}.dump(2) + "\n" : csv.str();
+    std::string text = a->json ? json_dump(json{{"schema", "ctxplan.sweep/1"}, {"model", job.model.name}, {"rows", rows}}) + "\n" : csv.str();
     if (a->out.empty()) std::cout << text;
     else write_file_atomic(a->out, text);
     return g_cancel ? kExitInterrupted : kExitOk;
@@ -371,8 +371,8 @@ std::function<int()> add_budget_command(CLI::App& app, CommonOptions& common) {
     }
     t.rows.push_back({"total", "", "", "", "", fixed(total_h, 1), fixed(total_gpu_h, 0)});
     if (a->json)
-      std::cout << json{{"schema", "ctxplan.budget/1"}, {"model", job.model.name}, {"cluster", job.cluster.name}, {"stages", rows},
-                        {"wall_hours", total_h}, {"gpu_hours", total_gpu_h}}.dump(2) << "\n";
+      std::cout << json_dump(json{{"schema", "ctxplan.budget/1"}, {"model", job.model.name}, {"cluster", job.cluster.name}, {"stages", rows},
+                        {"wall_hours", total_h}, {"gpu_hours", total_gpu_h}}) << "\n";
     else
       std::cout << "ctxplan budget: " << job.model.name << " on " << job.cluster.name << " (" << world_size(job.cluster) << " GPUs)\n"
                 << t.render();

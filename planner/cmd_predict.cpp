@@ -92,8 +92,8 @@ std::function<int()> add_predict_command(CLI::App& app, CommonOptions& common) {
     Job job = resolve_job(args->job, common);
     Prediction p = predict(job.model, job.cluster, job.runtime, job.plan, job.seq);
     json j = prediction_to_json(p);
-    if (!args->out.empty()) write_file_atomic(args->out, j.dump(2) + "\n");
-    if (args->json) std::cout << j.dump(2) << "\n";
+    if (!args->out.empty()) write_file_atomic(args->out, json_dump(j) + "\n");
+    if (args->json) std::cout << json_dump(j) << "\n";
     else std::cout << print_table(p);
     return p.memory.fits() ? kExitOk : kExitDoesNotFit;
   };

@@ -104,7 +104,7 @@ std::function<int()> add_validate_command(CLI::App& app, CommonOptions& common) 
         jr.push_back({{"id", r.id}, {"metric", r.metric}, {"published", r.published}, {"predicted", r.predicted},
                       {"error", r.predicted / r.published - 1.0}, {"plan", r.plan}, {"note", r.note}});
       for (auto& [k, v] : by_metric) js[k] = {{"points", v.second}, {"geomean_abs_error", std::exp(v.first / v.second) - 1.0}};
-      std::cout << json{{"schema", "ctxplan.validation/1"}, {"rows", jr}, {"summary", js}}.dump(2) << "\n";
+      std::cout << json_dump(json{{"schema", "ctxplan.validation/1"}, {"rows", jr}, {"summary", js}}) << "\n";
       return kExitOk;
     }
     Table t;

@@ -212,3 +212,21 @@ TEST(HostileInput, UspPlanWithoutUlyssesDegreeRoundTrips) {
   EXPECT_EQ(ctx::plan_to_string(ctx::parse_plan(s, "round-trip")), s);
   EXPECT_EQ(ctx::plan_to_string(ctx::plan_from_json(ctx::plan_to_json(p), "round-trip")), s);
 }
+
+// Before: a model path that is not UTF-8 made `predict --json` and `--out` exit 1 (nlohmann's
+// type_error 316 from dump()). The shared writer (json_dump) writes U+FFFD for such bytes.
+TEST(HostileInput, ModelPathThatIsNotUtf8IsWrittenWithReplacementCharacters) {
+  fs::path dir = fs::temp_directory_path() / ("ctxplan_hostile_bad\xff" "name_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(std::string(CTXPLAN_TEST_DATA) + "/hf_llama8b/config.json", dir / "config.json",
+                fs::copy_options::overwrite_existing);
+  const std::string out = (fs::temp_directory_path() / ("ctxplan_hostile_pred_" + std::to_string(::getpid()) + ".json")).string();
+  RunResult r = run_ctxplan({"predict", "--model", dir.string(), "--cluster", "8xh100", "--seq", "8k", "--plan", "tp=8",
+                             "--json", "--out", out});
+  ASSERT_EQ(r.exit_code, ctx::kExitOk) << r.err;
+  for (const std::string& text : {r.out, ctx::testing::slurp(out)}) {
+    ctx::json j;
+    ASSERT_NO_THROW(j = ctx::json::parse(text));
+    EXPECT_NE(j.dump().find("\xEF\xBF\xBD"), std::string::npos) << "no U+FFFD where the 0xFF byte was";
+  }
+}

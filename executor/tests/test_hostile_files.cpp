@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "costmodel/errors.hpp"
 #include "costmodel/exit_codes.hpp"
 #include "executor/data.hpp"
+#include "executor/rope.hpp"
 #include "executor/safetensors.hpp"
 #include "executor/tests/ctxrun_cli.hpp"
 
@@ -232,4 +234,51 @@ TEST(HostileFiles, UnwritableCheckpointDirIsRefusedBeforeTheFirstStep) {
   EXPECT_HAS(r.out, bad);
   EXPECT_HAS(r.out, "cannot write checkpoints");
   EXPECT_FALSE(contains(r.out, "step     1")) << "trained before refusing:\n" << r.out;
+}
+
+// Before: rope_type "dynamic" in a Hugging Face config ran as static NTK (the base always rescaled
+// by factor^(d/(d-2))). Hugging Face's dynamic NTK rescales only past max_position_embeddings M, from
+// the current length L: base * (factor * L / M - (factor - 1))^(d/(d-2)). Reference written here
+// from that definition (transformers' _compute_dynamic_ntk_parameters).
+TEST(HostileFiles, DynamicNtkRopeFollowsTheHuggingFaceDefinitionOrIsRefused) {
+  ctx::ModelSpec m;
+  m.name = "dyn";
+  m.head_dim = 64;
+  m.max_position = 2048;
+  m.rope.base = 10000.0;
+  m.rope.scaling = ctx::RopeScaling::ntk;
+  m.rope.factor = 4.0;
+  m.rope.dynamic = true;
+  auto hf_inv_freq = [&](double length) {
+    const double d = 64, M = 2048, f = 4.0;
+    const double L = std::max(length, M);
+    const double base = 10000.0 * std::pow(f * L / M - (f - 1.0), d / (d - 2.0));
+    std::vector<float> inv;
+    for (int i = 0; i < 32; ++i) inv.push_back(static_cast<float>(1.0 / std::pow(base, 2.0 * i / d)));
+    return inv;
+  };
+  // within the original context: unscaled, exactly HF's (and plain RoPE's) frequencies
+  for (int64_t seq : {256, 2048}) {
+    auto t = ctx::exec::make_rope_table(ctx::exec::rope_for_sequence(m, seq, false), m.head_dim);
+    auto ref = hf_inv_freq(static_cast<double>(seq));
+    ASSERT_EQ(t.inv_freq.size(), ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_FLOAT_EQ(t.inv_freq[i], ref[i]) << "seq " << seq << ", i " << i;
+  }
+  // past it, positions 0..seq-1 every step: the base rescaled from L = seq
+  for (int64_t seq : {4096, 16384}) {
+    auto t = ctx::exec::make_rope_table(ctx::exec::rope_for_sequence(m, seq, false), m.head_dim);
+    auto ref = hf_inv_freq(static_cast<double>(seq));
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(t.inv_freq[i], ref[i], 1e-6 * ref[i]) << "seq " << seq << ", i " << i;
+  }
+  // under document masking L changes per batch: refused, naming the difference
+  try {
+    ctx::exec::rope_for_sequence(m, 4096, true);
+    ADD_FAILURE() << "accepted";
+  } catch (const ctx::InputError& e) {
+    EXPECT_HAS(std::string(e.what()), "dynamic");
+    EXPECT_HAS(std::string(e.what()), "2048");
+  }
+  // a static NTK profile ("ntk") is unchanged by the sequence
+  m.rope.dynamic = false;
+  EXPECT_EQ(ctx::exec::rope_for_sequence(m, 256, true).factor, 4.0);
 }
