@@ -24,6 +24,24 @@ bool same_vector(const std::vector<double>& a, const std::vector<double>& b) {
   return true;
 }
 
+}  // namespace
+
+bool cp_ranks_alike(const StepCosts& k) {
+  for (size_t c = 0; c < k.attn_fwd.size(); ++c)
+    for (int64_t r = 1; r < k.cp; ++r)
+      if (!same_vector(k.attn_fwd[c][static_cast<size_t>(r)], k.attn_fwd[c][0]) ||
+          !same_vector(k.attn_bwd[c][static_cast<size_t>(r)], k.attn_bwd[c][0]))
+        return false;
+  return true;
+}
+
+int64_t ring_steps_per_layer(const StepCosts& k) {
+  const int64_t reps = (cp_ranks_alike(k) ? 1 : k.cp) * static_cast<int64_t>(std::max<size_t>(1, k.attn_fwd.size()));
+  return reps * std::max<int64_t>(1, k.ring);
+}
+
+namespace {
+
 // A task as later tasks see it: what its dependants' start, wait and breakdown attribution need.
 // The builder passes these by value instead of task ids, so nothing per task is kept unless the
 // tasks are recorded.
@@ -110,11 +128,7 @@ class Builder {
   void choose_reps() {
     const size_t classes = k_.attn_fwd.size();
     const int64_t cp = k_.cp;
-    bool symmetric = true;
-    for (size_t c = 0; c < classes && symmetric; ++c)
-      for (int64_t r = 1; r < cp && symmetric; ++r)
-        symmetric = same_vector(k_.attn_fwd[c][static_cast<size_t>(r)], k_.attn_fwd[c][0]) &&
-                    same_vector(k_.attn_bwd[c][static_cast<size_t>(r)], k_.attn_bwd[c][0]);
+    const bool symmetric = cp_ranks_alike(k_);
     cp_reps_ = symmetric ? 1 : cp;
     const int64_t dp = std::max<int64_t>(1, p_.dp);
     for (size_t c = 0; c < classes; ++c) {

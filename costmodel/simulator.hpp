@@ -76,6 +76,12 @@ enum class SimRecord : uint8_t {
   tasks,  // every task and its dependencies (SimResult::tasks, ::deps): the trace, the GUI, the tests
 };
 
+// True when every CP rank's attention work is the same (then one simulated rank stands for all).
+bool cp_ranks_alike(const StepCosts& k);
+// (simulated ranks) x (ring steps): what one layer's attention costs the sweep. A plain ring of R
+// unequal ranks costs R^2 per layer and pass, and dominates the simulation time (seconds at R = 1024).
+int64_t ring_steps_per_layer(const StepCosts& k);
+
 // Simulates one step of `k` (from step_costs with per_step = true) under plan `p`. Tasks are created
 // in dependency order, so one pass in creation order gives every start and end (a task starts when
 // its dependencies have ended; the members of a collective, created together, when the last of them

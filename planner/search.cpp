@@ -235,17 +235,28 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
   };
   std::stable_sort(fitting.begin(), fitting.end(), better);
   // refine the finalists with the event simulator
+  // The first kAlwaysSimulated finalists are simulated whatever they cost; beyond them only plans
+  // whose ring attention the sweep does quickly (at most kCheapRingSteps simulated (rank, ring step)
+  // pairs per layer: a plain ring of up to 128 unequal ranks, any ring of alike ranks), so that many
+  // finalists cost what 20 used to and a space of large plain rings (seconds each) stays bounded.
+  // Deterministic: the rule reads the plan's costs, not the clock.
+  constexpr size_t kAlwaysSimulated = 20;
+  constexpr int64_t kCheapRingSteps = 128 * 128;
   const size_t nref = std::min(fitting.size(), static_cast<size_t>(std::max(0, req.refine)));
+  std::vector<Candidate*> simulated;
   for (size_t i = 0; i < nref && !r.cancelled; ++i) {
     Candidate& c = fitting[i];
+    const StepCosts k = step_costs(req.model, req.cluster, req.runtime, c.plan, req.seq, true);
+    if (i >= kAlwaysSimulated && ring_steps_per_layer(k) > kCheapRingSteps) continue;
     // only the step time is read: the streaming sweep without recording the tasks (issue 15)
-    SimResult sim =
-        simulate_step(step_costs(req.model, req.cluster, req.runtime, c.plan, req.seq, true), c.plan, SimRecord::none);
+    SimResult sim = simulate_step(k, c.plan, SimRecord::none);
     c.time = sim.time;
     c.simulated = true;
     ++r.simulated;
   }
-  std::stable_sort(fitting.begin(), fitting.begin() + static_cast<std::ptrdiff_t>(nref), better);
+  // simulated finalists first (re-ranked by their simulated time), then the rest as they were
+  std::stable_partition(fitting.begin(), fitting.begin() + static_cast<std::ptrdiff_t>(nref), [](const Candidate& c) { return c.simulated; });
+  std::stable_sort(fitting.begin(), fitting.begin() + static_cast<std::ptrdiff_t>(r.simulated), better);
   // Pareto frontier: by peak memory, keep plans faster than every plan that needs less
   std::vector<Candidate> by_mem = fitting;
   std::stable_sort(by_mem.begin(), by_mem.end(), [](const Candidate& a, const Candidate& b) {

@@ -33,7 +33,9 @@ struct SearchRequest {
   std::vector<int64_t> tp_values, cp_values;  // restrict degrees (empty = all valid)
   int top_k = 10;
   int refine = 200;                 // finalists re-ranked by the event simulator (issue 15: tenfold the
-                                    // 20 of the event-queue simulator, the 1024-GPU search still under 1 s)
+                                    // 20 of the event-queue simulator, the 1024-GPU search still under 1 s);
+                                    // beyond the first 20 only those whose ring attention is at most
+                                    // 128 x 128 simulated (rank, step) pairs a layer (search.cpp)
 };
 
 struct Candidate {

@@ -142,6 +142,23 @@ TEST(Search, IsDeterministic) {
   EXPECT_EQ(a.fitting, b.fitting);
 }
 
+// Beyond the first 20 finalists only plans whose ring attention the sweep does quickly are
+// simulated: a space of 256-rank plain rings (256 x 256 ring steps per layer) gets its first 20
+// finalists simulated and the rest kept at the closed form, while the same space in zig-zag (one
+// simulated rank) gets all its finalists simulated; simulated plans rank first.
+TEST(Search, ManyFinalistsAreSimulatedWhenTheSweepIsCheap) {
+  for (CpKind kind : {CpKind::ring, CpKind::zigzag}) {
+    SearchRequest req = request("Llama-3.1-8B", "32x8xh100", 1048576);
+    req.cp_kinds = {kind};
+    req.cp_values = {256};
+    req.refine = 60;
+    SearchResult r = search_plans(req);
+    ASSERT_GT(r.fitting, 40) << to_string(kind);
+    EXPECT_EQ(r.simulated, kind == CpKind::ring ? 20 : std::min<int64_t>(60, r.fitting)) << to_string(kind);
+    for (size_t i = 0; i < r.ranked.size(); ++i) EXPECT_EQ(r.ranked[i].simulated, static_cast<int64_t>(i) < r.simulated) << i;
+  }
+}
+
 TEST(Search, ProgressCallbackCancels) {
   SearchRequest req = request("Llama-3.1-8B", "4x8xh100", 131072);
   const int64_t total = static_cast<int64_t>(enumerate_plans(req).size());
