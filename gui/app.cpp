@@ -119,7 +119,12 @@ void App::start_simulation() {
     Simulated s;
     s.key = key;
     try {
-      s.prediction = predict(m, c, rt, p, seq, &s.sim);
+      // the numbers from the streaming sweep; the timeline's tasks are recorded only for a step
+      // of at most kTimelineMaxTasks (a 128-rank plain ring has 9.4M: seconds and 2 GB to record)
+      // (the numbers shown are the streaming sweep's, the same as ctxplan predict's; the recording
+      // sweeps every task and can differ from them by rounding, ~1e-15)
+      s.prediction = predict(m, c, rt, p, seq, &s.sim, SimRecord::none);
+      if (s.sim.stats.tasks <= kTimelineMaxTasks) predict(m, c, rt, p, seq, &s.sim, SimRecord::tasks);
       s.ok = true;
     } catch (const InputError& e) {
       s.error = e.what();
@@ -254,6 +259,14 @@ void App::use_measured_job() {
   if (measured->seq_tokens > 0) state.inputs.seq_tokens = measured->seq_tokens;
   if (!measured->plan_text.empty()) state.plan = measured->plan_text;
   inputs_dirty_ = plan_dirty_ = true;
+}
+
+void App::drop_files(const std::vector<std::string>& paths) {
+  if (paths.empty()) return;
+  load_measured(paths.front());
+  state.view.tab = "measured";
+  tab_requested_ = true;
+  if (paths.size() > 1) status = "dropped " + std::to_string(paths.size()) + " files: loaded the first as the measured run";
 }
 
 void App::load_measured(const std::string& path) {

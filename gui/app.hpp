@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "costmodel/prediction.hpp"
@@ -22,6 +23,10 @@ namespace ctx::gui {
 struct GuiError {
   std::string where, field, message;  // message: the full text (InputError::what)
 };
+
+// The timeline records every task of the simulated step up to this many (about 200 bytes each);
+// beyond it the timeline tab says so and the numbers still come from the whole simulation.
+constexpr int64_t kTimelineMaxTasks = 3'000'000;
 
 class App {
  public:
@@ -59,6 +64,9 @@ class App {
   void start_maxseq();
   void cancel_maxseq() { maxseq_.cancel(); }
   void load_measured(const std::string& path);
+  // Files dropped on the window: the first becomes the measured run, shown on its tab.
+  void drop_files(const std::vector<std::string>& paths);
+  bool take_tab_request() { return std::exchange(tab_requested_, false); }
   void use_measured_job();  // set model, cluster, runtime, seq and plan to the report's
   void reload_profiles();
   void set_error(const std::string& source, const InputError& e);
@@ -101,6 +109,7 @@ class App {
   void predict_selected();
   void start_simulation();
   void poll_simulation();
+  bool tab_requested_ = false;  // select state.view.tab on the next frame
   struct Simulated {
     std::string key;
     bool ok = false;

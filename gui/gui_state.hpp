@@ -49,7 +49,7 @@ struct Inputs {
   bool allow_offload = true;
   std::string tp_values, cp_values;  // "1,2,4"; empty = every valid degree
   bool objective_memory = false;
-  int refine = 20;
+  int refine = 200;  // simulated finalists (SearchRequest's default)
 };
 
 struct View {

@@ -146,6 +146,12 @@ int main(int argc, char** argv) {
   }
   glfwMakeContextCurrent(window);
   glfwSwapInterval(headless ? 0 : 1);
+  // a file dropped on the window is a measured run (ctxrun report, stack log, memory_stats dump, CSV)
+  glfwSetWindowUserPointer(window, &app);
+  glfwSetDropCallback(window, [](GLFWwindow* w, int count, const char** paths) {
+    std::vector<std::string> files(paths, paths + std::max(0, count));
+    static_cast<App*>(glfwGetWindowUserPointer(w))->drop_files(files);
+  });
 
   IMGUI_CHECKVERSION();
   ImGui::CreateContext();
@@ -181,7 +187,7 @@ int main(int argc, char** argv) {
     const double now = glfwGetTime();
     app.begin_frame();
     FrameRequests req;
-    draw_main_window(app, now, frame < 3, req);
+    draw_main_window(app, now, frame < 3 || app.take_tab_request(), req);
     ImGui::Render();
     int fb_w = 0, fb_h = 0;
     glfwGetFramebufferSize(window, &fb_w, &fb_h);

@@ -80,6 +80,14 @@ std::vector<int32_t>::const_iterator first_ending_after(const SimResult& sim, co
 }  // namespace
 
 void draw_timeline_tab(App& app) {
+  if (app.have_prediction && !app.time_pending && app.sim.tasks.empty() && app.sim.stats.tasks > kTimelineMaxTasks) {
+    ImGui::TextWrapped("This step has %lld tasks; the timeline draws steps of up to %lld. The step time and its breakdown above come "
+                       "from the whole simulation. For a trace of a smaller step (fewer layers, micro-batches or CP ranks): "
+                       "ctxplan simulate --trace step.json",
+                       static_cast<long long>(app.sim.stats.tasks), static_cast<long long>(kTimelineMaxTasks));
+    app.shown["timeline"] = {{"tasks", 0}, {"step_tasks", app.sim.stats.tasks}, {"too_many_tasks", true}};
+    return;
+  }
   if (!app.have_prediction || app.sim.tasks.empty()) {
     ImGui::TextDisabled("no simulated step: select a plan that runs");
     return;

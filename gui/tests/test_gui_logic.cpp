@@ -275,6 +275,52 @@ TEST(App, UsingAReportsJobMakesItsPredictionComparable) {
   for (auto& r : app.comparison) EXPECT_EQ(r.relative_error, 0.0) << r.name;
 }
 
+// A file dropped on the window becomes the measured run and its tab is selected on the next frame.
+TEST(App, ADroppedFileBecomesTheMeasuredRunOnItsTab) {
+  App app(std::string(CTXPLAN_SOURCE_DIR) + "/profiles");
+  app.state.run_search = false;
+  settle(app, 0);
+  app.drop_files({std::string(CTXPLAN_SOURCE_DIR) + "/tests/data/stacks/megatron_train.log", "/tmp/second_file_ignored"});
+  ASSERT_TRUE(app.measured);
+  EXPECT_EQ(app.measured->format, "Megatron-LM log");
+  EXPECT_EQ(app.state.view.tab, "measured");
+  EXPECT_TRUE(app.take_tab_request());
+  EXPECT_FALSE(app.take_tab_request()) << "the tab is selected once, then the user's clicks rule";
+  EXPECT_NE(app.status.find("loaded the first"), std::string::npos) << app.status;
+  app.drop_files({"/nonexistent/run.json"});
+  EXPECT_TRUE(app.errors.count("measured")) << "a file that cannot be read is an error in the window";
+}
+
+// A step too large to draw (the 128-rank plain ring of issue 15: 9.4M tasks) keeps its simulated
+// numbers from the streaming sweep, records no task for the timeline, and settles quickly.
+TEST(App, AHugeStepIsSimulatedButNotRecordedForTheTimeline) {
+  App app(std::string(CTXPLAN_SOURCE_DIR) + "/profiles");
+  app.state.run_search = false;
+  app.state.inputs.model = "Llama-3.1-70B";
+  app.state.inputs.cluster = "h100-superpod-1024";
+  app.state.inputs.seq_tokens = 1048576;
+  app.inputs_changed(0);
+  settle(app, 0);
+  app.select_plan("tp=8,cp=128,cp_kind=ring,zero=3,recompute=full");
+  settle(app, 1);
+  ASSERT_TRUE(app.have_prediction);
+  ASSERT_FALSE(app.time_pending);
+  EXPECT_GT(app.sim.stats.tasks, kTimelineMaxTasks);
+  EXPECT_TRUE(app.sim.tasks.empty());
+  EXPECT_EQ(app.prediction.time.method, "simulated");
+  EXPECT_GT(app.prediction.time.step_seconds, 0);
+  // a small step is recorded for the timeline
+  app.state.inputs.model = "Llama-3.1-8B";
+  app.state.inputs.cluster = "8xh100";
+  app.state.inputs.seq_tokens = 65536;
+  app.inputs_changed(2);
+  settle(app, 2);
+  app.select_plan("cp=8,cp_kind=ring,zero=3,recompute=full");
+  settle(app, 3);
+  EXPECT_LE(app.sim.stats.tasks, kTimelineMaxTasks);
+  EXPECT_EQ(static_cast<int64_t>(app.sim.tasks.size()), app.sim.stats.tasks);
+}
+
 TEST(App, AnInvalidPlanIsAnErrorNotACrash) {
   App app(std::string(CTXPLAN_SOURCE_DIR) + "/profiles");
   app.state.run_search = false;
