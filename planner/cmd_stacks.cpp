@@ -25,7 +25,7 @@ std::string read_text(const std::string& path) {
   if (!fs::exists(path, ec)) throw InputError(path, "", "no such file");
   if (fs::is_directory(path, ec)) throw InputError(path, "", "is a folder; expected a configuration file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "", "cannot be read");
+  if (!in) throw InputError(path, "", "cannot open file");
   std::stringstream ss;
   ss << in.rdbuf();
   std::string s = ss.str();

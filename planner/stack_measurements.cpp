@@ -23,7 +23,7 @@ std::string read_all(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw InputError(path, "", "is a folder; expected a file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "", "cannot be read");
+  if (!in) throw InputError(path, "", "cannot open file");
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <stdexcept>
 #include <thread>
 
 #include "gui/app.hpp"
@@ -232,6 +233,24 @@ TEST(BackgroundJob, CancelStopsTheWorkAndStartingAgainReplacesIt) {
   EXPECT_EQ(result, 2);
   for (int i = 0; i < 2000 && job.busy(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_FALSE(job.busy()) << "the cancelled run did not stop";
+}
+
+// A worker's exception (not an input error) must not terminate the app: the run ends, its result
+// is the default and failure() says what was thrown, until the next run.
+TEST(BackgroundJob, AWorkersExceptionBecomesItsFailureNotATermination) {
+  BackgroundJob<int> job;
+  job.start([](const BackgroundJob<int>::Progress&) -> int { throw std::runtime_error("bad_alloc in the simulator"); });
+  int result = 7;
+  for (int i = 0; i < 5000 && !job.take(result); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(result, 0);
+  EXPECT_EQ(job.failure(), "bad_alloc in the simulator");
+  job.start([](const BackgroundJob<int>::Progress&) -> int { throw 42; });
+  for (int i = 0; i < 5000 && !job.take(result); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(job.failure(), "unknown exception");
+  job.start([](const BackgroundJob<int>::Progress&) { return 3; });
+  for (int i = 0; i < 5000 && !job.take(result); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(result, 3);
+  EXPECT_TRUE(job.failure().empty());
 }
 
 TEST(App, BrokenInputsKeepThePreviousJobAndItsPrediction) {
