@@ -6,10 +6,12 @@
 // plan.json and the copied command line reproduce the prediction in the ctxplan CLI.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <set>
 #include <fstream>
 
+#include "costmodel/exit_codes.hpp"
 #include "costmodel/prediction.hpp"
 #include "gui_run.hpp"
 #include "planner/search.hpp"
@@ -415,6 +417,30 @@ TEST(GuiHeadless, TimelineRangeNarrowerThanItsResolutionStillDraws) {
 }
 
 // Before: a huge window size from --size or the settings broke the X server connection.
+// The headless --timeout ends the process while a worker is still searching (the search does not
+// poll for cancellation inside a simulation): the report says timed_out and the run takes less
+// than the search alone does, measured in the same test.
+TEST(GuiHeadless, TimeoutEndsTheProcessWhileAWorkerRuns) {
+  REQUIRE_HEADLESS();
+  const json state = {{"inputs", {{"model", "Llama-3.1-70B"}, {"cluster", "4096x8xh100"}, {"seq", 1048576}}}, {"search", true}};
+  SearchRequest req;
+  req.model = ref().model("Llama-3.1-70B");
+  req.cluster = ref().cluster("4096x8xh100");
+  req.runtime = ref().runtime();
+  req.seq = 1048576;
+  auto t0 = std::chrono::steady_clock::now();
+  search_plans(req);
+  const double search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  t0 = std::chrono::steady_clock::now();
+  GuiRun r = run_gui(fresh_dir("timeout"), "timeout", state, {"--timeout", "0.5"});
+  const double gui_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.exit_code, kExitInternal) << r.err;
+  EXPECT_NE(r.err.find("timed out"), std::string::npos) << r.err;
+  ASSERT_FALSE(r.report.is_null()) << "the report is written before the process ends";
+  EXPECT_TRUE(r.report["timed_out"].get<bool>());
+  EXPECT_LT(gui_s, search_s) << "the GUI waited for the search (" << search_s << " s alone) instead of ending at its timeout";
+}
+
 TEST(GuiHeadless, HugeWindowSizeIsRefusedWithTheValidRange) {
   REQUIRE_HEADLESS();
   // --size is checked before any window opens (run_gui passes a size of its own)
