@@ -85,7 +85,11 @@ int64_t ring_steps_per_layer(const StepCosts& k);
 // Simulates one step of `k` (from step_costs with per_step = true) under plan `p`. Tasks are created
 // in dependency order, so one pass in creation order gives every start and end (a task starts when
 // its dependencies have ended; the members of a collective, created together, when the last of them
-// is ready); per stream only the last task is kept unless `record` asks for the tasks.
+// is ready); per stream only the last task is kept unless `record` asks for the tasks. Without a
+// recording, ring steps run on flat arrays and layer iterations and micro-batches whose state moves
+// along a line are jumped (checked at the far end; see Period in simulator.cpp): equal to the full
+// sweep up to rounding (1.6e-13 relative on tests/test_simulator_oracle.cpp's 106 plans). With a
+// recording every task is swept, bit-identical to simulate_step_reference.
 SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record = SimRecord::tasks);
 
 // The event-queue implementation it replaced (every task stored, a priority queue): the oracle of
