@@ -5,8 +5,13 @@
 #pragma once
 #include <sys/wait.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <ostream>
+#include <sstream>
 #include <string>
 
 namespace ctx::exec::testing {
@@ -24,6 +29,21 @@ inline Result sh(const std::string& cmd) {
   int st = p ? pclose(p) : -1;
   r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+// A fresh, empty folder for one test: <temp>/<prefix>_<pid>_<name>.
+inline std::filesystem::path scratch(const std::string& prefix, const std::string& name) {
+  std::filesystem::path p = std::filesystem::temp_directory_path() / (prefix + "_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p;
+}
+
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
 }
 
 inline std::string ctxrun(int ranks, const std::string& args) {

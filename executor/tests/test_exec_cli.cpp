@@ -24,19 +24,8 @@ using ctx::exec::testing::ctxrun;
 using ctx::exec::testing::Result;
 using ctx::exec::testing::sh;
 
-fs::path scratch(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("ctxrun_test_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+fs::path scratch(const std::string& name) { return ctx::exec::testing::scratch("ctxrun_test", name); }
+using ctx::exec::testing::slurp;
 
 }  // namespace
 

@@ -30,19 +30,8 @@ using nlohmann::json;
 
 namespace {
 
-fs::path scratch(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("ctxrun_hostile_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+fs::path scratch(const std::string& name) { return ctx::exec::testing::scratch("ctxrun_hostile", name); }
+using ctx::exec::testing::slurp;
 
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 #define EXPECT_HAS(text, needle) EXPECT_TRUE(contains(text, needle)) << "missing \"" << (needle) << "\" in:\n" << (text)
