@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <unordered_map>
 
 #include "costmodel/process_groups.hpp"
 
@@ -548,12 +549,65 @@ class Builder {
     }
   }
 
+  // Where the cost of a rank's ring steps changes: the starts of its runs of equal cost over
+  // steps [0, steps), 0 first. The cost vectors are the same in every layer: computed once each.
+  const std::vector<int64_t>& cost_runs(const std::vector<double>* cv, int64_t steps) {
+    auto it = cost_runs_.find(cv);
+    if (it != cost_runs_.end()) return it->second;
+    std::vector<int64_t> starts;
+    double before = 0;
+    for (int64_t j = 0; j < steps; ++j) {
+      const double c = std::max(0.0, static_cast<size_t>(j) < cv->size() ? (*cv)[static_cast<size_t>(j)] : 0.0);
+      if (j == 0 || c != before) starts.push_back(j);
+      before = c;
+    }
+    return cost_runs_.emplace(cv, std::move(starts)).first->second;
+  }
+
+  // For every rank x, the nearest rank upstream of it (walking `prev`) whose value is strictly
+  // greater, and how many hops away (none: -1): the records of the running maximum a walk
+  // upstream meets. Per cycle of `prev`, a monotonic stack over the cycle walked twice: O(R).
+  static void next_greater_upstream(const std::vector<int>& prev, const std::vector<double>& value, std::vector<int>& ng,
+                                    std::vector<int64_t>& ng_hops) {
+    const size_t n = prev.size();
+    ng.assign(n, -1);
+    ng_hops.assign(n, -1);
+    std::vector<char> seen(n, 0);
+    std::vector<int> cycle;
+    std::vector<int64_t> stack;
+    for (size_t x0 = 0; x0 < n; ++x0) {
+      if (seen[x0]) continue;
+      cycle.clear();
+      for (int x = static_cast<int>(x0); !seen[static_cast<size_t>(x)]; x = prev[static_cast<size_t>(x)]) {
+        seen[static_cast<size_t>(x)] = 1;
+        cycle.push_back(x);
+      }
+      const int64_t L = static_cast<int64_t>(cycle.size());
+      stack.clear();
+      for (int64_t i = 2 * L - 1; i >= 0; --i) {
+        const int x = cycle[static_cast<size_t>(i % L)];
+        while (!stack.empty() && value[static_cast<size_t>(cycle[static_cast<size_t>(stack.back() % L)])] <= value[static_cast<size_t>(x)])
+          stack.pop_back();
+        if (i < L && !stack.empty()) {
+          ng[static_cast<size_t>(x)] = cycle[static_cast<size_t>(stack.back() % L)];
+          ng_hops[static_cast<size_t>(x)] = stack.back() - i;
+        }
+        stack.push_back(i);
+      }
+    }
+  }
+
   // Forward ring steps 1 .. steps-1 without a recording, one rank at a time. In the forward the
   // transfers wait for nothing but transfers (K,V travel while the step computes), so the block
   // rank r receives at step k >= 1 arrives at  M_k + k p,  M_k = the latest end of the first
-  // step's receive over r and its k upstream neighbours (p: one hop). Each rank is then a scan
-  // of its own steps, O(1) per step, with the same tasks, ids, accounting and breakdown as the
-  // generic loop; equal to it up to rounding (M_k + k p is one product where the loop adds k
+  // step's receive over r and its k upstream neighbours (p: one hop). M_k only changes where the
+  // walk upstream meets a new maximum (next_greater_upstream), and a rank's step costs come in
+  // runs (cost_runs), so each rank's steps fall into segments of equal cost and equal M, and a
+  // segment is closed-form: its computes wait for their blocks (arrivals p apart, computes c
+  // apart) either never after its first step (c >= p: once the compute leads it stays ahead) or
+  // from some step on (c < p: once a block is late, every later one is). Per rank O(segments)
+  // instead of O(steps), with the same tasks, ids, accounting and breakdown as the generic loop;
+  // equal to it up to rounding (M_k + k p and n c are one product where the loop adds k or n
   // times; tests/test_simulator_oracle.cpp holds it to 1e-9 relative). What finish() tracks per
   // task comes from the two sequences' ends, which never decrease: the receives' (M_k + k p) and
   // the computes' (each starts after the previous one ends). The task ending last is the first
@@ -573,72 +627,145 @@ class Builder {
     const int64_t last_recv_step = steps - 2;  // receives exist at steps 1 .. steps-2
     std::vector<double> first_end(static_cast<size_t>(R));
     for (int r = 0; r < R; ++r) first_end[static_cast<size_t>(r)] = have[static_cast<size_t>(r)].end;
+    next_greater_upstream(prev, first_end, ng_, ng_hops_);
     // the receive of step k >= 1 from M_k and M_{k-1}
     auto recv_task = [&](int r, int64_t k, double m_k, double m_before) {
       const double base = static_cast<double>(k - 1) * p2p;
       const double start = m_k + base;
       return task_of(recv_id(k, r), r, start, start + p2p, m_before + base, p2p, SimStream::ring, SimCategory::comm);
     };
+    auto cost_at = [](const std::vector<double>& cv, int64_t j) {
+      return std::max(0.0, static_cast<size_t>(j) < cv.size() ? cv[static_cast<size_t>(j)] : 0.0);
+    };
     for (int r = 0; r < R; ++r) {
       RepAcc& a = acc_[static_cast<size_t>(r)];
       const std::vector<double>& cv = *cost_of[static_cast<size_t>(r)];
+      const std::vector<int64_t>& runs = cost_runs(&cv, steps);
       const T& h0 = have[static_cast<size_t>(r)];
-      double m_prev = 0, m = h0.end;  // M_{k-1}, M_k (k = 0: this rank's own first receive)
-      int q = r;                      // the upstream rank that entered the window last
-      double h_end = h0.end, h_wait = std::max(0.0, h0.start - h0.ready);  // the block held: recv_{j-1}
+      // the running maximum M: its value, the one before its last rise, and where it next rises
+      // (the receive step k at which a greater first end enters the window; none past the last)
+      double m = h0.end, m_before = 0;
+      int64_t rise_k = 0;  // the step of M's last rise (0: its start)
+      int nx = ng_[static_cast<size_t>(r)];
+      int64_t next_rise = nx >= 0 ? ng_hops_[static_cast<size_t>(r)] : std::numeric_limits<int64_t>::max();
+      auto advance_m = [&]() {  // M rises at receive step next_rise
+        m_before = m;
+        m = first_end[static_cast<size_t>(nx)];
+        rise_k = next_rise;
+        const int n2 = ng_[static_cast<size_t>(nx)];
+        next_rise = n2 >= 0 ? next_rise + ng_hops_[static_cast<size_t>(nx)] : std::numeric_limits<int64_t>::max();
+        nx = n2;
+      };
       double c_end = last_compute[static_cast<size_t>(r)].end, c_start = 0;
-      double busy = 0, imbalance = a.b.imbalance, exposed = a.b.exposed_comm, prev_end = a.prev_end;
-      // the first receive (compute) whose end is its sequence's final end
-      int64_t recv_top = 1, comp_top = 1;
-      double recv_top_m = 0, recv_top_m_before = 0, comp_top_start = 0, first_compute_start = 0;
-      for (int64_t j = 1; j < steps; ++j) {
-        if (j <= last_recv_step) {  // the receive of step j (the block for step j + 1)
-          q = prev[static_cast<size_t>(q)];
-          m_prev = m;
-          m = std::max(m, first_end[static_cast<size_t>(q)]);
-          if (p2p > 0 || m > m_prev || j == 1) recv_top = j, recv_top_m = m, recv_top_m_before = m_prev;
+      double busy = 0, imbalance = a.b.imbalance, exposed = a.b.exposed_comm;
+      int64_t comp_top = 1;
+      double comp_top_start = 0, first_compute_start = 0;
+      // compute j waits for the block received at step j - 1: M_{j-1} + (j - 1) p (the first
+      // receive's end for j = 1); its wait for other ranks is what the receive waited, the rise
+      // of M at step j - 1
+      size_t run = static_cast<size_t>(std::upper_bound(runs.begin(), runs.end(), int64_t{1}) - runs.begin()) - 1;
+      for (int64_t ja = 1; ja < steps;) {
+        double wait = 0;
+        if (ja == 1) {
+          wait = std::max(0.0, h0.start - h0.ready);
+        } else if (ja - 1 == next_rise && next_rise <= last_recv_step) {
+          advance_m();
+          wait = std::max(0.0, m - m_before);
         }
-        // the compute of step j, on the block received at step j - 1
-        const double dur = std::max(0.0, static_cast<size_t>(j) < cv.size() ? cv[static_cast<size_t>(j)] : 0.0);
-        const double start = std::max(std::max(0.0, c_end), h_end);
-        const double end = start + dur;
-        if (j == 1) first_compute_start = start;
-        busy += dur;
-        const double gap = start - prev_end;  // attribute(): the binding dependency is the received block
-        if (gap > 0) {
-          const double others = std::min(gap, h_wait);
-          imbalance += others;
-          exposed += gap - others;
+        while (run + 1 < runs.size() && runs[run + 1] <= ja) ++run;
+        const int64_t run_end = run + 1 < runs.size() ? runs[run + 1] : steps;
+        const int64_t rise_j = next_rise <= last_recv_step ? next_rise + 1 : steps;  // M changes for compute rise_j
+        const int64_t jb = std::min(run_end, rise_j) - 1;  // segment [ja, jb]
+        const double c = cost_at(cv, ja);
+        auto arrival = [&](int64_t j) { return j == 1 ? h0.end : m + static_cast<double>(j - 1) * p2p; };
+        // its first step as the generic loop does it
+        {
+          const double start = std::max(std::max(0.0, c_end), arrival(ja));
+          const double end = start + c;
+          if (ja == 1) first_compute_start = start;
+          busy += c;
+          const double gap = start - c_end;
+          if (gap > 0) {
+            const double others = std::min(gap, wait);
+            imbalance += others;
+            exposed += gap - others;
+          }
+          if (end > c_end || ja == 1) comp_top = ja, comp_top_start = start;
+          c_start = start;
+          c_end = end;
         }
-        prev_end = end;
-        if (end > c_end || j == 1) comp_top = j, comp_top_start = start;
-        c_start = start;
-        c_end = end;
-        if (j <= last_recv_step) {  // the block for the next step: this step's receive
-          const double base = static_cast<double>(j - 1) * p2p;
-          h_end = m + base + p2p;
-          h_wait = std::max(0.0, (m + base) - (m_prev + base));
+        // the rest: no wait for other ranks (M is constant), arrivals p apart
+        const int64_t n = jb - ja;
+        if (n > 0) {
+          busy += static_cast<double>(n) * c;
+          int64_t k = 0;  // steps whose block is there when the compute is free
+          if (c >= p2p) {
+            if (arrival(ja + 1) - c_end <= 0) k = n;
+          } else {
+            const double d1 = arrival(ja + 1) - c_end;
+            if (d1 <= 0) {
+              const double kk = std::floor(-d1 / (p2p - c)) + 1;
+              k = kk >= static_cast<double>(n) ? n : static_cast<int64_t>(kk);
+            }
+            while (k > 0 && arrival(ja + k) - (c_end + static_cast<double>(k - 1) * c) > 0) --k;  // rounding at the edge
+            while (k < n && arrival(ja + k + 1) - (c_end + static_cast<double>(k) * c) <= 0) ++k;
+          }
+          if (k == n) {
+            const double e = c_end + static_cast<double>(n) * c;
+            if (c > 0 || e > c_end) comp_top = jb, comp_top_start = e - c;
+            c_start = e - c;
+            c_end = e;
+          } else {
+            // steps ja+1 .. ja+k compute-bound, then step ja+k+1 waits gap1; with c < p every
+            // later one waits p - c, with c >= p (k = 0) none does
+            const double e_k = c_end + static_cast<double>(k) * c;
+            const double gap1 = arrival(ja + k + 1) - e_k;
+            exposed += gap1;
+            double e;
+            if (c < p2p) {
+              exposed += static_cast<double>(n - k - 1) * (p2p - c);
+              e = arrival(jb) + c;
+              comp_top = jb, comp_top_start = arrival(jb);
+            } else {
+              e = arrival(ja + 1) + static_cast<double>(n) * c;
+              if (c > 0) comp_top = jb, comp_top_start = e - c;
+              else comp_top = ja + 1, comp_top_start = arrival(ja + 1);
+            }
+            c_start = e - c;
+            c_end = e;
+          }
         }
+        ja = jb + 1;
       }
-      // what finish() accumulated task by task (sums in the same order)
+      // M at the last receive and the one before, the receive ending last (p > 0: the last one;
+      // p = 0: where M last rose, or the first)
+      while (next_rise <= last_recv_step) advance_m();
+      const double m_last = m;
+      const double m_last_before = rise_k == last_recv_step ? m_before : m;
+      int64_t recv_top = last_recv_step;
+      double recv_top_m = m_last, recv_top_m_before = m_last_before;
+      if (p2p <= 0) {
+        recv_top = std::max<int64_t>(1, rise_k);
+        recv_top_m = m;
+        recv_top_m_before = rise_k >= 1 ? m_before : m;
+      }
+      // what finish() accumulated task by task
       a.busy += busy;
       a.stream_busy += busy;
       a.b.compute += busy;
       a.b.imbalance = imbalance;
       a.b.exposed_comm = exposed;
-      a.prev_end = prev_end;
+      a.prev_end = c_end;
       const int64_t lj = steps - 1;
-      const double c_dur = std::max(0.0, static_cast<size_t>(lj) < cv.size() ? cv[static_cast<size_t>(lj)] : 0.0);
-      const T last_c = task_of(comp_id(lj, r), r, c_start, c_end, c_start, c_dur, SimStream::compute, SimCategory::compute);
+      const T last_c = task_of(comp_id(lj, r), r, c_start, c_end, c_start, cost_at(cv, lj), SimStream::compute, SimCategory::compute);
       last_compute[static_cast<size_t>(r)] = last_c;
       last_[static_cast<size_t>(r) * kSimStreams + static_cast<int>(SimStream::compute)] = last_c;
       // the task ending last, the rank's end and forward span
-      T best = task_of(comp_id(comp_top, r), r, comp_top_start, c_end, comp_top_start,
-                       std::max(0.0, static_cast<size_t>(comp_top) < cv.size() ? cv[static_cast<size_t>(comp_top)] : 0.0), SimStream::compute,
+      T best = task_of(comp_id(comp_top, r), r, comp_top_start, c_end, comp_top_start, cost_at(cv, comp_top), SimStream::compute,
                        SimCategory::compute);
       double first_start = first_compute_start;
       if (last_recv_step >= 1) {
-        const T lr = recv_task(r, last_recv_step, m, m_prev);
+        const T lr = recv_task(r, last_recv_step, m_last, m_last_before);
         last_[static_cast<size_t>(r) * kSimStreams + static_cast<int>(SimStream::ring)] = lr;
         const T top = recv_task(r, recv_top, recv_top_m, recv_top_m_before);
         // a receive is created before the compute of its step
@@ -985,6 +1112,9 @@ class Builder {
   std::vector<T> last_;  // last task per (rep, stream)
   std::vector<RepAcc> acc_;
   std::vector<T> fwd_tail_, loss_end_, mb_end_, reduce_end_;
+  std::unordered_map<const std::vector<double>*, std::vector<int64_t>> cost_runs_;  // ring_forward_by_rank's
+  std::vector<int> ng_;
+  std::vector<int64_t> ng_hops_;
 
  public:
   int64_t collectives() const { return next_coll_; }

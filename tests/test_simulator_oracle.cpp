@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -195,6 +196,86 @@ TEST(SimulatorOracle, StreamingSweepMatchesTheEventQueueOnEveryPlanOfTheMatrix) 
   EXPECT_GE(extrapolating, checked / 2) << "plans whose streaming sweep extrapolated layers";
   std::printf("oracle matrix: %d plans, each streaming and recording; max relative difference %.3g%s%s\n", checked, worst,
               worst > 0 ? " at " : "", worst > 0 ? worst_where.c_str() : "");
+}
+
+// Random ring costs against the oracle, bit for bit. The streaming forward ring takes each rank's
+// steps in segments of equal cost and equal upstream arrival maximum, each closed-form (which
+// step's block is late, the gaps, the task ending last): the segments' cases are c >= p and c < p,
+// blocks late from the start or from some step on, zero-cost steps, a zero hop (p = 0), maxima
+// rising anywhere upstream, two pack classes and usp's several rings. The costs are small dyadic
+// numbers (multiples of 1/4 below 8), so every sum and product of them is exact in binary floating
+// point: the closed forms and the oracle's task-by-task sums must agree exactly, and any
+// difference is a wrong case, not rounding.
+TEST(SimulatorOracle, RandomRingCostsMatchTheEventQueueExactly) {
+  std::mt19937 rng(20261125);
+  auto pick = [&](std::initializer_list<double> v) { return *(v.begin() + std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)); };
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int cases = 0, segmented = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const bool usp = uni(0, 3) == 0;
+    const int64_t u = usp ? 2 : 1;
+    const int64_t cp = usp ? 2 * uni(2, 5) : uni(2, 10);
+    const int classes = uni(0, 4) == 0 ? 2 : 1;
+    StepCosts k;
+    k.layers = uni(1, 7);
+    k.ga = uni(1, 3);
+    k.cp = cp;
+    k.ulysses = u;
+    k.ring = cp / u;
+    k.cp_kind = usp ? CpKind::usp : CpKind::ring;
+    k.world = cp * classes;
+    k.tokens_per_step = 1;
+    k.peak_flops = 1;
+    k.recompute = uni(0, 2) == 0 ? Recompute::none : uni(0, 1) ? Recompute::full : Recompute::selective;
+    k.p2p_fwd = pick({0, 0.25, 0.5, 1, 2});
+    k.p2p_dkv = pick({0, 0.25, 0.5, 1});
+    k.pre_fwd = pick({0, 0.5, 1});
+    k.post_fwd = pick({0, 0.25});
+    k.mlp_fwd = pick({0, 0.5, 1.5});
+    k.pre_bwd = pick({0, 0.5});
+    k.post_bwd = pick({0, 0.25});
+    k.mlp_bwd = pick({0, 1, 3});
+    if (usp) k.a2a_qkv = k.a2a_out = k.a2a_bwd_in = pick({0, 0.25});
+    // per rank: runs of equal cost, of random lengths
+    auto costs = [&]() {
+      std::vector<std::vector<double>> v(static_cast<size_t>(cp));
+      for (auto& r : v) {
+        while (static_cast<int64_t>(r.size()) < k.ring) {
+          const double c = pick({0, 0, 0.25, 0.5, 0.75, 1, 1.5, 2, 3});
+          for (int n = uni(1, static_cast<int>(k.ring)); n > 0 && static_cast<int64_t>(r.size()) < k.ring; --n) r.push_back(c);
+        }
+      }
+      return v;
+    };
+    for (int c = 0; c < classes; ++c) {
+      k.attn_fwd.push_back(costs());
+      k.attn_bwd.push_back(costs());
+    }
+    if (classes == 2) k.pack_dp_rank = {0, 1};
+    const std::string plan = (classes == 2 ? "dp=2," : "") + std::string("cp=") + std::to_string(cp) +
+                             (usp ? ",cp_kind=usp,ulysses=2" : ",cp_kind=ring");
+    const Plan p = parse_plan(plan);
+    const std::string w = "trial " + std::to_string(trial) + ": " + plan + ", layers " + std::to_string(k.layers) + ", ga " +
+                          std::to_string(k.ga) + ", p " + std::to_string(k.p2p_fwd) + ", q " + std::to_string(k.p2p_dkv);
+    const SimResult ref = simulate_step_reference(k, p);
+    const SimResult got = simulate_step(k, p, SimRecord::none);
+    EXPECT_EQ(got.time.step_seconds, ref.time.step_seconds) << w;
+    for (int i = 0; i < static_cast<int>(TimePhase::count); ++i) EXPECT_EQ(got.time.phase_seconds[i], ref.time.phase_seconds[i]) << w;
+    EXPECT_EQ(got.time.breakdown.compute, ref.time.breakdown.compute) << w;
+    EXPECT_EQ(got.time.breakdown.exposed_comm, ref.time.breakdown.exposed_comm) << w;
+    EXPECT_EQ(got.time.breakdown.imbalance, ref.time.breakdown.imbalance) << w;
+    EXPECT_EQ(got.critical_rep, ref.critical_rep) << w;
+    EXPECT_EQ(got.breakdown_rep, ref.breakdown_rep) << w;
+    EXPECT_EQ(got.stats.tasks, ref.stats.tasks) << w;
+    ASSERT_EQ(got.reps.size(), ref.reps.size()) << w;
+    std::vector<double> end(ref.reps.size(), 0.0);
+    for (const SimTask& t : ref.tasks) end[static_cast<size_t>(t.rep)] = std::max(end[static_cast<size_t>(t.rep)], t.end);
+    for (size_t i = 0; i < ref.reps.size(); ++i) EXPECT_EQ(got.reps[i].end_s, end[i]) << w << ", rep " << i;
+    if (k.ring >= 3) ++segmented;
+    ++cases;
+  }
+  EXPECT_EQ(cases, 400);
+  EXPECT_GE(segmented, 300) << "cases whose forward ring has receives past the first step";
 }
 
 }  // namespace
