@@ -42,6 +42,7 @@ GroupPlacement group_placement(const Plan& p, Group g, int64_t gpus_per_node) {
     case Group::ring: n1 = r; s1 = stride[1] * u; break;
     case Group::dp: n1 = dp; s1 = stride[2]; break;
     case Group::zero: n1 = p.cp; s1 = stride[1]; n2 = dp; s2 = stride[2]; break;
+    case Group::pp: n1 = std::max<int64_t>(1, p.pp); s1 = s; break;  // stages outside tp, cp, dp
   }
   GroupPlacement out;
   out.size = n1 * n2;

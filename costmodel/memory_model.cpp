@@ -4,6 +4,7 @@
 // d = head_dim, a = activation bytes, F = ffn/tp, V = vocab/tp.
 #include "costmodel/memory_model.hpp"
 
+#include "costmodel/pipeline_stages.hpp"
 #include "costmodel/plan_check.hpp"
 
 #include <algorithm>
@@ -86,20 +87,26 @@ LossWorkingSet loss_working_set(const ModelSpec& m, const RuntimeProfile& rt, co
   return w;
 }
 
-MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p,
-                                int64_t seq) {
+MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p,
+                                      int64_t seq, const PipelineStage& stage) {
   // the plan's dtypes: precision=fp32 stores weights, activations and logits in 4 bytes (runtime_profile.hpp)
-  if (precision_changes_runtime(rt, p.precision)) return predict_memory(m, c, runtime_for_precision(rt, p.precision), p, seq);
+  if (precision_changes_runtime(rt, p.precision))
+    return predict_stage_memory(m, c, runtime_for_precision(rt, p.precision), p, seq, stage);
   const LocalShapes S = local_shapes(m, p, seq);
   const double a = rt.activation_bytes;
   const double h = static_cast<double>(m.hidden), d = static_cast<double>(m.head_dim);
-  const double L = static_cast<double>(m.layers);
+  // The layers one micro-batch runs through on this rank (a model chunk under pipeline
+  // parallelism; all the layers without), and the layers' saved tensors of the other micro-batches
+  // (chunks) the pipeline schedule keeps in flight (pipeline_stages.hpp: 1F1B keeps up to pp on
+  // the first stage). pp = 1: L and 0.
+  const double L = static_cast<double>(stage.chunk_layers);
+  const double others = static_cast<double>(stage.in_flight_chunks - 1) * L;
   const double Z = S.zero_degree;
   const double u = static_cast<double>(ulysses_degree(p)), r = static_cast<double>(ring_degree(p));
   const double fp32 = 4.0;
 
   // ---- model states (bytes per parameter from the runtime profile; ZeRO shards over dp*cp)
-  const double P = S.params;
+  const double P = pipeline_stage_params(m, stage, S.layer_params, S.vocab);  // S.params when pp = 1
   const double w_dev = p.param_offload ? 0.0 : rt.weight_bytes * P / (p.zero == 3 ? Z : 1.0);
   const bool grads_on_host = p.opt_offload && rt.offload_grads_with_optimizer;
   const double g_full = grads_on_host ? 0.0 : rt.grad_bytes * P / (p.zero >= 2 ? Z : 1.0);
@@ -249,7 +256,7 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
   // [T, h] before its TP reduce).
   const double norm_ws = rt.saves_norm_outputs || sp_gather > 0 ? 0.0 : x_in;   // a norm output recomputed, not saved
   {
-    const double before = L - 1.0;
+    const double before = L - 1.0 + others;
     MemorySnapshot att = base(grads_always ? g_full : 0.0);
     saved_layers(att, before);
     att[Mem::activations] += (attn_side - o_seq - qk_pre) * frag;  // x, 1/rms, q, k, v, the output and lse being written
@@ -273,7 +280,7 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
   // statistics, the head (gathered under ZeRO-3)
   {
     MemorySnapshot s = base(grads_always ? g_full : 0.0);
-    saved_layers(s, L);
+    saved_layers(s, L + others);
     const LossWorkingSet lw = loss_working_set(m, rt, p, S);
     const double rows = p.tiled_loss > 0 ? std::min(static_cast<double>(p.tiled_loss), S.tokens) : S.tokens;
     s[Mem::activations] += x_in * frag;
@@ -283,6 +290,9 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
     // the head gathered under ZeRO-3, its unreduced gradient before the reduce-scatter under ZeRO-2/3
     const double head_grad = p.zero >= 2 ? S.vocab * h * unit_grad_bytes : 0.0;
     s[Mem::comm_buffers] = (head_gather + head_grad + sp_gather) * frag;
+    if (!stage.last) {  // a stage without the head: its output [Tsp, h] waits for the send, no loss
+      s[Mem::logits] = s[Mem::workspace] = s[Mem::comm_buffers] = 0;
+    }
     out.phase_peak[static_cast<int>(Phase::loss)] = s;
   }
   // backward: evaluate the first and the last layer (everything in between is linear in the layer).
@@ -296,20 +306,20 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
     const double rematerialised = full ? layer_none : recomputed - (p.recompute == Recompute::selective ? o + lse : 0.0);
     MemorySnapshot best;
     int64_t best_layer = -1;
-    for (int64_t i : {m.layers - 1, int64_t(0)}) {
+    for (int64_t i : {stage.chunk_layers - 1, int64_t(0)}) {
       const double before = static_cast<double>(i);  // layers 0..i-1 keep their saved tensors
       double grads = grads_always ? g_full : g_full * (L - before) / L;
       // a checkpoint of layer i the runtime keeps while the layer is rematerialised
       const double kept_ckpt = full && rt.recompute_keeps_checkpoint && !p.ckpt_offload ? saved_per_layer : 0.0;
       MemorySnapshot mlp = base(grads);
-      saved_layers(mlp, before, true);
+      saved_layers(mlp, before + others, true);
       if (!full) saved_layers(mlp, 1.0);
       mlp[Mem::checkpoints] += kept_ckpt * frag;
       mlp[Mem::activations] += rematerialised * frag;
       mlp[Mem::workspace] += (bwd_mlp + grad_tensors) * frag;
       mlp[Mem::comm_buffers] += (bwd_mlp_comm + zero3_gather + grad_reduce) * frag;
       MemorySnapshot att = base(grads);
-      saved_layers(att, before, true);
+      saved_layers(att, before + others, true);
       att[Mem::checkpoints] += kept_ckpt * frag;
       att[Mem::activations] += attn_side * frag;
       att[Mem::workspace] += (bwd_attn_ws + dy) * frag;
@@ -338,11 +348,12 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
       out.peak_phase = static_cast<Phase>(i);
     }
   }
-  if (out.peak_phase == Phase::forward) out.peak_layer = m.layers - 1;
+  if (out.peak_phase == Phase::forward) out.peak_layer = stage.chunk_layers - 1;
   else if (out.peak_phase != Phase::backward) out.peak_layer = -1;
+  if (out.peak_layer >= 0) out.peak_layer += stage.stage * stage.chunk_layers;  // the model's layer index (first chunk)
 
   // ---- host memory per node
-  const int64_t world = std::max<int64_t>(1, p.dp) * p.tp * p.cp;
+  const int64_t world = plan_world(p);
   out.ranks_per_node = std::min<int64_t>(world, c.gpus_per_node);
   const double rpn = static_cast<double>(out.ranks_per_node);
   auto& hb = out.host_bytes_per_node;
@@ -352,7 +363,7 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
     if (grads_on_host) hb[static_cast<int>(HostMem::grads)] = rpn * fp32 * P / (p.zero >= 2 ? Z : 1.0);
   }
   if (p.param_offload) hb[static_cast<int>(HostMem::weights)] = rpn * rt.weight_bytes * P / Z;
-  if (full && p.ckpt_offload) hb[static_cast<int>(HostMem::checkpoints)] = rpn * L * saved_per_layer;
+  if (full && p.ckpt_offload) hb[static_cast<int>(HostMem::checkpoints)] = rpn * (L + others) * saved_per_layer;
   hb[static_cast<int>(HostMem::runtime)] = rpn * rt.host_bytes_per_rank;
   for (double v : hb) out.host_total_bytes_per_node += v;
 
@@ -361,6 +372,26 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
   out.fits_device = out.peak.total() <= out.device_capacity_bytes;
   out.fits_host = out.host_total_bytes_per_node <= out.host_capacity_bytes_per_node;
   return out;
+}
+
+MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p,
+                                int64_t seq) {
+  const int64_t pp = std::max<int64_t>(1, p.pp);
+  if (pp == 1) return predict_stage_memory(m, c, rt, p, seq, pipeline_stage(m, p, 0));
+  // The first stage (embedding, the most micro-batches in flight), the second (the most of the
+  // middle stages: in-flight counts fall with the stage) and the last (head and loss); the device
+  // peak is the highest stage's, the host figure the highest stage's as if a node held only it.
+  MemoryPrediction best, most_host;
+  for (int64_t s : {int64_t(0), std::min<int64_t>(1, pp - 1), pp - 1}) {
+    MemoryPrediction one = predict_stage_memory(m, c, rt, p, seq, pipeline_stage(m, p, s));
+    one.peak_stage = s;
+    if (s == 0 || one.peak.total() > best.peak.total()) best = one;
+    if (s == 0 || one.host_total_bytes_per_node > most_host.host_total_bytes_per_node) most_host = one;
+  }
+  best.host_bytes_per_node = most_host.host_bytes_per_node;
+  best.host_total_bytes_per_node = most_host.host_total_bytes_per_node;
+  best.fits_host = best.host_total_bytes_per_node <= best.host_capacity_bytes_per_node;
+  return best;
 }
 
 }  // namespace ctx

@@ -40,6 +40,7 @@ struct MemoryPrediction {
   MemorySnapshot peak;                         // the breakdown at the instant of the peak
   Phase peak_phase = Phase::forward;
   int64_t peak_layer = -1;                     // layer being run at the peak (-1: none)
+  int64_t peak_stage = 0;                      // pipeline stage at the peak (0 without pp)
   std::array<MemorySnapshot, kPhases> phase_peak;  // each phase's own peak instant
   double device_capacity_bytes = 0;            // usable after the CUDA context
   std::array<double, kHostCategories> host_bytes_per_node{};
@@ -91,6 +92,13 @@ int64_t max_trainable_seq(const ModelSpec& m, const ClusterSpec& c, const Runtim
 // MLP chunks a plan runs (tiled_mlp=auto: ceil(tokens per rank / hidden), ALST's TiledMLP rule).
 double mlp_chunks(const ModelSpec& m, const Plan& p, const LocalShapes& s);
 
+// One pipeline stage's rank (pipeline_stages.hpp): its layers and parameters, the saved tensors of
+// the micro-batches its schedule keeps in flight, the loss only on the last stage.
+struct PipelineStage;
+MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p,
+                                      int64_t seq, const PipelineStage& stage);
+
+// The peak over the pipeline's stages (one stage without pp).
 // Hot path: allocation-free, no exceptions (an fp32 plan on a bf16 profile copies the profile once,
 // runtime_for_precision). The plan must have passed check_plan.
 MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p,

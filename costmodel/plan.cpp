@@ -20,6 +20,7 @@ int64_t ulysses_degree(const Plan& p) {
 }
 int64_t ring_degree(const Plan& p) { return p.cp / std::max<int64_t>(1, ulysses_degree(p)); }
 int64_t zero_shard_degree(const Plan& p) { return std::max<int64_t>(1, p.dp) * p.cp; }
+int64_t plan_world(const Plan& p) { return std::max<int64_t>(1, p.dp) * p.tp * p.cp * p.pp; }
 
 const char* to_string(CpKind k) {
   switch (k) {
@@ -80,10 +81,12 @@ std::string mask_to_string(const Plan& p) {
 
 const std::vector<std::pair<std::string, std::string>>& plan_key_help() {
   static const std::vector<std::pair<std::string, std::string>> keys = {
-      {"dp", "data-parallel degree (default: the GPUs left by tp*cp)"},
+      {"dp", "data-parallel degree (default: the GPUs left by tp*cp*pp)"},
       {"tp", "tensor-parallel degree (default 1)"},
       {"sp", "Megatron sequence parallel on top of TP: 0|1 (default: 1 when tp>1)"},
       {"cp", "context-parallel degree (default 1)"},
+      {"pp", "pipeline-parallel stages, outermost in the rank order; the layers split evenly (default 1)"},
+      {"vpp", "model chunks per pipeline rank: 1 = 1F1B, >1 = interleaved 1F1B (Megatron's virtual pipeline; default 1)"},
       {"cp_kind", "ring|zigzag|allgather|ulysses|usp (default zigzag)"},
       {"ulysses", "Ulysses degree inside cp_kind=usp; ring degree = cp/ulysses"},
       {"zero", "ZeRO stage 0-3 over dp*cp ranks (default 0)"},
@@ -98,7 +101,7 @@ const std::vector<std::pair<std::string, std::string>>& plan_key_help() {
       {"mask", "causal | explicit | doc:<len> | doc:<l1>/<l2>/... | doc:hist:<len>@<frac>/... (default causal)"},
       {"packing", "greedy|sorted: how documents are packed into sequences; sorted balances attention work over DP ranks (default greedy)"},
       {"precision", "fp32|bf16|fp8: dtype of weights, activations, logits and communication; master weights, grads and optimizer as the runtime profile says (default bf16)"},
-      {"order", "rank order, innermost first, e.g. tp-cp-dp (default)"},
+      {"order", "rank order, innermost first, e.g. tp-cp-dp (default); pp is always outermost"},
   };
   return keys;
 }
@@ -260,6 +263,8 @@ void set_key(Plan& p, const std::string& where, const std::string& key, const st
   else if (key == "tp") p.tp = parse_int(where, key, v, 1, kMaxDegree);
   else if (key == "sp") p.sp = parse_bool(where, key, v) ? 1 : 0;
   else if (key == "cp") p.cp = parse_int(where, key, v, 1, kMaxDegree);
+  else if (key == "pp") p.pp = parse_int(where, key, v, 1, kMaxDegree);
+  else if (key == "vpp") p.vpp = parse_int(where, key, v, 1, kMaxDegree);
   else if (key == "cp_kind")
     p.cp_kind = parse_enum<CpKind>(where, key, v,
                                    {{"ring", CpKind::ring}, {"zigzag", CpKind::zigzag}, {"allgather", CpKind::allgather},
@@ -323,6 +328,8 @@ std::string plan_to_string(const Plan& p) {
   Plan d;  // defaults
   std::ostringstream os;
   os << "dp=" << p.dp << ",tp=" << p.tp << ",cp=" << p.cp;
+  if (p.pp != d.pp) os << ",pp=" << p.pp;
+  if (p.vpp != d.vpp) os << ",vpp=" << p.vpp;
   if (p.cp > 1 || p.cp_kind != d.cp_kind) os << ",cp_kind=" << to_string(p.cp_kind);
   if (p.cp_kind == CpKind::usp && p.ulysses > 0) os << ",ulysses=" << p.ulysses;  // unset: plan_check asks for it
   if (p.sp >= 0 && sp_enabled(p) != (p.tp > 1)) os << ",sp=" << (sp_enabled(p) ? 1 : 0);
@@ -349,6 +356,8 @@ json plan_to_json(const Plan& p) {
   j["tp"] = p.tp;
   j["sp"] = sp_enabled(p);
   j["cp"] = p.cp;
+  j["pp"] = p.pp;
+  j["vpp"] = p.vpp;
   j["cp_kind"] = to_string(p.cp_kind);
   if (!(p.cp_kind == CpKind::usp && p.ulysses == 0)) j["ulysses"] = ulysses_degree(p);  // usp's unset degree stays unset
   j["zero"] = p.zero;

@@ -27,6 +27,8 @@ struct Plan {
   int64_t tp = 1;
   int sp = -1;                    // Megatron sequence parallel; -1 = on whenever tp > 1
   int64_t cp = 1;
+  int64_t pp = 1;                 // pipeline stages (outermost in the rank grid, as Megatron's tp-cp-ep-dp-pp)
+  int64_t vpp = 1;                // model chunks per pipeline rank: 1 = 1F1B, >1 = interleaved 1F1B
   CpKind cp_kind = CpKind::zigzag;
   int64_t ulysses = 0;            // Ulysses degree inside usp (0 = all of cp for ulysses, required for usp)
   int zero = 0;                   // 0..3, sharded over dp x cp (every rank with the same TP shard)
@@ -42,7 +44,7 @@ struct Plan {
   DocLengths docs;                // with mask=document
   bool sorted_packing = false;    // packing=sorted: balance attention work (sum of squared document lengths) over DP ranks
   Precision precision = Precision::bf16;
-  Dim order[3] = {Dim::tp, Dim::cp, Dim::dp};  // innermost first: consecutive ranks differ in order[0]
+  Dim order[3] = {Dim::tp, Dim::cp, Dim::dp};  // innermost first: consecutive ranks differ in order[0]; pp outside all three
 };
 
 // Degrees after defaults are resolved against a world size.
@@ -50,6 +52,7 @@ bool sp_enabled(const Plan& p);
 int64_t ulysses_degree(const Plan& p);   // 1 for ring kinds, cp for ulysses, `ulysses` for usp
 int64_t ring_degree(const Plan& p);      // cp / ulysses_degree
 int64_t zero_shard_degree(const Plan& p);  // dp * cp
+int64_t plan_world(const Plan& p);         // dp * tp * cp * pp (dp 0 counted as 1)
 
 const char* to_string(CpKind k);
 const char* to_string(Recompute r);

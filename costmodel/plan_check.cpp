@@ -65,20 +65,67 @@ PlanCheck check_plan(Plan& p, const ModelSpec& m, const ClusterSpec& c, int64_t 
 
   if (seq <= 0 || seq > (int64_t(1) << 34)) err("sequence length must be 1..17179869184 tokens, got " + std::to_string(seq));
 
-  // ---- world size: dp * tp * cp must equal the GPUs
-  int64_t tpcp = p.tp * p.cp;
+  // ---- world size: dp * tp * cp * pp must equal the GPUs
+  const int64_t pp = std::max<int64_t>(1, p.pp);
+  const std::string pp_text = pp > 1 ? "*pp" : "";
+  int64_t tpcp = p.tp * p.cp * pp;
   if (p.dp == 0) {
     if (tpcp > 0 && world % tpcp == 0) p.dp = world / tpcp;
     else {
-      err("tp*cp = " + std::to_string(tpcp) + " does not divide the " + std::to_string(world) + " GPUs, so dp cannot fill them");
-      if (world % p.tp == 0)
-        for (int64_t cp : nearest(divisors(world / p.tp), p.cp)) alt("cp=" + std::to_string(cp));
+      err("tp*cp" + pp_text + " = " + std::to_string(tpcp) + " does not divide the " + std::to_string(world) +
+          " GPUs, so dp cannot fill them");
+      if (world % (p.tp * pp) == 0)
+        for (int64_t cp : nearest(divisors(world / (p.tp * pp)), p.cp)) alt("cp=" + std::to_string(cp));
       p.dp = 1;
     }
   } else if (p.dp * tpcp != world) {
-    err("dp*tp*cp = " + std::to_string(p.dp) + "*" + std::to_string(p.tp) + "*" + std::to_string(p.cp) + " = " +
-        std::to_string(p.dp * tpcp) + ", but the cluster has " + std::to_string(world) + " GPUs");
+    err("dp*tp*cp" + pp_text + " = " + std::to_string(p.dp) + "*" + std::to_string(p.tp) + "*" + std::to_string(p.cp) +
+        (pp > 1 ? "*" + std::to_string(pp) : "") + " = " + std::to_string(p.dp * tpcp) + ", but the cluster has " +
+        std::to_string(world) + " GPUs");
     if (world % tpcp == 0) alt("dp=" + std::to_string(world / tpcp));
+  }
+
+  // ---- pipeline parallel (Megatron's rules): the layers split evenly over pp*vpp model chunks
+  // (Megatron's uneven split, --decoder-first/last-pipeline-num-layers, is not modelled); the
+  // interleaved schedule needs the micro-batches divisible by pp (schedules.py,
+  // forward_backward_pipelining_with_interleaving raises "number of microbatches ... is not
+  // divisible by pipeline-model-parallel-size when using interleaved schedule"); DeepSpeed's
+  // PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism".
+  const int64_t vpp = std::max<int64_t>(1, p.vpp);
+  if (pp > 1 || vpp > 1) {
+    if (m.layers % (pp * vpp) != 0) {
+      err(vpp > 1 ? "pp*vpp = " + std::to_string(pp) + "*" + std::to_string(vpp) + " must divide the " +
+                        std::to_string(m.layers) + " layers (each rank holds vpp chunks of layers/(pp*vpp) layers)"
+                  : "pp=" + std::to_string(pp) + " must divide the " + std::to_string(m.layers) +
+                        " layers (each stage holds layers/pp; uneven splits are not modelled)");
+      std::vector<int64_t> ok;
+      for (int64_t s : divisors(m.layers))
+        if (m.layers % (s * vpp) == 0 && world % (s * p.tp * p.cp) == 0) ok.push_back(s);
+      for (int64_t s : nearest(ok, pp)) alt("pp=" + std::to_string(s));
+      if (vpp > 1 && m.layers % pp == 0)
+        for (int64_t v : nearest(divisors(m.layers / pp), vpp)) alt("vpp=" + std::to_string(v));
+    }
+    if (vpp > 1 && pp == 1) {
+      err("vpp=" + std::to_string(vpp) + " interleaves model chunks over pipeline stages; it needs pp > 1");
+      alt("vpp=1");
+    }
+    if (vpp > 1 && pp > 1 && p.ga % pp != 0) {
+      err("the interleaved schedule (vpp=" + std::to_string(vpp) + ") needs the micro-batches ga=" + std::to_string(p.ga) +
+          " divisible by pp=" + std::to_string(pp) + " (Megatron's rule)");
+      const int64_t down = p.ga / pp * pp;
+      if (down > 0) alt("ga=" + std::to_string(down));
+      alt("ga=" + std::to_string(down + pp));
+      alt("vpp=1");
+    } else if (pp > 1 && p.ga < pp) {
+      r.warnings.push_back("ga=" + std::to_string(p.ga) + " micro-batches fill fewer than the pp=" + std::to_string(pp) +
+                           " stages: most of the step is pipeline bubble (Megatron runs it; use ga >= pp)");
+    }
+    if (pp > 1 && p.zero >= 2) {
+      err("zero=" + std::to_string(p.zero) + " with pp=" + std::to_string(pp) +
+          ": ZeRO-2/3 shard gradients that pipeline micro-batches accumulate (DeepSpeed's PipelineEngine refuses it; "
+          "Megatron's distributed optimizer is ZeRO-1)");
+      alt("zero=1");
+    }
   }
 
   // ---- tensor parallel: heads, KV heads and the MLP split evenly

@@ -1,5 +1,7 @@
 #include "costmodel/prediction.hpp"
 
+#include "costmodel/pipeline_stages.hpp"
+
 namespace ctx {
 
 Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, Plan plan, int64_t seq,
@@ -18,6 +20,20 @@ Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfil
   p.warnings = check.warnings;
   p.memory = predict_memory(m, c, rt, plan, seq);
   StepCosts costs = step_costs(m, c, rt, plan, seq, true);
+  if (plan.pp > 1) {  // pipeline parallel: stage by stage, then the schedule (pipeline_time.hpp)
+    PipelineStepDetail detail;
+    p.time = pipeline_step_time(m, c, rt, plan, seq, true, nullptr, &detail);
+    p.time_closed_form = pipeline_step_time(m, c, rt, plan, seq, false);
+    p.pipeline = pipeline_to_json(plan, m, detail);
+    p.pipeline["memory_peak_stage"] = p.memory.peak_stage;
+    p.sim_stats.tasks = detail.schedule.tasks;
+    if (sim) {
+      *sim = SimResult{};
+      sim->time = p.time;
+      sim->stats = p.sim_stats;
+    }
+    return p;
+  }
   p.time_closed_form = estimate_step(costs);
   // the task graph is recorded only when the caller asks for the result and its tasks (trace,
   // timeline, tests)
@@ -50,6 +66,39 @@ json step_time_to_json(const StepTime& t) {
           {"mfu", t.mfu},
           {"model_tflops_per_gpu", t.model_tflops_per_gpu},
           {"hardware_tflops_per_gpu", t.hardware_tflops_per_gpu}};
+}
+
+json pipeline_to_json(const Plan& p, const ModelSpec& m, const PipelineStepDetail& d) {
+  json stages = json::array();
+  for (int64_t s = 0; s < d.times.stages; ++s) {
+    const PipelineStage st = pipeline_stage(m, p, s);
+    const size_t i = static_cast<size_t>(s);
+    stages.push_back({{"stage", s},
+                      {"layers", st.layers},
+                      {"embedding", st.first},
+                      {"head_and_loss", st.last},
+                      {"in_flight_chunks", st.in_flight_chunks},
+                      {"busy_seconds", i < d.schedule.busy_s.size() ? d.schedule.busy_s[i] : 0.0},
+                      {"last_backward_end_seconds", i < d.schedule.end_s.size() ? d.schedule.end_s[i] : 0.0},
+                      {"tail_seconds", i < d.tail_s.size() ? d.tail_s[i] : 0.0}});
+  }
+  json chunks = json::array();
+  for (size_t v = 0; v < d.times.fwd_s.size(); ++v)
+    chunks.push_back({{"virtual_stage", v}, {"forward_seconds", d.times.fwd_s[v]}, {"backward_seconds", d.times.bwd_s[v]}});
+  json sends = json::array();
+  for (size_t v = 0; v < d.times.p2p_fwd_s.size(); ++v)
+    sends.push_back({{"from_virtual_stage", v}, {"seconds", d.times.p2p_fwd_s[v]}, {"inter_node", static_cast<bool>(d.p2p_inter_node[v])}});
+  return {{"schedule", d.times.chunks > 1 ? "interleaved-1f1b" : "1f1b"},
+          {"pp", d.times.stages},
+          {"vpp", d.times.chunks},
+          {"micro_batches", d.times.micro_batches},
+          {"schedule_seconds", d.schedule.step_s},
+          {"bubble_seconds", d.schedule.bubble_s},
+          {"critical_stage", d.critical_stage},
+          {"p2p_bytes", d.p2p_bytes},
+          {"stages", stages},
+          {"chunks_per_micro_batch", chunks},
+          {"sends", sends}};
 }
 
 json prediction_to_json(const Prediction& p) {
@@ -88,6 +137,7 @@ json prediction_to_json(const Prediction& p) {
   j["time"]["closed_form_step_seconds"] = p.time_closed_form.step_seconds;
   j["fits"] = mp.fits();
   j["warnings"] = p.warnings;
+  if (!p.pipeline.is_null()) j["pipeline"] = p.pipeline;
   return j;
 }
 

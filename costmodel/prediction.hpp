@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "costmodel/memory_model.hpp"
+#include "costmodel/pipeline_time.hpp"
 #include "costmodel/plan_check.hpp"
 #include "costmodel/profile_store.hpp"
 #include "costmodel/simulator.hpp"
@@ -21,16 +22,22 @@ struct Prediction {
   StepTime time;               // simulated (the event simulator)
   StepTime time_closed_form;   // the search's fast estimate, for comparison
   SimStats sim_stats;
+  json pipeline;               // pp > 1: the schedule, its bubble and sends (pipeline_time.hpp); null otherwise
   std::vector<std::string> warnings;
 };
 
 // Checks the plan (throws InputError with the reason and nearest valid alternatives when it
 // cannot run) and predicts it.
-// With `sim` non-null the simulation (its tasks, for a trace) is returned there too.
+// With `sim` non-null the simulation (its tasks, for a trace) is returned there too. A pipeline
+// plan (pp > 1) is priced stage by stage (pipeline_time.hpp); its `sim` carries the step time and
+// no tasks.
 Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, Plan plan, int64_t seq,
                    SimResult* sim = nullptr, SimRecord record = SimRecord::tasks);
 
 json step_time_to_json(const StepTime& t);
+
+// The pipeline's schedule for a prediction's JSON: stages, chunks, micro-batches, bubble, sends.
+json pipeline_to_json(const Plan& p, const ModelSpec& m, const PipelineStepDetail& d);
 
 json prediction_to_json(const Prediction& p);
 

@@ -24,6 +24,7 @@ RankCoord coord_of_rank(const Plan& p, int64_t rank) {
     else if (d == Dim::cp) c.cp = idx;
     else c.dp = idx;
   }
+  c.pp = rest % std::max<int64_t>(1, p.pp);  // the stage, outside the three inner dimensions
   int64_t u = ulysses_degree(p);
   c.ulysses = c.cp % u;
   c.ring = c.cp / u;
@@ -37,7 +38,7 @@ int64_t rank_of_coord(const Plan& p, const RankCoord& c) {
     rank += idx * stride;
     stride *= degree_of(p, d);
   }
-  return rank;
+  return rank + c.pp * stride;
 }
 
 std::vector<int64_t> group_ranks(const Plan& p, Group g, int64_t rank) {
@@ -64,6 +65,9 @@ std::vector<int64_t> group_ranks(const Plan& p, Group g, int64_t rank) {
       break;
     case Group::dp:
       for (int64_t i = 0; i < p.dp; ++i) { c.dp = i; push(c); }
+      break;
+    case Group::pp:
+      for (int64_t i = 0; i < p.pp; ++i) { c.pp = i; push(c); }
       break;
     case Group::zero:
       for (int64_t d = 0; d < p.dp; ++d)

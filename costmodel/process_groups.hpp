@@ -1,6 +1,8 @@
 // Which global ranks form each process group, from the plan's degrees and rank order.
 // One pure function shared by the cost model (placement of collectives) and the executor
-// (creating communicators), so predicted and real groups are the same.
+// (creating communicators), so predicted and real groups are the same. The pipeline stage is the
+// outermost coordinate (Megatron's default order tp-cp-ep-dp-pp, parallel_state.initialize_model_parallel):
+// rank = ((inner coordinates in p.order) ) + stage * dp*tp*cp.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -11,6 +13,7 @@ namespace ctx {
 
 struct RankCoord {
   int64_t tp = 0, cp = 0, dp = 0;
+  int64_t pp = 0;                 // pipeline stage
   int64_t ulysses = 0, ring = 0;  // cp = ring * ulysses_degree + ulysses (Ulysses innermost in cp)
 };
 
@@ -18,7 +21,7 @@ int64_t degree_of(const Plan& p, Dim d);
 RankCoord coord_of_rank(const Plan& p, int64_t rank);
 int64_t rank_of_coord(const Plan& p, const RankCoord& c);
 
-enum class Group { tp, cp, dp, ulysses, ring, zero /* dp x cp */ };
+enum class Group { tp, cp, dp, ulysses, ring, zero /* dp x cp */, pp /* one rank per stage */ };
 // The global ranks in `rank`'s group of kind `g`, ordered by their index inside the group.
 std::vector<int64_t> group_ranks(const Plan& p, Group g, int64_t rank);
 // Number of distinct nodes one group of kind `g` spans (groups of one kind are congruent).

@@ -115,7 +115,7 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   k.cp_kind = p.cp_kind;
   k.recompute = p.recompute;
   k.sp = sp_enabled(p);
-  k.world = std::max<int64_t>(1, p.dp) * p.cp * p.tp;
+  k.world = plan_world(p);  // pp stages included
   k.peak_flops = peak;
   k.attention_kernel = kernel.name;
 
@@ -330,6 +330,7 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   double rec = p.recompute == Recompute::full ? layer_fwd_flops + attn_rank : p.recompute == Recompute::selective ? attn_rank : 0;
   k.hardware_flops = static_cast<double>(p.ga) *
                      (static_cast<double>(m.layers) * (layer_fwd_flops + layer_bwd_flops + 3.5 * attn_rank + rec) + 3.0 * head_flops);
+  k.hardware_flops /= static_cast<double>(std::max<int64_t>(1, p.pp));  // a pipeline stage runs 1/pp of the layers (average rank)
   return k;
 }
 

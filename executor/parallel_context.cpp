@@ -58,6 +58,9 @@ Layout make_layout(const ModelSpec& m, const Plan& p, int64_t tp_rank, int64_t s
 }
 
 std::string executor_plan_problem(const ModelSpec& m, const Plan& p, int64_t seq) {
+  if (p.pp > 1 || p.vpp > 1)
+    return "ctxrun does not run pipeline parallelism yet (pp=" + std::to_string(p.pp) + ", vpp=" + std::to_string(p.vpp) +
+           "); valid: pp=1 (ctxplan predicts pp>1 plans; spread the layers with tp, cp or zero=3 to run them here)";
   const int64_t tokens = seq / p.cp;
   if (seq % p.cp != 0) return "the sequence (" + std::to_string(seq) + ") must split evenly over cp=" + std::to_string(p.cp);
   if (sp_enabled(p) && p.tp > 1 && tokens % p.tp != 0)

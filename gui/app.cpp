@@ -350,7 +350,7 @@ std::vector<std::string> App::export_to_stack(const std::string& stack_name, con
   ej.nodes = job->cluster.nodes;
   ej.gpus_per_node = job->cluster.gpus_per_node;
   ej.plan = prediction.plan;
-  if (ej.plan.dp == 0) ej.plan.dp = world_size(job->cluster) / (ej.plan.tp * ej.plan.cp);
+  if (ej.plan.dp == 0) ej.plan.dp = world_size(job->cluster) / (ej.plan.tp * ej.plan.cp * ej.plan.pp);
   StackExport e = ctx::export_stack(stack, ej, profiles);
   write_file_atomic(path, e.text);
   std::vector<std::string> out = {"launch: " + e.launch};

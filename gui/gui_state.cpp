@@ -75,6 +75,7 @@ void read_inputs(const JsonReader& r, Inputs& in) {
     in.allow_offload = c.boolean_or("allow_offload", in.allow_offload);
     in.tp_values = c.string_or("tp", in.tp_values);
     in.cp_values = c.string_or("cp", in.cp_values);
+    in.pp_values = c.string_or("pp", in.pp_values);
     std::string obj = c.string_or("objective", in.objective_memory ? "memory" : "time");
     if (obj != "time" && obj != "memory") c.fail("objective", "expected \"time\" or \"memory\"");
     in.objective_memory = obj == "memory";
@@ -176,6 +177,7 @@ json state_to_json(const GuiState& s, bool include_headless) {
                    {"allow_offload", in.allow_offload},
                    {"tp", in.tp_values},
                    {"cp", in.cp_values},
+                   {"pp", in.pp_values},
                    {"objective", in.objective_memory ? "memory" : "time"},
                    {"refine", in.refine}}}};
   j["plan"] = s.plan;

@@ -48,6 +48,7 @@ struct Inputs {
   std::array<bool, kCpKinds> cp_kinds{true, true, true, true, true};
   bool allow_offload = true;
   std::string tp_values, cp_values;  // "1,2,4"; empty = every valid degree
+  std::string pp_values;             // pipeline stages: "1,2,4"; empty = 1 and the divisors of the layers up to 16
   bool objective_memory = false;
   int refine = 200;  // simulated finalists (SearchRequest's default)
 };

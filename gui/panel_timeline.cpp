@@ -88,6 +88,16 @@ void draw_timeline_tab(App& app) {
     app.shown["timeline"] = {{"tasks", 0}, {"step_tasks", app.sim.stats.tasks}, {"too_many_tasks", true}};
     return;
   }
+  if (app.have_prediction && !app.time_pending && app.prediction.plan.pp > 1) {
+    // a pipeline plan is priced chunk by chunk and scheduled as a whole (pipeline_time.hpp): no task graph
+    ImGui::TextWrapped("pp=%lld: the step is the %s schedule over the stages (bubble %.3f s, in the breakdown's imbalance); "
+                       "the timeline draws one stage's task graph only for plans without pipeline stages. The schedule "
+                       "per stage is in ctxplan predict --json (\"pipeline\").",
+                       static_cast<long long>(app.prediction.plan.pp), app.prediction.plan.vpp > 1 ? "interleaved 1F1B" : "1F1B",
+                       app.prediction.pipeline.is_object() ? app.prediction.pipeline.value("bubble_seconds", 0.0) : 0.0);
+    app.shown["timeline"] = {{"tasks", 0}, {"pipeline", app.prediction.pipeline}};
+    return;
+  }
   if (!app.have_prediction || app.sim.tasks.empty()) {
     ImGui::TextDisabled("no simulated step: select a plan that runs");
     return;

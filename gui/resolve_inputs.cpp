@@ -82,6 +82,7 @@ ResolvedJob resolve_inputs(const Profiles& profiles, const Inputs& in) {
   r.allow_offload = in.allow_offload;
   r.tp_values = parse_degree_list(in.tp_values, "constraints.tp");
   r.cp_values = parse_degree_list(in.cp_values, "constraints.cp");
+  r.pp_values = parse_degree_list(in.pp_values, "constraints.pp");
   r.refine = in.refine;
   r.top_k = 10;
 

@@ -80,6 +80,10 @@ std::string continued(const std::vector<std::vector<std::string>>& lines, const 
 }  // namespace
 
 void check_launch_world(const Plan& p, const ClusterSpec& c, const std::string& where) {
+  if (p.pp > 1 || p.vpp > 1)
+    throw InputError(where, "pp", "ctxrun does not run pipeline parallelism yet (pp=" + std::to_string(p.pp) + ", vpp=" +
+                                      std::to_string(p.vpp) + "); valid: pp=1, or `ctxplan export megatron` "
+                                      "(or torchtitan) for a stack that runs it");
   const int64_t world = world_size(c), tpcp = p.tp * p.cp;
   const std::string layout = c.name + " has " + std::to_string(world) + " GPUs (" + std::to_string(c.nodes) + " node" +
                              (c.nodes == 1 ? "" : "s") + " x " + std::to_string(c.gpus_per_node) + ")";

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "costmodel/pipeline_time.hpp"
 #include "costmodel/plan_check.hpp"
 #include "costmodel/simulator.hpp"
 
@@ -26,6 +27,21 @@ std::vector<int64_t> divisors(int64_t n) {
 
 bool allowed(const std::vector<int64_t>& only, int64_t v) { return only.empty() || std::find(only.begin(), only.end(), v) != only.end(); }
 
+// Pipeline degrees the search tries: 1, then the divisors of the layers that divide the GPUs, up
+// to kMaxSearchedPp stages (the largest Megatron and NeMo tables use for dense models: Llama 3.1
+// 405B trains with pp=16, Llama 3 paper sec. 3.3.2), restricted by req.pp_values.
+constexpr int64_t kMaxSearchedPp = 16;
+std::vector<int64_t> pipeline_search_degrees(const SearchRequest& req) {
+  std::vector<int64_t> out;
+  const int64_t world = world_size(req.cluster);
+  for (int64_t pp : divisors(std::max<int64_t>(1, req.model.layers)))
+    if (pp <= kMaxSearchedPp && world % pp == 0 && allowed(req.pp_values, pp)) out.push_back(pp);
+  if (out.empty() || out.front() != 1) {
+    if (allowed(req.pp_values, 1)) out.insert(out.begin(), 1);
+  }
+  return out;
+}
+
 // Calls f(plan) for every plan of the search space, in a fixed order. `with_batch` enumerates
 // micro-batch splits and rank orders (they change time, not memory per sequence... except mbs).
 template <class F>
@@ -35,11 +51,13 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
   std::vector<CpKind> kinds = req.cp_kinds;
   if (kinds.empty()) kinds = {CpKind::zigzag, CpKind::ring, CpKind::allgather, CpKind::ulysses, CpKind::usp};
   const bool offload = req.allow_offload;
-  for (int64_t tp : divisors(std::min(world, c.gpus_per_node))) {
-    if (!allowed(req.tp_values, tp) || world % tp != 0) continue;
-    for (int64_t cp : divisors(world / tp)) {
+  // pipeline stages: 1, then divisors of the layers up to kMaxSearchedPp (pipeline_search_degrees)
+  for (int64_t pp : pipeline_search_degrees(req)) {
+  for (int64_t tp : divisors(std::min(world / pp, c.gpus_per_node))) {
+    if (!allowed(req.tp_values, tp) || world % (tp * pp) != 0) continue;
+    for (int64_t cp : divisors(world / (tp * pp))) {
       if (!allowed(req.cp_values, cp)) continue;
-      const int64_t dp = world / (tp * cp);
+      const int64_t dp = world / (tp * cp * pp);
       // sequences per data-parallel rank per step
       int64_t per_dp = 1;
       if (req.global_batch_tokens > 0) {
@@ -61,7 +79,7 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
         }
       }
       for (auto [kind, u] : layouts) {
-        for (int zero = 0; zero <= 3; ++zero) {
+        for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {  // ZeRO-2/3 do not pipeline (plan_check.cpp)
           if (dp * cp == 1 && zero > 0) continue;
           for (int rec = 0; rec < 3; ++rec) {
             for (int opt_off = 0; opt_off <= (offload ? 1 : 0); ++opt_off) {
@@ -82,6 +100,8 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
                     p.param_offload = param_off;
                     p.tiled_loss = (tiled & 1) ? 4096 : 0;
                     p.tiled_mlp = (tiled & 2) ? -1 : 0;
+                    p.pp = pp;
+                    p.vpp = 1;
                     std::vector<int64_t> mbs_values{1};
                     if (with_time_knobs)
                       for (int64_t m : divisors(per_dp))
@@ -89,6 +109,14 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
                     for (int64_t mbs : mbs_values) {
                       p.mbs = mbs;
                       p.ga = per_dp / mbs;
+                      p.vpp = 1;
+                      // interleaved 1F1B with two chunks where Megatron runs it (ga divisible by pp)
+                      if (with_time_knobs && pp > 1 && p.ga % pp == 0 && req.model.layers % (2 * pp) == 0) {
+                        p.vpp = 2;
+                        p.order[0] = Dim::tp; p.order[1] = Dim::cp; p.order[2] = Dim::dp;
+                        if (!f(p)) return;
+                        p.vpp = 1;
+                      }
                       p.order[0] = Dim::tp; p.order[1] = Dim::cp; p.order[2] = Dim::dp;
                       if (!f(p)) return;
                       if (with_time_knobs && tp > 1 && cp > 1) {  // CP innermost: ring hops on NVLink, TP across
@@ -104,6 +132,7 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
         }
       }
     }
+  }
   }
 }
 
@@ -219,7 +248,8 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
         if (equal) w.pairs.resize(1);  // every rank alike: price one
         it = attention_cache.emplace(key, std::move(w)).first;
       }
-      c.time = estimate_step(step_costs(req.model, req.cluster, req.runtime, p, req.seq, false, &it->second));
+      c.time = p.pp > 1 ? pipeline_step_time(req.model, req.cluster, req.runtime, p, req.seq, false, &it->second)
+                        : estimate_step(step_costs(req.model, req.cluster, req.runtime, p, req.seq, false, &it->second));
     }
     fitting.push_back(std::move(c));
     return true;
@@ -246,6 +276,12 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
   std::vector<Candidate*> simulated;
   for (size_t i = 0; i < nref && !r.cancelled; ++i) {
     Candidate& c = fitting[i];
+    if (c.plan.pp > 1) {  // stage by stage, then the exact schedule (pipeline_time.hpp), as predict()
+      c.time = pipeline_step_time(req.model, req.cluster, req.runtime, c.plan, req.seq, true);
+      c.simulated = true;
+      ++r.simulated;
+      continue;
+    }
     const StepCosts k = step_costs(req.model, req.cluster, req.runtime, c.plan, req.seq, true);
     if (i >= kAlwaysSimulated && ring_steps_per_layer(k) > kCheapRingSteps) continue;
     // only the step time is read: the streaming sweep without recording the tasks (issue 15)

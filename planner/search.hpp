@@ -31,6 +31,7 @@ struct SearchRequest {
   std::vector<CpKind> cp_kinds;
   bool allow_offload = true;
   std::vector<int64_t> tp_values, cp_values;  // restrict degrees (empty = all valid)
+  std::vector<int64_t> pp_values;   // pipeline stages to try (empty = 1 and the divisors of the layers up to 16)
   int top_k = 10;
   int refine = 200;                 // finalists re-ranked by the event simulator (issue 15: tenfold the
                                     // 20 of the event-queue simulator, the 1024-GPU search still under 1 s);

@@ -365,6 +365,9 @@ std::string ds_json(const Plan& p, bool with_batch, StackExport& e) {
   if (p.opt_offload) zo["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
   if (p.param_offload) zo["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};
   if (p.param_offload && p.zero != 3) e.cannot_express.push_back("param_offload=1 needs zero=3 in DeepSpeed");
+  if (p.pp > 1)  // DeepSpeed pipelines only a PipelineModule (deepspeed.pipe), not the Hugging Face model this config trains
+    e.cannot_express.push_back("pp=" + std::to_string(p.pp) + ": DeepSpeed's pipeline engine needs the model written as a "
+                               "PipelineModule; written without pipeline stages (use megatron)");
   ds["zero_optimization"] = zo;
   if (p.precision != Precision::fp32) ds["bf16"] = {{"enabled", true}};
   if (p.precision == Precision::fp8)
@@ -422,6 +425,7 @@ StackExport export_arctic(const ExportJob& job, const Profiles& profiles) {
     e.cannot_express.push_back(std::string("cp_kind=") + to_string(p.cp_kind) +
                                ": ArcticTraining's sequence parallelism is Ulysses (all-to-all); written as cp_kind=ulysses");
   if (p.tp > 1) e.cannot_express.push_back("tp=" + std::to_string(p.tp) + ": ArcticTraining has no tensor parallel; written as tp=1");
+  if (p.pp > 1) e.cannot_express.push_back("pp=" + std::to_string(p.pp) + ": ArcticTraining has no pipeline parallel; written as pp=1");
   if (p.recompute == Recompute::selective)
     e.cannot_express.push_back("recompute=selective: HF gradient checkpointing is per layer; written as recompute=full");
   if (p.tiled_loss > 0 && p.tiled_loss != 4096)

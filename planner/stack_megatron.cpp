@@ -273,11 +273,22 @@ StackJob import_megatron(const std::string& text, const std::string& where, cons
 
   // ---- parallel degrees ----
   p.tp = a.integer("tensor-model-parallel-size", 1);
-  const int64_t pp = a.integer("pipeline-model-parallel-size", 1);
-  if (pp != 1)
-    throw InputError(where, "--pipeline-model-parallel-size",
-                     std::to_string(pp) + ": ctxplan models no pipeline parallelism; valid: 1 (spread the layers with "
-                     "tp, cp, ZeRO-3 or offload instead)");
+  p.pp = a.integer("pipeline-model-parallel-size", 1);
+  // interleaving: --virtual-pipeline-model-parallel-size (chunks per rank) or the older
+  // --num-layers-per-virtual-pipeline-stage (layers per chunk; needs the model's layers)
+  if (a.has("virtual-pipeline-model-parallel-size")) p.vpp = a.integer("virtual-pipeline-model-parallel-size", 1);
+  if (a.has("num-layers-per-virtual-pipeline-stage")) {
+    const int64_t per = a.integer("num-layers-per-virtual-pipeline-stage", 1);
+    const int64_t layers = a.integer("num-layers", 0);
+    if (layers <= 0 || per <= 0 || layers % (p.pp * per) != 0)
+      throw InputError(where, "--num-layers-per-virtual-pipeline-stage",
+                       std::to_string(per) + " must divide --num-layers / --pipeline-model-parallel-size (" +
+                           std::to_string(layers) + " / " + std::to_string(p.pp) + ")");
+    p.vpp = layers / (p.pp * per);
+  }
+  for (const char* uneven : {"decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers"})
+    if (a.has(uneven))
+      throw InputError(where, std::string("--") + uneven, "uneven pipeline stages are not modelled; valid: layers split evenly over pp");
   for (const char* moe : {"num-experts", "expert-model-parallel-size"})
     if (a.has(moe) && a.integer(moe, 1) > 1)
       throw InputError(where, std::string("--") + moe, "mixture of experts is not modelled; valid: dense models only");
@@ -335,10 +346,10 @@ StackJob import_megatron(const std::string& text, const std::string& where, cons
   if (o.world == 0 && a.gpus_per_node > 0 && a.nodes == 0) world = a.gpus_per_node;  // torchrun --standalone
   job.world = world;
   if (world > 0) {
-    if (world % (p.tp * p.cp) != 0)
+    if (world % (p.tp * p.cp * p.pp) != 0)
       throw InputError(where, "--tensor-model-parallel-size",
-                       "tp x cp = " + std::to_string(p.tp * p.cp) + " does not divide the " + std::to_string(world) + " GPUs");
-    p.dp = world / (p.tp * p.cp);
+                       "tp x cp x pp = " + std::to_string(p.tp * p.cp * p.pp) + " does not divide the " + std::to_string(world) + " GPUs");
+    p.dp = world / (p.tp * p.cp * p.pp);
   }
   if (a.has("global-batch-size")) {
     const int64_t gbs = a.integer("global-batch-size", 0);
@@ -467,7 +478,8 @@ StackExport export_megatron(const ExportJob& job, const Profiles& profiles) {
   };
 
   add("--tensor-model-parallel-size", num(p.tp));
-  add("--pipeline-model-parallel-size", "1");
+  add("--pipeline-model-parallel-size", num(p.pp));
+  if (p.vpp > 1) add("--num-layers-per-virtual-pipeline-stage", num(m.layers / (p.pp * p.vpp)));
   add("--context-parallel-size", num(p.cp));
   if (p.cp > 1) {
     switch (p.cp_kind) {

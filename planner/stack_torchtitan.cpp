@@ -162,7 +162,8 @@ StackJob import_torchtitan(const std::string& text, const std::string& where, co
   // ---- parallel degrees ----
   if (int64_t pp = t.integer("parallelism", "pipeline_parallel_degree", 1, 1); pp != 1)
     throw InputError(where, "parallelism.pipeline_parallel_degree",
-                     std::to_string(pp) + ": ctxplan models no pipeline parallelism; valid: 1");
+                     std::to_string(pp) + ": torchtitan composes pipeline stages with FSDP, and ctxplan prices pipeline "
+                     "parallelism with ZeRO-0/1 only (Megatron; DeepSpeed's PipelineEngine refuses ZeRO-2/3); valid: 1");
   if (t.integer("parallelism", "expert_parallel_degree", 1, 1) != 1)
     throw InputError(where, "parallelism.expert_parallel_degree", "mixture of experts is not modelled; valid: 1");
   p.tp = t.integer("parallelism", "tensor_parallel_degree", 1, 1);
@@ -348,7 +349,9 @@ StackExport export_torchtitan(const ExportJob& job, const Profiles& profiles) {
   os << "\n[parallelism]\ndata_parallel_replicate_degree = " << replicate << "\ndata_parallel_shard_degree = " << shard
      << "\nfsdp_reshard_after_forward = \"" << reshard << "\"\ntensor_parallel_degree = " << p.tp
      << "\ncontext_parallel_degree = " << p.cp << "\ncontext_parallel_rotate_method = \"" << rotate
-     << "\"\npipeline_parallel_degree = 1\n";
+     << "\"\npipeline_parallel_degree = " << p.pp << "\n";
+  if (p.pp > 1)  // torchtitan's schedule names (torch.distributed.pipelining): 1F1B, Interleaved1F1B
+    os << "pipeline_parallel_schedule = \"" << (p.vpp > 1 ? "Interleaved1F1B" : "1F1B") << "\"\n";
   os << "\n[activation_checkpoint]\n";
   if (p.recompute == Recompute::none) os << "mode = \"none\"\n";
   if (p.recompute == Recompute::full) os << "mode = \"full\"\n";

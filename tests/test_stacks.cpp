@@ -252,8 +252,8 @@ TEST(StackImport, RefusesWhatChangesTheAnswer) {
   SKIP_UNLESS_READABLE(Stack::torchtitan);
   SKIP_UNLESS_READABLE(Stack::arctic);
   const std::string shape = " --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096";
-  std::string e = import_error(Stack::megatron, "--pipeline-model-parallel-size 2" + shape);
-  EXPECT_NE(e.find("--pipeline-model-parallel-size"), std::string::npos) << e;
+  std::string e = import_error(Stack::megatron, "--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 12" + shape);
+  EXPECT_NE(e.find("--decoder-first-pipeline-num-layers"), std::string::npos) << e;
   e = import_error(Stack::megatron, "--recompute-granularity full --recompute-method block --recompute-num-layers 4" + shape);
   EXPECT_NE(e.find("--recompute-method"), std::string::npos) << e;
   e = import_error(Stack::megatron, "--cp-comm-type ring" + shape);
