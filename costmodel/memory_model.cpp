@@ -65,6 +65,16 @@ double mlp_chunks(const ModelSpec& m, const Plan& p, const LocalShapes& s) {
   return p.tiled_mlp > 1 ? static_cast<double>(p.tiled_mlp) : 1.0;
 }
 
+double loss_tile_rows(int64_t tiled_loss, double tokens, double vocab) {
+  if (tiled_loss > 0) return std::min(static_cast<double>(tiled_loss), tokens);
+  if (tiled_loss == 0) return tokens;
+  constexpr double kAlstTileBytes = 1024.0 * 1024.0 * 1024.0;  // ArcticTraining: slice_size_in_gb = 1 (2^30 bytes)
+  const double shards = std::max(1.0, std::ceil(tokens * vocab * 4.0 / kAlstTileBytes));  // fp32 logits
+  return std::ceil(tokens / shards);
+}
+
+double loss_tile_tokens(const Plan& p, const LocalShapes& s) { return loss_tile_rows(p.tiled_loss, s.tokens, s.vocab); }
+
 double ring_kv_bytes_per_step(const ModelSpec& m, const LocalShapes& s, double elem_bytes) {
   return 2.0 * s.attn_tokens * s.kv_heads * static_cast<double>(m.head_dim) * elem_bytes;  // K and V blocks
 }
@@ -76,8 +86,8 @@ LossWorkingSet loss_working_set(const ModelSpec& m, const RuntimeProfile& rt, co
   const double fp32 = 4.0;
   double rows = s.tokens;
   double copies = rt.loss_fp32_copies;
-  if (p.tiled_loss > 0) {
-    rows = std::min(static_cast<double>(p.tiled_loss), s.tokens);             // one tile at a time
+  if (p.tiled_loss != 0) {
+    rows = loss_tile_tokens(p, s);                                             // one tile at a time
     copies = rt.tiled_loss_fp32_copies;
   }
   // d(final hidden) [T, h]: produced from the logits' gradient while it is alive (tile by tile when tiled)
@@ -282,7 +292,7 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
     MemorySnapshot s = base(grads_always ? g_full : 0.0);
     saved_layers(s, L + others);
     const LossWorkingSet lw = loss_working_set(m, rt, p, S);
-    const double rows = p.tiled_loss > 0 ? std::min(static_cast<double>(p.tiled_loss), S.tokens) : S.tokens;
+    const double rows = loss_tile_tokens(p, S);
     s[Mem::activations] += x_in * frag;
     s[Mem::logits] = lw.total() * frag;
     const double final_norm = sp_gather > 0 ? 0.0 : x_in;  // the head's input (gathered under SP)

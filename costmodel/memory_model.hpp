@@ -91,6 +91,12 @@ int64_t max_trainable_seq(const ModelSpec& m, const ClusterSpec& c, const Runtim
 
 // MLP chunks a plan runs (tiled_mlp=auto: ceil(tokens per rank / hidden), ALST's TiledMLP rule).
 double mlp_chunks(const ModelSpec& m, const Plan& p, const LocalShapes& s);
+// Rows (tokens) of one logits+loss tile: all of them untiled; tiled_loss=N: N; tiled_loss=auto (on):
+// ArcticTraining's default, ceil(T / ceil(T x V x 4 bytes / 1 GiB)) -- tiles of about 1 GiB of fp32
+// logits (arctic_training/trainer/sft_trainer.py, SFTTrainer.loss: slice_size_in_gb = 1).
+double loss_tile_tokens(const Plan& p, const LocalShapes& s);
+// The same from the plan's tiled_loss, the rank's tokens and its vocabulary rows (the executor's loss).
+double loss_tile_rows(int64_t tiled_loss, double tokens, double vocab);
 
 // One pipeline stage's rank (pipeline_stages.hpp): its layers and parameters, the saved tensors of
 // the micro-batches its schedule keeps in flight, the loss only on the last stage.

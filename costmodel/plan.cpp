@@ -96,8 +96,8 @@ const std::vector<std::pair<std::string, std::string>>& plan_key_help() {
       {"ckpt_offload", "0|1: keep full-recompute checkpoints in host memory (default 0)"},
       {"opt_offload", "0|1: fp32 master weights + Adam states in host memory (default 0)"},
       {"param_offload", "0|1: ZeRO-3 parameter shards in host memory (default 0)"},
-      {"tiled_loss", "tokens per logits+loss tile, 0 = untiled (default 0)"},
-      {"tiled_mlp", "MLP chunks along the sequence, auto = ceil(tokens per rank / hidden), 0 = untiled (default 0)"},
+      {"tiled_loss", "tokens per logits+loss tile; on|auto = ALST's ~1 GiB fp32 logits tiles; 0|off = untiled (default 0)"},
+      {"tiled_mlp", "MLP chunks along the sequence; on|auto = ALST's ceil(tokens per rank / hidden); 0|off = untiled (default 0)"},
       {"mask", "causal | explicit | doc:<len> | doc:<l1>/<l2>/... | doc:hist:<len>@<frac>/... (default causal)"},
       {"packing", "greedy|sorted: how documents are packed into sequences; sorted balances attention work over DP ranks (default greedy)"},
       {"precision", "fp32|bf16|fp8: dtype of weights, activations, logits and communication; master weights, grads and optimizer as the runtime profile says (default bf16)"},
@@ -279,8 +279,9 @@ void set_key(Plan& p, const std::string& where, const std::string& key, const st
   else if (key == "ckpt_offload") p.ckpt_offload = parse_bool(where, key, v);
   else if (key == "opt_offload") p.opt_offload = parse_bool(where, key, v);
   else if (key == "param_offload") p.param_offload = parse_bool(where, key, v);
-  else if (key == "tiled_loss") p.tiled_loss = parse_int(where, key, v, 0, int64_t(1) << 34);
-  else if (key == "tiled_mlp") p.tiled_mlp = v == "auto" ? -1 : parse_int(where, key, v, 0, 1 << 20);
+  // on/auto: the documented defaults (ALST's TiledMLP and tiled loss, memory_model.hpp), off: untiled
+  else if (key == "tiled_loss") p.tiled_loss = v == "auto" || v == "on" ? -1 : v == "off" ? 0 : parse_int(where, key, v, 0, int64_t(1) << 34);
+  else if (key == "tiled_mlp") p.tiled_mlp = v == "auto" || v == "on" ? -1 : v == "off" ? 0 : parse_int(where, key, v, 0, 1 << 20);
   else if (key == "mask") parse_mask(where, v, p);
   else if (key == "packing")
     p.sorted_packing = parse_enum<bool>(where, key, v, {{"greedy", false}, {"sorted", true}});
@@ -340,7 +341,8 @@ std::string plan_to_string(const Plan& p) {
   if (p.ckpt_offload) os << ",ckpt_offload=1";
   if (p.opt_offload) os << ",opt_offload=1";
   if (p.param_offload) os << ",param_offload=1";
-  if (p.tiled_loss) os << ",tiled_loss=" << p.tiled_loss;
+  if (p.tiled_loss > 0) os << ",tiled_loss=" << p.tiled_loss;
+  if (p.tiled_loss < 0) os << ",tiled_loss=auto";
   if (p.tiled_mlp > 1) os << ",tiled_mlp=" << p.tiled_mlp;
   if (p.tiled_mlp < 0) os << ",tiled_mlp=auto";
   if (p.mask != MaskKind::causal) os << ",mask=" << mask_to_string(p);
@@ -367,7 +369,8 @@ json plan_to_json(const Plan& p) {
   j["ckpt_offload"] = p.ckpt_offload;
   j["opt_offload"] = p.opt_offload;
   j["param_offload"] = p.param_offload;
-  j["tiled_loss"] = p.tiled_loss;
+  if (p.tiled_loss < 0) j["tiled_loss"] = "auto";
+  else j["tiled_loss"] = p.tiled_loss;
   if (p.tiled_mlp < 0) j["tiled_mlp"] = "auto";
   else j["tiled_mlp"] = p.tiled_mlp;
   j["mask"] = mask_to_string(p);

@@ -38,7 +38,7 @@ struct Plan {
   bool ckpt_offload = false;      // full-recompute checkpoints kept in host memory
   bool opt_offload = false;       // fp32 master weights and Adam states in host memory
   bool param_offload = false;     // ZeRO-3 parameter shards in host memory
-  int64_t tiled_loss = 0;         // tokens per logits/loss tile; 0 = untiled
+  int64_t tiled_loss = 0;         // tokens per logits/loss tile; 0 = untiled, -1 = auto (ALST's ~1 GiB fp32 tiles: loss_tile_tokens)
   int64_t tiled_mlp = 0;          // MLP chunks along the sequence; 0 or 1 = untiled, -1 = auto (ceil(tokens/hidden))
   MaskKind mask = MaskKind::causal;
   DocLengths docs;                // with mask=document

@@ -171,7 +171,7 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
 
   // ---- head, loss, embedding
   double head_flops = 2.0 * T * h * V;
-  double loss_calls = p.tiled_loss > 0 ? std::max(1.0, std::ceil(T / static_cast<double>(p.tiled_loss))) : 1.0;
+  double loss_calls = p.tiled_loss != 0 ? std::max(1.0, std::ceil(T / loss_tile_tokens(p, s))) : 1.0;
   // fp32 logits: written and read once each per fp32 copy the stack materialises, plus the gradient
   double logits_bytes = (2.0 * std::max(1.0, rt.loss_fp32_copies) + 2.0) * T * V * 4.0;
   k.head_fwd = price.memory(norm_bytes) + price.gemm(head_flops, loss_calls) + loss_calls * price.memory(logits_bytes / loss_calls) +

@@ -323,7 +323,8 @@ void Model::loss_forward_backward(const DeviceBatch& b, const Tensor& xl, Tensor
   be_.rmsnorm_forward(nf, rstd, xl, ps_.weight(fu, kNormF), kRmsEps);
   if (l_.sp) nf = gather_seq(nf, Mem::comm_buffers);
   Tensor dnf = be_.alloc(T, h, l_.act, Mem::logits);  // gradient of the final hidden states, tile by tile
-  const int64_t tile = pc_.plan.tiled_loss > 0 ? std::min(pc_.plan.tiled_loss, T) : T;
+  // tiled_loss=auto: ALST's ~1 GiB fp32 tiles, as the memory model prices them (memory_model.hpp)
+  const int64_t tile = static_cast<int64_t>(loss_tile_rows(pc_.plan.tiled_loss, static_cast<double>(T), static_cast<double>(Vr)));
   for (int64_t r0 = 0; r0 < T; r0 += tile) {
     const int64_t rows = std::min(tile, T - r0);
     const View target = b.labels.row_range(r0, rows);

@@ -214,18 +214,49 @@ std::function<int()> add_plan_command(CLI::App& app, CommonOptions& common) {
 std::function<int()> add_maxseq_command(CLI::App& app, CommonOptions& common) {
   struct Args : SearchArgs {
     std::string gpus, max = "64m";
+    bool fixed = false;
   };
   auto a = std::make_shared<Args>();
   add_search_options(app, *a);
   app.add_option("--gpus", a->gpus, "GPU counts, e.g. 1,8,16,32 (default 1, 8, 16, 32, ... up to the cluster)");
   app.add_option("--max", a->max, "longest sequence to consider (default 64m)");
+  app.add_flag("--fixed", a->fixed,
+               "the longest sequence this exact --plan fits on --cluster (bisection over the memory model; unset keys at their "
+               "defaults) instead of searching plans per GPU count");
   app.add_flag("--json", a->json, "print JSON");
-  app.footer("Example:\n  ctxplan maxseq --model Llama-3.1-8B --cluster 4x8xh100 --runtime hf-deepspeed\n");
+  app.footer(
+      "Every plan tried keeps the keys --plan gives (e.g. --plan cp_kind=ulysses,tiled_mlp=on searches only Ulysses plans with\n"
+      "tiled MLP); --fixed answers for that one plan.\n"
+      "Examples:\n  ctxplan maxseq --model Llama-3.1-8B --cluster 4x8xh100 --runtime hf-deepspeed\n"
+      "  ctxplan maxseq --fixed --cluster 8xh100 --runtime hf-deepspeed --plan cp=8,cp_kind=ulysses,zero=3,recompute=full,tiled_mlp=on,tiled_loss=on\n");
   return [a, &common]() {
     Job job = resolve_job(a->job, common);
+    int64_t hi = parse_tokens(a->max, "--max");
+    if (a->fixed) {
+      // the plan as given: the longest sequence it fits (bisection in its sequence granules)
+      if (!a->gpus.empty()) throw InputError("--gpus", "", "--fixed answers for the plan on --cluster; leave out --gpus");
+      Plan plan = job.plan;
+      const int64_t g = seq_granule(plan);
+      PlanCheck chk = check_plan(plan, job.model, job.cluster, g);
+      if (!chk.ok()) throw InputError("--plan", "", "cannot run on " + job.cluster.name + ": " + chk.message());
+      const int64_t s = max_trainable_seq(job.model, job.cluster, job.runtime, plan, hi);
+      if (a->json) {
+        std::cout << json_dump(json{{"schema", "ctxplan.maxseq/1"}, {"model", job.model.name}, {"runtime", job.runtime.name},
+                                    {"cluster", job.cluster.name}, {"fixed", true}, {"plan", plan_to_string(plan)}, {"max_seq", s},
+                                    {"granule", g}})
+                  << "\n";
+      } else {
+        std::cout << "ctxplan maxseq --fixed: " << job.model.name << " on " << job.cluster.name << ", runtime " << job.runtime.name
+                  << "\nplan: " << plan_to_string(plan) << "\n";
+        if (s > 0 && s + g > hi) std::cout << "it fits up to --max: " << s << " tokens (raise --max to look further)\n";
+        else if (s > 0) std::cout << "longest sequence that fits: " << s << " tokens (" << s + g << " does not; sequences step by " << g << ")\n";
+        else std::cout << "nothing fits, not even " << g << " tokens\n";
+      }
+      return s > 0 ? kExitOk : kExitDoesNotFit;
+    }
     a->job.seq = "4096";
     SearchRequest req = make_request(*a, job);
-    int64_t hi = parse_tokens(a->max, "--max");
+    if (!a->job.plan.empty()) req.fixed_fields = fixed_plan_fields(a->job.plan, "--plan");
     std::vector<int64_t> counts;
     if (a->gpus.empty()) {
       counts.push_back(1);

@@ -327,9 +327,39 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
   return r;
 }
 
+json fixed_plan_fields(const std::string& text, const std::string& where) {
+  json fixed = json::object();
+  const json defaults = plan_to_json(Plan{});
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (item.empty()) continue;
+    const std::string key = item.substr(0, item.find('='));
+    const json one = plan_to_json(parse_plan(item, where));
+    if (one.contains(key)) {
+      fixed[key] = one[key];
+      continue;
+    }
+    for (auto& [f, v] : one.items())
+      if (!defaults.contains(f) || defaults[f] != v) fixed[f] = v;
+  }
+  return fixed;
+}
+
+bool keeps_fixed_fields(const Plan& p, const json& fixed) {
+  if (fixed.empty()) return true;
+  const json j = plan_to_json(p);
+  for (auto& [f, v] : fixed.items())
+    if (!j.contains(f) || j[f] != v) return false;
+  return true;
+}
+
 int64_t max_trainable_seq_any(const SearchRequest& req, int64_t hi, Plan* best) {
   int64_t best_seq = 0;
   for_each_plan(req, false, [&](const Plan& plan) {
+    if (!keeps_fixed_fields(plan, req.fixed_fields)) return true;  // a key the user gave, changed
     Plan p = plan;
     int64_t g = seq_granule(p);
     int64_t probe = std::max<int64_t>(g, (std::min<int64_t>(hi, 1 << 20) / g) * g);

@@ -27,6 +27,7 @@ struct SearchRequest {
   int64_t global_batch_tokens = 0;  // 0: one sequence per data-parallel rank (mbs = ga = 1)
   Objective objective = Objective::time;
   Plan base;                        // mask, documents, packing and precision are taken from here
+  json fixed_fields = json::object(); // plan_to_json fields every plan tried must keep (maxseq --plan; fixed_plan_fields)
   // constraints (empty = all allowed)
   std::vector<CpKind> cp_kinds;
   bool allow_offload = true;
@@ -68,7 +69,14 @@ std::vector<Plan> enumerate_plans(const SearchRequest& req);
 
 // The longest sequence any plan of the search space trains on `cluster` (bisection per plan
 // family); `best` receives the plan. 0 when nothing fits even at the smallest sequence.
+// Plans it tries keep req.fixed_fields (every key the user gave).
 int64_t max_trainable_seq_any(const SearchRequest& req, int64_t hi, Plan* best);
+
+// The plan_to_json fields that the keys of `text` (key=value,...) fix: a key the JSON carries as
+// such, else every field the key moves from the defaults (a shorthand such as cp_kind=ulysses).
+json fixed_plan_fields(const std::string& text, const std::string& where);
+// Whether the plan has every one of those fields at its value.
+bool keeps_fixed_fields(const Plan& p, const json& fixed);
 
 }  // namespace ctx
 

@@ -400,7 +400,7 @@ StackExport export_deepspeed(const ExportJob& job, const Profiles& profiles) {
   if (p.cp > 1)
     e.cannot_express.push_back("cp=" + std::to_string(p.cp) + ": the DeepSpeed config has no sequence parallel degree (use "
                                "arctic for Ulysses); written with every GPU data parallel");
-  if (p.tiled_loss > 0 || (p.tiled_mlp != 0 && p.tiled_mlp != 1))
+  if (p.tiled_loss != 0 || (p.tiled_mlp != 0 && p.tiled_mlp != 1))
     e.cannot_express.push_back("tiled_loss/tiled_mlp: set up in the training script (ALST: use arctic)");
   if (p.mask == MaskKind::document) e.cannot_express.push_back("mask=" + mask_to_string(p) + ": document masking comes from your data");
   if (p.sorted_packing) e.cannot_express.push_back("packing=sorted: not a DeepSpeed option");
@@ -428,8 +428,8 @@ StackExport export_arctic(const ExportJob& job, const Profiles& profiles) {
   if (p.pp > 1) e.cannot_express.push_back("pp=" + std::to_string(p.pp) + ": ArcticTraining has no pipeline parallel; written as pp=1");
   if (p.recompute == Recompute::selective)
     e.cannot_express.push_back("recompute=selective: HF gradient checkpointing is per layer; written as recompute=full");
-  if (p.tiled_loss > 0 && p.tiled_loss != 4096)
-    e.notes.push_back("tiled_loss=" + std::to_string(p.tiled_loss) + " written as Liger's fused loss (model.type liger), "
+  if (p.tiled_loss != 0 && p.tiled_loss != 4096)
+    e.notes.push_back("tiled_loss=" + (p.tiled_loss < 0 ? std::string("auto") : std::to_string(p.tiled_loss)) + " written as Liger's fused loss (model.type liger), "
                       "which ctxplan prices as 4096-token tiles");
   if (p.tiled_mlp > 1) e.notes.push_back("tiled_mlp=" + std::to_string(p.tiled_mlp) + ": ALST's TiledMLP picks ceil(tokens/hidden) shards (tiled_mlp=auto)");
   if (p.mask == MaskKind::document) e.cannot_express.push_back("mask=" + mask_to_string(p) + ": document masking comes from your data (packed samples)");
@@ -465,7 +465,7 @@ StackExport export_arctic(const ExportJob& job, const Profiles& profiles) {
   if (p.precision == Precision::fp32) os << "model:\n  dtype: fp32\n";
   else os << "  bf16:\n    enabled: true\nmodel:\n";
   (void)ds;
-  if (p.tiled_loss > 0) os << "  type: liger\n";
+  if (p.tiled_loss != 0) os << "  type: liger\n";
   os << "  name_or_path: " << repo << "\n";
   os << "  attn_implementation: flash_attention_2\n";
   if (p.recompute == Recompute::none) os << "  disable_activation_checkpoint: true\n";

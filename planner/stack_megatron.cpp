@@ -527,8 +527,9 @@ StackExport export_megatron(const ExportJob& job, const Profiles& profiles) {
     add("--use-precision-aware-optimizer");
   }
   if (p.param_offload) e.cannot_express.push_back("param_offload=1: Megatron has no parameter offload; written without it");
-  if (p.tiled_loss > 0)
-    e.cannot_express.push_back("tiled_loss=" + num(p.tiled_loss) + ": Megatron computes the (vocab-parallel) loss untiled");
+  if (p.tiled_loss != 0)
+    e.cannot_express.push_back("tiled_loss=" + (p.tiled_loss < 0 ? std::string("auto") : num(p.tiled_loss)) +
+                               ": Megatron computes the (vocab-parallel) loss untiled");
   if (p.tiled_mlp != 0 && p.tiled_mlp != 1) e.cannot_express.push_back("tiled_mlp: Megatron has no sequence-tiled MLP");
   if (p.mask == MaskKind::document) {
     add("--reset-position-ids");

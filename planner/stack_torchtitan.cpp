@@ -317,7 +317,7 @@ StackExport export_torchtitan(const ExportJob& job, const Profiles& profiles) {
   if (p.opt_offload != p.param_offload)
     e.cannot_express.push_back("opt_offload/param_offload: torchtitan's enable_cpu_offload moves parameters, gradients and "
                                "optimizer states together; written as both " + std::string(p.opt_offload || p.param_offload ? "on" : "off"));
-  if (p.tiled_loss > 0) e.cannot_express.push_back("tiled_loss: torchtitan computes the loss untiled (loss parallel with TP)");
+  if (p.tiled_loss != 0) e.cannot_express.push_back("tiled_loss: torchtitan computes the loss untiled (loss parallel with TP)");
   if (p.tiled_mlp != 0 && p.tiled_mlp != 1) e.cannot_express.push_back("tiled_mlp: torchtitan has no sequence-tiled MLP");
   if (p.mask == MaskKind::document)
     e.cannot_express.push_back("mask=" + mask_to_string(p) + ": document masking comes from your data loader");
