@@ -39,6 +39,8 @@ Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfil
   // timeline, tests)
   SimResult r = simulate_step(costs, plan, sim ? record : SimRecord::none);
   p.time = r.time;
+  add_step_overhead(costs, p.time);  // the simulator times the step without the runtime's fixed overhead
+  p.time_band = error_band(rt, c.gpu.name);
   p.sim_stats = r.stats;
   if (sim) *sim = std::move(r);
   return p;
@@ -61,7 +63,8 @@ json step_time_to_json(const StepTime& t) {
             {"exposed_comm", t.breakdown.exposed_comm},
             {"offload_stall", t.breakdown.offload_stall},
             {"imbalance_bubble", t.breakdown.imbalance},
-            {"optimizer", t.breakdown.optimizer}}},
+            {"optimizer", t.breakdown.optimizer},
+            {"overhead", t.breakdown.overhead}}},
           {"tokens_per_second", t.tokens_per_second},
           {"mfu", t.mfu},
           {"model_tflops_per_gpu", t.model_tflops_per_gpu},
@@ -101,6 +104,18 @@ json pipeline_to_json(const Plan& p, const ModelSpec& m, const PipelineStepDetai
           {"sends", sends}};
 }
 
+json error_band_to_json(const ErrorBand& b, double step_seconds) {
+  json j = {{"method", "empirical p10/p90 of ln(measured/predicted) step time (docs/CALIBRATION.md)"},
+            {"residuals", b.residuals}, {"basis", b.basis}};
+  if (b.residuals == 0) return j;
+  j["p10_step_seconds"] = b.low(step_seconds);
+  j["p90_step_seconds"] = b.high(step_seconds);
+  j["p10_ratio"] = b.p10_ratio;
+  j["p90_ratio"] = b.p90_ratio;
+  j["few_residuals"] = b.few;
+  return j;
+}
+
 json prediction_to_json(const Prediction& p) {
   const MemoryPrediction& mp = p.memory;
   json phases = json::object();
@@ -135,6 +150,7 @@ json prediction_to_json(const Prediction& p) {
                  {"fits_host", mp.fits_host}};
   j["time"] = step_time_to_json(p.time);
   j["time"]["closed_form_step_seconds"] = p.time_closed_form.step_seconds;
+  j["time"]["band"] = error_band_to_json(p.time_band, p.time.step_seconds);
   j["fits"] = mp.fits();
   j["warnings"] = p.warnings;
   if (!p.pipeline.is_null()) j["pipeline"] = p.pipeline;

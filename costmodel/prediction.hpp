@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/error_band.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/pipeline_time.hpp"
 #include "costmodel/plan_check.hpp"
@@ -21,6 +22,7 @@ struct Prediction {
   MemoryPrediction memory;
   StepTime time;               // simulated (the event simulator)
   StepTime time_closed_form;   // the search's fast estimate, for comparison
+  ErrorBand time_band;         // p10-p90 of the step time from the runtime's residuals (error_band.hpp)
   SimStats sim_stats;
   json pipeline;               // pp > 1: the schedule, its bubble and sends (pipeline_time.hpp); null otherwise
   std::vector<std::string> warnings;
@@ -38,6 +40,9 @@ json step_time_to_json(const StepTime& t);
 
 // The pipeline's schedule for a prediction's JSON: stages, chunks, micro-batches, bubble, sends.
 json pipeline_to_json(const Plan& p, const ModelSpec& m, const PipelineStepDetail& d);
+
+// {"method", "residuals", "basis", "p10_step_seconds", "p90_step_seconds", "p10_ratio", "p90_ratio", "few_residuals"}
+json error_band_to_json(const ErrorBand& b, double step_seconds);
 
 json prediction_to_json(const Prediction& p);
 

@@ -377,6 +377,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
   };
   for (auto& [key, v] : c.self().items()) {
     bool known = false;
+    for (auto& n : calibration_constant_names()) known |= key == n;  // optional, read below
     for (auto& f : fields) known |= (key == f.key);
     if (!known) {
       std::vector<std::string> names;
@@ -406,7 +407,31 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
   rt.reserved_bytes *= kMiB;
   rt.host_bytes_per_rank *= kGiB;
   rt.cpu_adam_params_per_second *= 1e9;
-  if (rt.memory_traffic_factor < 1) c.object("memory_traffic_factor").fail("value", "must be >= 1 (1 = fused kernels)");
+  // a calibrated profile's scales (ctxplan calibrate), each {"value", "source"}; absent: 1 and 0
+  double* scales[] = {&rt.gemm_efficiency_scale, &rt.attention_efficiency_scale, &rt.comm_efficiency_scale, &rt.step_overhead_seconds};
+  for (size_t i = 0; i < calibration_constant_names().size(); ++i) {
+    const std::string& key = calibration_constant_names()[i];
+    if (!c.has(key)) continue;
+    JsonReader e = c.object(key);
+    rt.sources[key] = e.string("source");
+    const double v = e.number("value");
+    if (!std::isfinite(v) || (i < 3 ? v <= 0 : v < 0))
+      e.fail("value", i < 3 ? "must be a positive scale (1 = the hardware profile's curve)" : "must be >= 0 seconds");
+    *scales[i] = v;
+  }
+  // measured vs predicted step times (ctxplan calibrate writes them; error_band.hpp reads them)
+  if (r.has("calibration") && r.object("calibration").has("residuals")) {
+    JsonReader cal = r.object("calibration");
+    const json& list = cal.raw("residuals");
+    if (!list.is_array()) cal.fail("residuals", "expected a list of {\"id\", \"gpu\", \"log_ratio\"}");
+    for (size_t i = 0; i < list.size(); ++i) {
+      JsonReader e(list[i], where + ": calibration.residuals[" + std::to_string(i) + "]");
+      rt.time_residuals.push_back({e.string("id"), e.string("gpu"), e.number("log_ratio")});
+    }
+  }
+  // a calibrated profile may find memory-bound kernels faster than the hardware curve says (< 1)
+  if (rt.memory_traffic_factor <= 0 || (rt.memory_traffic_factor < 1 && !r.has("calibration")))
+    c.object("memory_traffic_factor").fail("value", "must be >= 1 (1 = fused kernels; below 1 only in a calibrated profile)");
   if (rt.cpu_adam_params_per_second <= 0) c.object("cpu_adam_gparams_per_s").fail("value", "must be positive");
   return rt;
 }
@@ -486,13 +511,20 @@ ClusterSpec resolve_cluster(const Profiles& p, const std::string& arg) {
   unknown_name("cluster", arg, names, "; or write <nodes>x<gpus per node>x<gpu>, e.g. 8xh100 or 16x8xh200");
 }
 
-const RuntimeProfile& resolve_runtime(const Profiles& p, const std::string& arg) {
+RuntimeProfile resolve_runtime(const Profiles& p, const std::string& arg) {
   std::vector<std::string> names;
   for (auto& r : p.runtimes) {
     if (lower(r.name) == lower(arg)) return r;
     names.push_back(r.name);
   }
-  unknown_name("runtime", arg, names, "");
+  if (looks_like_path(arg)) return runtime_from_json(read_json_file(arg), arg);
+  unknown_name("runtime", arg, names, ", or pass the path of a runtime JSON (ctxplan calibrate -o writes one)");
+}
+
+const std::vector<std::string>& calibration_constant_names() {
+  static const std::vector<std::string> names = {"gemm_efficiency_scale", "attention_efficiency_scale", "comm_efficiency_scale",
+                                                 "step_overhead_seconds"};
+  return names;
 }
 
 }  // namespace ctx

@@ -36,7 +36,10 @@ json model_to_json(const ModelSpec& m);
 ModelSpec resolve_model(const Profiles& p, const std::string& arg);
 const HardwareSpec& resolve_hardware(const Profiles& p, const std::string& arg);
 ClusterSpec resolve_cluster(const Profiles& p, const std::string& arg);
-const RuntimeProfile& resolve_runtime(const Profiles& p, const std::string& arg);
+// A runtime is a name in profiles/runtimes or the path of a runtime JSON (e.g. what `ctxplan calibrate -o` writes).
+RuntimeProfile resolve_runtime(const Profiles& p, const std::string& arg);
+// The calibration scales a runtime JSON may carry (constants.<name>, optional; 1 or 0 when absent).
+const std::vector<std::string>& calibration_constant_names();
 
 // A cluster of `nodes` x `gpus_per_node` of `gpu` with the GPU's default fabric.
 ClusterSpec make_cluster(const HardwareSpec& gpu, int64_t nodes, int64_t gpus_per_node);

@@ -11,6 +11,13 @@
 
 namespace ctx {
 
+// One measured step time against its prediction: ln(measured / predicted), where it ran.
+struct TimeResidual {
+  std::string id;         // the run or the validation point
+  std::string gpu;        // hardware profile name of the run's cluster
+  double log_ratio = 0;
+};
+
 struct RuntimeProfile {
   std::string name;
   std::string description;
@@ -56,6 +63,15 @@ struct RuntimeProfile {
   // memory (read and written over PCIe), not on the host
   bool optimizer_offload_on_device = false;
   double memory_traffic_factor = 1;   // bytes memory-bound ops move relative to fused kernels (eager stacks > 1)
+  // ---- calibration (ctxplan calibrate, docs/CALIBRATION.md): scales on the hardware profile's
+  // curves fitted to measured runs; 1 and 0 (the defaults) leave every prediction as the curves say
+  double gemm_efficiency_scale = 1;       // x the GEMM efficiency curve
+  double attention_efficiency_scale = 1;  // x the attention kernel's efficiency curve
+  double comm_efficiency_scale = 1;       // x the NVLink and network bandwidth of every collective and p2p hop
+  double step_overhead_seconds = 0;       // added once per step (data loading, logging, host gaps)
+  // measured vs predicted step times this profile was checked against: a calibrated profile's own
+  // (leave-one-out), or the published points `ctxplan validate` predicts for a built-in one
+  std::vector<TimeResidual> time_residuals;
   std::map<std::string, std::string> sources;  // field -> where the value comes from
 };
 

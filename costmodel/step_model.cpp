@@ -28,9 +28,10 @@ struct Pricer {
   double gemm(double flops, double calls = 1) const {
     if (flops <= 0) return 0;
     double each = flops / calls;
-    return calls * (each / (peak * c.gpu.kernels.gemm.at(each)) + c.gpu.kernels.launch_seconds);
+    return calls * (each / (peak * gemm_scale * c.gpu.kernels.gemm.at(each)) + c.gpu.kernels.launch_seconds);
   }
   double traffic = 1;  // runtime's memory_traffic_factor
+  double gemm_scale = 1, attention_scale = 1;  // runtime's calibrated efficiency scales (1 = the curves)
   double memory(double bytes) const {
     if (bytes <= 0) return 0;
     bytes *= traffic;
@@ -40,7 +41,7 @@ struct Pricer {
   double attention(double flops, double tokens, bool backward) const {
     if (flops <= 0) return 0;
     const Curve& k = backward ? attn->bwd : attn->fwd;
-    return flops / (c.gpu.peak_bf16_flops * k.at(tokens)) + c.gpu.kernels.launch_seconds;
+    return flops / (c.gpu.peak_bf16_flops * attention_scale * k.at(tokens)) + c.gpu.kernels.launch_seconds;
   }
 };
 
@@ -99,6 +100,16 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
                      bool per_step, const AttentionWork* pre) {
   // the plan's dtypes: precision=fp32 moves and sends 4-byte weights and activations (runtime_profile.hpp)
   if (precision_changes_runtime(rt, p.precision)) return step_costs(m, c, runtime_for_precision(rt, p.precision), p, seq, per_step, pre);
+  // a calibrated communication efficiency: the same links at the fitted fraction of their bandwidth
+  // (latencies as the cluster profile says); only calibrated profiles pay for the copies
+  if (rt.comm_efficiency_scale != 1.0) {
+    RuntimeProfile unscaled = rt;
+    unscaled.comm_efficiency_scale = 1.0;
+    ClusterSpec scaled = c;
+    scaled.intra_bytes_per_second *= rt.comm_efficiency_scale;
+    scaled.inter_bytes_per_second *= rt.comm_efficiency_scale;
+    return step_costs(m, scaled, unscaled, p, seq, per_step, pre);
+  }
   StepCosts k;
   const LocalShapes s = local_shapes(m, p, seq);
   const AttentionKernel& kernel = find_kernel(c, rt);
@@ -106,6 +117,8 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   // have no fp32/TF32 curve yet), so an fp32 plan's compute time is optimistic
   const double peak = p.precision == Precision::fp8 && c.gpu.peak_fp8_flops > 0 ? c.gpu.peak_fp8_flops : c.gpu.peak_bf16_flops;
   Pricer price{c, peak, &kernel, rt.memory_traffic_factor};
+  price.gemm_scale = rt.gemm_efficiency_scale;
+  price.attention_scale = rt.attention_efficiency_scale;
   k.layers = m.layers;
   k.ga = p.ga;
   k.cp = p.cp;
@@ -314,6 +327,7 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   }
   if ((p.zero == 1 || p.zero == 2) && zdeg > 1)
     k.opt_param_ag = collective_seconds(Coll::all_gather, shard * zdeg * rt.weight_bytes, zg, c);
+  k.step_overhead_seconds = rt.step_overhead_seconds;
 
   // ---- accounting
   double seqs = static_cast<double>(p.mbs * p.ga * dp);
@@ -444,7 +458,16 @@ StepTime estimate_step(const StepCosts& k) {
   t.phase_seconds[static_cast<int>(TimePhase::backward)] = worst * (1.0 - fwd_share);
   t.phase_seconds[static_cast<int>(TimePhase::optimizer)] = opt + k.opt_param_ag;
   finish_step_time(k, t);
+  add_step_overhead(k, t);
   return t;
+}
+
+void add_step_overhead(const StepCosts& k, StepTime& t) {
+  if (k.step_overhead_seconds == 0) return;
+  t.step_seconds += k.step_overhead_seconds;
+  t.phase_seconds[static_cast<int>(TimePhase::optimizer)] += k.step_overhead_seconds;
+  t.breakdown.overhead += k.step_overhead_seconds;
+  finish_step_time(k, t);
 }
 
 }  // namespace ctx

@@ -64,6 +64,7 @@ struct StepCosts {
   double ckpt_d2h = 0, ckpt_h2d = 0;       // checkpoint offload, one layer
   // ---- optimizer (once per step)
   double opt_device = 0, opt_host = 0, opt_d2h = 0, opt_h2d = 0, opt_param_ag = 0;
+  double step_overhead_seconds = 0;  // the runtime's fixed per-step overhead (a calibrated profile's)
   // ---- accounting
   double model_flops = 0;      // per step, whole cluster: 6N per token + masked attention (no recompute)
   double hardware_flops = 0;   // per step, one (average) rank, as the kernels run them (recompute included)
@@ -96,6 +97,7 @@ struct StepBreakdown {
   double offload_stall = 0;   // compute waiting for a host<->device copy
   double imbalance = 0;       // waiting for slower ranks (zig-zag vs ring, packing spread)
   double optimizer = 0;       // the optimizer step on the critical path (device or host)
+  double overhead = 0;        // the runtime's fixed per-step overhead (step_overhead_seconds)
 };
 enum class TimePhase : int { forward, backward, optimizer, count };
 struct StepTime {
@@ -117,5 +119,10 @@ StepTime estimate_step(const StepCosts& k);
 
 // Fills the derived fields (tokens/s, MFU, TFLOPS) from step_seconds.
 void finish_step_time(const StepCosts& k, StepTime& t);
+
+// Adds the runtime's fixed per-step overhead (k.step_overhead_seconds) to a step timed without it:
+// the step, the optimizer phase (the step's boundary) and the breakdown, then the derived fields.
+// estimate_step includes it; simulate_step does not, so its callers add it (prediction.cpp, search.cpp).
+void add_step_overhead(const StepCosts& k, StepTime& t);
 
 }  // namespace ctx

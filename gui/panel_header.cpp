@@ -29,6 +29,13 @@ void draw_selected_plan_header(App& app, FrameRequests& req) {
     ImGui::SameLine();
     if (app.time_pending) ImGui::TextDisabled("simulating the step...");
     else ImGui::Text("step %s | %.0f tokens/s | MFU %.1f%%", seconds_text(p.time.step_seconds).c_str(), p.time.tokens_per_second, p.time.mfu * 100);
+    // the step time's p10-p90 band (costmodel/error_band.hpp), its basis in the tooltip
+    if (!app.time_pending && p.time_band.residuals > 0) {
+      ImGui::SameLine();
+      ImGui::TextDisabled("(p10-p90 %s - %s%s)", seconds_text(p.time_band.low(p.time.step_seconds)).c_str(),
+                          seconds_text(p.time_band.high(p.time.step_seconds)).c_str(), p.time_band.few ? ", few residuals" : "");
+      if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", p.time_band.basis.c_str());
+    }
     ImGui::TextDisabled("%s on %s (%lld GPUs), %s tokens, runtime %s: %s", p.model.c_str(), p.cluster.c_str(),
                         static_cast<long long>(p.world), tokens_text(p.seq).c_str(), p.runtime.c_str(), plan_to_string(p.plan).c_str());
   } else {

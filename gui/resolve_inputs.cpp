@@ -1,6 +1,7 @@
 #include "gui/resolve_inputs.hpp"
 
 #include "costmodel/limits.hpp"
+#include "planner/validation_points.hpp"
 
 #include <sstream>
 
@@ -59,7 +60,7 @@ ResolvedJob resolve_inputs(const Profiles& profiles, const Inputs& in) {
     job.cluster.name = "edited-" + job.cluster.name;
     job.cluster.source = "edited in ctxplan-gui from " + in.cluster;
   }
-  job.runtime = resolve_runtime(profiles, in.runtime);
+  job.runtime = with_time_residuals(profiles, resolve_runtime(profiles, in.runtime));  // the step time's band
   if (in.docs == DocMode::histogram && in.doc_bins.empty())
     throw InputError(kInputsWhere, "docs.bins", "a histogram needs at least one [tokens, fraction] bin");
   std::string base = "mask=" + mask_text(in) + ",packing=" + (in.sorted_packing ? "sorted" : "greedy") +

@@ -43,6 +43,11 @@ std::string print_table(const Prediction& p) {
   os << "\nStep time (simulated): " << fixed(st.step_seconds, 3) << " s  |  " << fixed(st.tokens_per_second, 0)
      << " tokens/s  |  MFU " << fixed(100.0 * st.mfu, 1) << "%  |  " << fixed(st.model_tflops_per_gpu, 0)
      << " model TFLOP/s per GPU  (closed form: " << fixed(p.time_closed_form.step_seconds, 3) << " s)\n";
+  if (p.time_band.residuals > 0)
+    os << "  p10-p90 band: " << fixed(p.time_band.low(st.step_seconds), 3) << " - " << fixed(p.time_band.high(st.step_seconds), 3)
+       << " s (" << p.time_band.basis << ")\n";
+  else
+    os << "  p10-p90 band: none (" << p.time_band.basis << ")\n";
   os << "  phases: forward " << fixed(st.phase_seconds[0], 3) << " s, backward " << fixed(st.phase_seconds[1], 3)
      << " s, optimizer " << fixed(st.phase_seconds[2], 3) << " s\n";
   os << "  where it goes: compute " << fixed(st.breakdown.compute, 3) << " s, exposed comm " << fixed(st.breakdown.exposed_comm, 3)

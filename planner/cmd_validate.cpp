@@ -12,42 +12,9 @@
 #include "costmodel/exit_codes.hpp"
 #include "planner/format.hpp"
 #include "planner/job_args.hpp"
+#include "planner/validation_points.hpp"
 
 namespace ctx {
-namespace {
-
-std::vector<json> read_jsonl(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path, "", "validation data not found");
-  std::vector<json> out;
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (!line.empty()) out.push_back(parse_json_text(line, path + ":" + std::to_string(n)));
-  }
-  return out;
-}
-
-// The published metric, computed from a predicted step the way the source computed it.
-double metric_from(const std::string& def, const ModelSpec& m, const Prediction& p) {
-  const StepTime& t = p.time;
-  const double world = static_cast<double>(p.world), s = static_cast<double>(p.seq);
-  const double seqs = static_cast<double>(std::max<int64_t>(1, p.plan.dp) * p.plan.mbs * p.plan.ga);
-  const double tokens = seqs * s, l = static_cast<double>(m.layers), h = static_cast<double>(m.hidden);
-  if (def == "step_seconds") return t.step_seconds;
-  if (def == "tokens_per_s_per_gpu") return t.tokens_per_second / world;
-  if (def == "alst_megatron_tflops")  // Megatron-LM's formula: non-causal attention, recompute counted
-    return 96.0 * seqs * s * l * h * h * (1.0 + s / (6.0 * h) + static_cast<double>(m.vocab) / (16.0 * l * h)) / (world * t.step_seconds) / 1e12;
-  // model FLOPs with non-causal attention (4*s*q_dim forward per token and layer, x3 for training)
-  const double noncausal = dense_train_flops_per_token(m) + 12.0 * l * static_cast<double>(q_dim(m)) * s;
-  if (def == "nemo_model_tflops") return noncausal * tokens / (world * t.step_seconds) / 1e12;
-  if (def == "llmfoundry_mfu")  // 6N + 12*l*d*s per token over 989 TFLOP/s per GPU, in percent
-    return 100.0 * (6.0 * static_cast<double>(total_params(m)) + 12.0 * l * h * s) * t.tokens_per_second / (world * 989e12);
-  throw InputError("profiles/validation", "definition", "unknown metric definition '" + def + "'");
-}
-
-}  // namespace
 
 std::function<int()> add_validate_command(CLI::App& app, CommonOptions& common) {
   struct Args {
@@ -63,20 +30,8 @@ std::function<int()> add_validate_command(CLI::App& app, CommonOptions& common) 
     const std::string dir = profiles.dir + "/validation/";
     struct Row { std::string id, metric; double published, predicted; std::string plan, note; };
     std::vector<Row> rows;
-    for (const json& pt : read_jsonl(dir + "published_time.jsonl")) {
-      JsonReader r(pt, dir + "published_time.jsonl");
-      std::string id = r.string("id");
-      if (!a->only.empty() && id.find(a->only) == std::string::npos) continue;
-      ModelSpec m = resolve_model(profiles, r.string("model"));
-      ClusterSpec c = resolve_cluster(profiles, r.string("cluster"));
-      RuntimeProfile rt = resolve_runtime(profiles, r.string("runtime"));
-      // the stack as it was when the point was measured (e.g. attention kernels before FA3-class ones)
-      if (r.has("attention_kernel")) rt.attention_kernel = r.string("attention_kernel");
-      Plan plan = parse_plan(r.string("plan"), id + ": plan");
-      Prediction p = predict(m, c, rt, plan, r.integer("seq"));
-      rows.push_back({id, r.string("metric"), r.number("published"), metric_from(r.string("definition"), m, p), plan_to_string(p.plan),
-                      p.memory.fits() ? "" : "predicted not to fit"});
-    }
+    for (const PublishedTimeRow& p : predict_published_time(profiles, a->only, ""))
+      rows.push_back({p.id, p.metric, p.published, p.predicted, p.plan, p.note});
     for (const json& pt : read_jsonl(dir + "alst_maxseq.jsonl")) {
       JsonReader r(pt, dir + "alst_maxseq.jsonl");
       std::string id = r.string("id") + ":max_seq_tokens";

@@ -20,6 +20,7 @@ std::function<int()> add_maxseq_command(CLI::App& app, CommonOptions& common);
 std::function<int()> add_sweep_command(CLI::App& app, CommonOptions& common);
 std::function<int()> add_budget_command(CLI::App& app, CommonOptions& common);
 std::function<int()> add_validate_command(CLI::App& app, CommonOptions& common);
+std::function<int()> add_calibrate_command(CLI::App& app, CommonOptions& common);
 std::function<int()> add_compare_command(CLI::App& app, CommonOptions& common);
 std::function<int()> add_launch_command(CLI::App& app, CommonOptions& common);
 std::function<int()> add_import_command(CLI::App& app, CommonOptions& common);

@@ -426,6 +426,24 @@ Comparison compare_documents(const json& pred_doc, const std::string& pred_where
   return c;
 }
 
+void judge_step_band(Comparison& c, const json& pred) {
+  const json::json_pointer at("/time/band");
+  if (!pred.is_object() || !pred.contains(at)) return;
+  const json& b = pred.at(at);
+  if (!b.is_object() || !b.contains("p10_step_seconds") || !b.contains("p90_step_seconds") || !b["p10_step_seconds"].is_number() ||
+      !b["p90_step_seconds"].is_number())
+    return;
+  for (const CompareRow& r : c.rows) {
+    if (r.section != "time" || r.name != "step") continue;
+    c.has_band = true;
+    c.band_low_seconds = b["p10_step_seconds"].get<double>();
+    c.band_high_seconds = b["p90_step_seconds"].get<double>();
+    c.band_basis = b.value("basis", "");
+    c.band_measured_seconds = r.measured;
+    c.step_in_band = r.measured >= c.band_low_seconds && r.measured <= c.band_high_seconds;
+  }
+}
+
 namespace {
 json read_document(const std::string& path) {
   std::error_code ec;
@@ -462,6 +480,7 @@ Comparison compare_files(const std::string& prediction_path, const std::string& 
     return c;
   }
   Comparison c = compare_documents(first, prediction_path, "", second, run_path, o);
+  judge_step_band(c, first);
   c.prediction_file = prediction_path;
   c.measurement_file = run_path;
   c.prediction_source = "file";
@@ -497,6 +516,9 @@ std::string comparison_table(const Comparison& c) {
   os << "\n~ = shown, not judged (the two sides do not pair 1:1). Mapping:\n";
   for (auto& m : c.mapping) os << wrapped(m, "  - ", "    ");
   for (auto& w : c.warnings) os << wrapped(w, "warning: ", "  ");
+  if (c.has_band)
+    os << "\nstep time band (p10-p90, " << c.band_basis << "): " << fixed(c.band_low_seconds, 3) << " - " << fixed(c.band_high_seconds, 3)
+       << " s; the measured " << fixed(c.band_measured_seconds, 3) << " s is " << (c.step_in_band ? "INSIDE" : "OUTSIDE") << " it\n";
   os << "\n";
   if (c.misses == 0) {
     os << "WITHIN TOLERANCE: all " << c.judged << " judged rows\n";
@@ -536,7 +558,11 @@ json comparison_to_json(const Comparison& c) {
           {"judged", c.judged},
           {"misses", c.misses},
           {"mapping", c.mapping},
-          {"warnings", c.warnings}};
+          {"warnings", c.warnings},
+          {"band", c.has_band ? json{{"p10_step_seconds", c.band_low_seconds}, {"p90_step_seconds", c.band_high_seconds},
+                                     {"measured_step_seconds", c.band_measured_seconds}, {"inside", c.step_in_band},
+                                     {"basis", c.band_basis}}
+                              : json(nullptr)}};
 }
 
 }  // namespace ctx

@@ -43,7 +43,15 @@ struct Comparison {
   std::vector<std::string> mapping;   // how categories and phases were paired (printed and in JSON)
   std::vector<std::string> warnings;
   int judged = 0, misses = 0;
+  // the prediction's p10-p90 step-time band (prediction_to_json "time.band"), when it has one, and
+  // whether the measured step lies in it
+  bool has_band = false, step_in_band = false;
+  double band_low_seconds = 0, band_high_seconds = 0, band_measured_seconds = 0;
+  std::string band_basis;
 };
+
+// Fills the band fields from the prediction document and the comparison's judged "step" row.
+void judge_step_band(Comparison& c, const json& pred);
 
 // Reads both files (run_path empty: prediction_path is a ctxplan.measurement/1 report compared with
 // the prediction it embeds). Bad input throws InputError naming the file, the field and what is valid.

@@ -1,6 +1,7 @@
 #include "planner/job_args.hpp"
 
 #include "planner/format.hpp"
+#include "planner/validation_points.hpp"
 
 namespace ctx {
 
@@ -46,6 +47,7 @@ Job resolve_job(const JobArgs& a, const CommonOptions& common) {
   job.model = resolve_model(job.profiles, model_arg);
   job.cluster = resolve_cluster(job.profiles, cluster_arg);
   job.runtime = resolve_runtime(job.profiles, runtime_arg);
+  job.runtime = with_time_residuals(job.profiles, std::move(job.runtime));  // the error band's residuals (validation_points.hpp)
   return job;
 }
 

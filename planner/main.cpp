@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   commands.push_back({budget, ctx::add_budget_command(*budget, common)});
   auto* validate = app.add_subcommand("validate", "predict every published reference point and print the errors");
   commands.push_back({validate, ctx::add_validate_command(*validate, common)});
+  auto* calibrate = app.add_subcommand("calibrate", "fit a runtime profile's efficiencies to measured runs (with leave-one-out errors)");
+  commands.push_back({calibrate, ctx::add_calibrate_command(*calibrate, common)});
   auto* compare = app.add_subcommand("compare", "a prediction against a ctxrun report: memory by category, time by phase, errors");
   commands.push_back({compare, ctx::add_compare_command(*compare, common)});
   auto* launch = app.add_subcommand("launch", "the mpirun command (and a Slurm script) that runs a plan with ctxrun");

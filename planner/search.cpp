@@ -287,6 +287,7 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
     // only the step time is read: the streaming sweep without recording the tasks (issue 15)
     SimResult sim = simulate_step(k, c.plan, SimRecord::none);
     c.time = sim.time;
+    add_step_overhead(k, c.time);  // as predict() does: the simulator leaves the runtime's fixed overhead out
     c.simulated = true;
     ++r.simulated;
   }

@@ -409,6 +409,7 @@ Comparison compare_stack_measurement(const json& pred, const std::string& pred_w
     c.mapping.push_back("time: the mean of " + std::to_string(m.steps_used) + " of " + std::to_string(m.steps_read) +
                         " logged steps" + (m.steps_used < m.steps_read ? " (the first is warm-up and left out)" : ""));
   if (c.rows.empty()) throw InputError(m.where, "", "no quantity ctxplan predicts was found in this " + m.format);
+  judge_step_band(c, pred);
   return c;
 }
 

@@ -1,0 +1,102 @@
+#include "planner/validation_points.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+namespace ctx {
+
+std::vector<json> read_jsonl(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path, "", "validation data not found");
+  std::vector<json> out;
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (!line.empty()) out.push_back(parse_json_text(line, path + ":" + std::to_string(n)));
+  }
+  return out;
+}
+
+double metric_from(const std::string& def, const ModelSpec& m, const Prediction& p) {
+  const StepTime& t = p.time;
+  const double world = static_cast<double>(p.world), s = static_cast<double>(p.seq);
+  const double seqs = static_cast<double>(std::max<int64_t>(1, p.plan.dp) * p.plan.mbs * p.plan.ga);
+  const double tokens = seqs * s, l = static_cast<double>(m.layers), h = static_cast<double>(m.hidden);
+  if (def == "step_seconds") return t.step_seconds;
+  if (def == "tokens_per_s_per_gpu") return t.tokens_per_second / world;
+  if (def == "alst_megatron_tflops")  // Megatron-LM's formula: non-causal attention, recompute counted
+    return 96.0 * seqs * s * l * h * h * (1.0 + s / (6.0 * h) + static_cast<double>(m.vocab) / (16.0 * l * h)) / (world * t.step_seconds) / 1e12;
+  // model FLOPs with non-causal attention (4*s*q_dim forward per token and layer, x3 for training)
+  const double noncausal = dense_train_flops_per_token(m) + 12.0 * l * static_cast<double>(q_dim(m)) * s;
+  if (def == "nemo_model_tflops") return noncausal * tokens / (world * t.step_seconds) / 1e12;
+  if (def == "llmfoundry_mfu")  // 6N + 12*l*d*s per token over 989 TFLOP/s per GPU, in percent
+    return 100.0 * (6.0 * static_cast<double>(total_params(m)) + 12.0 * l * h * s) * t.tokens_per_second / (world * 989e12);
+  throw InputError("profiles/validation", "definition", "unknown metric definition '" + def + "'");
+}
+
+std::vector<PublishedTimeRow> predict_published_time(const Profiles& profiles, const std::string& only, const std::string& runtime) {
+  const std::string file = profiles.dir + "/validation/published_time.jsonl";
+  std::vector<PublishedTimeRow> rows;
+  for (const json& pt : read_jsonl(file)) {
+    JsonReader r(pt, file);
+    std::string id = r.string("id");
+    if (!only.empty() && id.find(only) == std::string::npos) continue;
+    RuntimeProfile rt = resolve_runtime(profiles, r.string("runtime"));
+    if (!runtime.empty() && rt.name != runtime) continue;
+    ModelSpec m = resolve_model(profiles, r.string("model"));
+    ClusterSpec c = resolve_cluster(profiles, r.string("cluster"));
+    // the stack as it was when the point was measured (e.g. attention kernels before FA3-class ones)
+    if (r.has("attention_kernel")) rt.attention_kernel = r.string("attention_kernel");
+    Plan plan = parse_plan(r.string("plan"), id + ": plan");
+    Prediction p = predict(m, c, rt, plan, r.integer("seq"));
+    PublishedTimeRow row;
+    row.id = id;
+    row.point = r.string_or("point", id);
+    row.metric = r.string("metric");
+    row.runtime = rt.name;
+    row.gpu = c.gpu.name;
+    row.plan = plan_to_string(p.plan);
+    row.note = p.memory.fits() ? "" : "predicted not to fit";
+    row.published = r.number("published");
+    row.predicted = metric_from(r.string("definition"), m, p);
+    // every metric but the step itself is a rate (tokens/s, TFLOP/s, MFU): inversely proportional to the step
+    const double ratio = row.published / row.predicted;
+    row.step_log_ratio = r.string("definition") == "step_seconds" ? std::log(ratio) : -std::log(ratio);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::vector<TimeResidual> published_time_residuals(const Profiles& profiles, const std::string& runtime) {
+  static std::mutex mu;
+  static std::map<std::pair<std::string, std::string>, std::vector<TimeResidual>> cache;  // (profiles dir, runtime)
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_pair(profiles.dir, runtime);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  std::vector<TimeResidual> out;
+  std::map<std::string, size_t> at;    // point -> index in out
+  std::vector<int> count;
+  for (const PublishedTimeRow& row : predict_published_time(profiles, "", runtime)) {
+    if (!(row.predicted > 0) || !(row.published > 0)) continue;
+    auto [it, fresh] = at.try_emplace(row.point, out.size());
+    if (fresh) {
+      out.push_back({row.point, row.gpu, 0.0});
+      count.push_back(0);
+    }
+    out[it->second].log_ratio += row.step_log_ratio;
+    count[it->second] += 1;
+  }
+  for (size_t i = 0; i < out.size(); ++i) out[i].log_ratio /= count[i];
+  cache[key] = out;
+  return out;
+}
+
+RuntimeProfile with_time_residuals(const Profiles& profiles, RuntimeProfile rt) {
+  if (rt.time_residuals.empty()) rt.time_residuals = published_time_residuals(profiles, rt.name);
+  return rt;
+}
+
+}  // namespace ctx

@@ -1,0 +1,34 @@
+// The published step-time points the repo carries (profiles/validation/published_time.jsonl),
+// predicted with only the facts their sources state: `ctxplan validate` prints them, and their
+// residuals are the error band of a built-in runtime (costmodel/error_band.hpp).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "costmodel/prediction.hpp"
+
+namespace ctx {
+
+std::vector<json> read_jsonl(const std::string& path);
+
+// The published metric, computed from a predicted step the way the source computed it.
+double metric_from(const std::string& def, const ModelSpec& m, const Prediction& p);
+
+struct PublishedTimeRow {
+  std::string id, point, metric, runtime, gpu, plan, note;
+  double published = 0, predicted = 0;
+  double step_log_ratio = 0;  // ln(measured / predicted step time) this metric implies
+};
+
+// Every point (its id containing `only`, of runtime `runtime`; empty: all), in file order.
+std::vector<PublishedTimeRow> predict_published_time(const Profiles& profiles, const std::string& only, const std::string& runtime);
+
+// One residual per published point (a point's metrics are one run: the mean of their step log
+// ratios) of this runtime. Computed once per process and runtime name.
+std::vector<TimeResidual> published_time_residuals(const Profiles& profiles, const std::string& runtime);
+
+// The runtime with residuals for its error band: its own (a calibrated profile's), else those of the
+// published points of its name.
+RuntimeProfile with_time_residuals(const Profiles& profiles, RuntimeProfile rt);
+
+}  // namespace ctx
