@@ -10,9 +10,15 @@
 namespace ctx {
 
 // Achieved throughput of the kernels a training step runs, as curves over their size.
+// One attention implementation on this GPU (names and choice: attention_kernels.hpp).
 struct AttentionKernel {
-  std::string name;       // "flash2", "cudnn", ...
-  Curve fwd, bwd;         // efficiency vs key/value tokens per call (vs peak bf16)
+  std::string name;       // "fa2", "fa3", "cudnn", "flex", "sdpa", "ctxrun_mma", ...
+  std::string source;
+  Curve fwd, bwd;         // causal mask: efficiency vs key/value tokens per call (vs peak bf16), head dim 128
+  Curve full_fwd, full_bwd;  // no mask; empty: as the causal curves
+  Curve head_dim;         // factor on the curves vs head dim (1 at 128); empty: 1
+  bool document_mask = true;  // packed documents through a variable-length entry (cu_seqlens, block masks)
+  std::string document_mask_source;
 };
 struct KernelCurves {
   Curve gemm;             // efficiency vs the GEMM's FLOPs (2*M*N*K), vs peak bf16 (or fp8)

@@ -20,6 +20,7 @@ Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfil
   p.warnings = check.warnings;
   p.memory = predict_memory(m, c, rt, plan, seq);
   StepCosts costs = step_costs(m, c, rt, plan, seq, true);
+  p.attention = costs.attention_kernel;
   if (plan.pp > 1) {  // pipeline parallel: stage by stage, then the schedule (pipeline_time.hpp)
     PipelineStepDetail detail;
     p.time = pipeline_step_time(m, c, rt, plan, seq, true, nullptr, &detail);
@@ -130,6 +131,7 @@ json prediction_to_json(const Prediction& p) {
   j["cluster"] = p.cluster;
   j["gpu"] = p.gpu;
   j["runtime"] = p.runtime;
+  j["attention"] = p.attention;
   j["seq"] = p.seq;
   j["world"] = p.world;
   j["plan"] = plan_to_json(p.plan);

@@ -16,6 +16,7 @@ namespace ctx {
 
 struct Prediction {
   std::string model, cluster, gpu, runtime;
+  std::string attention;       // the attention kernel priced (attention_kernels.hpp)
   int64_t seq = 0;
   int64_t world = 0;
   Plan plan;

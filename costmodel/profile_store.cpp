@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <regex>
 
+#include "costmodel/attention_kernels.hpp"
 #include "costmodel/limits.hpp"
 #include "costmodel/suggest.hpp"
 
@@ -242,12 +243,35 @@ static KernelCurves kernels_from_json(const JsonReader& r) {
   k.gemm = curve_from_json(j, "gemm_gflop", 1e9);
   k.memory = curve_from_json(j, "memory_mib", kMiB);
   k.launch_seconds = j.number("launch_us") * 1e-6;
+  // kernels.attention.<name> (attention_kernels.hpp): causal curves, optional no-mask curves, head-dim
+  // factor and whether packed documents run through a variable-length entry
   JsonReader a = j.object("attention");
-  for (auto& [name, v] : a.self().items()) {
-    JsonReader e = a.object(name);
-    k.attention.push_back({name, curve_from_json(e, "fwd_tokens", 1), curve_from_json(e, "bwd_tokens", 1)});
+  for (auto& [key, v] : a.self().items()) {
+    const std::string name = canonical_attention(key);
+    if (name.empty()) a.fail(key, "unknown attention implementation; valid: fa2, fa3, cudnn, flex, sdpa, ctxrun_mma, ctxrun_fp32");
+    for (auto& other : k.attention)
+      if (other.name == name) a.fail(key, "names the same kernel as another key (" + name + ")");
+    JsonReader e = a.object(key);
+    AttentionKernel ak;
+    ak.name = name;
+    ak.source = e.string_or("source", "");
+    ak.fwd = curve_from_json(e, "fwd_tokens", 1);
+    ak.bwd = curve_from_json(e, "bwd_tokens", 1);
+    if (e.has("full_fwd_tokens") || e.has("full_bwd_tokens")) {
+      ak.full_fwd = curve_from_json(e, "full_fwd_tokens", 1);
+      ak.full_bwd = curve_from_json(e, "full_bwd_tokens", 1);
+    }
+    if (e.has("head_dim")) ak.head_dim = curve_from_json(e, "head_dim", 1);
+    if (e.has("document_mask")) {
+      JsonReader d = e.object("document_mask");
+      const json& sup = d.raw("supported");
+      if (!sup.is_boolean()) d.fail("supported", "expected true or false");
+      ak.document_mask = sup.get<bool>();
+      ak.document_mask_source = d.string("source");
+    }
+    k.attention.push_back(std::move(ak));
   }
-  if (k.attention.empty()) a.fail("", "needs at least one attention kernel (e.g. \"flash2\")");
+  if (k.attention.empty()) a.fail("", "needs at least one attention kernel (e.g. \"fa2\")");
   return k;
 }
 
@@ -376,7 +400,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"memory_traffic_factor", &rt.memory_traffic_factor, nullptr},
   };
   for (auto& [key, v] : c.self().items()) {
-    bool known = false;
+    bool known = key == "attention_kernels";  // a list, read below
     for (auto& n : calibration_constant_names()) known |= key == n;  // optional, read below
     for (auto& f : fields) known |= (key == f.key);
     if (!known) {
@@ -402,6 +426,43 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       if (v < 0) e.fail("value", "must be >= 0");
       *f.num = v;
     }
+  }
+  // the default kernel and the kernels the stack can run (--attention); profiles before issue 16 name
+  // only the default, which is then the one kernel they run
+  std::string alternatives;
+  for (size_t start = 0;;) {
+    const size_t bar = rt.attention_kernel.find('|', start);
+    const std::string name = canonical_attention(rt.attention_kernel.substr(start, bar == std::string::npos ? bar : bar - start));
+    if (name.empty())
+      c.object("attention_kernel").fail("value", "'" + rt.attention_kernel + "' names an unknown attention implementation; valid: " +
+                                                     attention_choices() + ", ctxrun_mma, ctxrun_fp32 (alternatives as \"a|b\")");
+    if (start == 0) rt.attention_kernels.push_back(name);
+    alternatives += (start == 0 ? "" : "|") + name;
+    if (bar == std::string::npos) break;
+    start = bar + 1;
+  }
+  rt.attention_kernel = alternatives;
+  if (c.has("attention_kernels")) {
+    JsonReader e = c.object("attention_kernels");
+    std::string src = e.string("source");
+    if (src.empty()) e.fail("source", "every runtime constant needs a source or reason");
+    rt.sources["attention_kernels"] = src;
+    const json& list = e.raw("value");
+    if (!list.is_array() || list.empty()) e.fail("value", "expected a non-empty list of kernel names, e.g. [\"fa2\", \"sdpa\"]");
+    rt.attention_kernels.clear();
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string at = "value[" + std::to_string(i) + "]";
+      if (!list[i].is_string()) e.fail(at, "expected a kernel name");
+      const std::string name = canonical_attention(list[i].get<std::string>());
+      if (name.empty())
+        e.fail(at, "'" + list[i].get<std::string>() + "' is no attention implementation; valid: " + attention_choices() +
+                       ", ctxrun_mma, ctxrun_fp32");
+      rt.attention_kernels.push_back(name);
+    }
+    const std::string def = rt.attention_kernel.substr(0, rt.attention_kernel.find('|'));
+    bool listed = false;
+    for (auto& n : rt.attention_kernels) listed |= (n == def);
+    if (!listed) e.fail("value", "must list the default kernel '" + def + "' (constants.attention_kernel)");
   }
   rt.reduce_bucket_bytes *= kMiB;
   rt.reserved_bytes *= kMiB;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "costmodel/plan.hpp"
 
@@ -57,7 +58,11 @@ struct RuntimeProfile {
   double query_identity_bytes = 0;    // per attention query: what the mask needs of it (index, document)
   double key_block_bytes = 0;         // per key of each key block attention visits (identity, loop bounds)
   // ---- time
-  std::string attention_kernel = "flash2";  // which of the hardware profile's attention curves it runs
+  // which of the hardware profile's attention curves it runs by default ("a|b": the first with a
+  // curve), the kernels it can run at all (--attention), and the input that chose the kernel in force
+  std::string attention_kernel = "fa2";
+  std::vector<std::string> attention_kernels;
+  std::string attention_where, attention_field;
   double cpu_adam_params_per_second = 1e9;  // host AdamW rate per node (optimizer offload)
   // optimizer offload runs the update on the device over the offloaded states in pinned host
   // memory (read and written over PCIe), not on the host

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "costmodel/attention_kernels.hpp"
 #include "costmodel/attention_work.hpp"
 #include "costmodel/collectives.hpp"
 #include "costmodel/errors.hpp"
@@ -24,6 +25,8 @@ struct Pricer {
   const ClusterSpec& c;
   double peak;  // GEMM peak at the plan's precision
   const AttentionKernel* attn;
+  AttentionMask mask;   // the plan's mask as the kernel runs it
+  double head_dim;
 
   double gemm(double flops, double calls = 1) const {
     if (flops <= 0) return 0;
@@ -40,28 +43,10 @@ struct Pricer {
   // attention FLOPs run at the bf16 peak (fp8 plans keep attention in bf16, as TE and torchao do)
   double attention(double flops, double tokens, bool backward) const {
     if (flops <= 0) return 0;
-    const Curve& k = backward ? attn->bwd : attn->fwd;
-    return flops / (c.gpu.peak_bf16_flops * attention_scale * k.at(tokens)) + c.gpu.kernels.launch_seconds;
+    return flops / (c.gpu.peak_bf16_flops * attention_scale * attention_efficiency(*attn, mask, head_dim, tokens, backward)) +
+           c.gpu.kernels.launch_seconds;
   }
 };
-
-// attention_kernel may name alternatives, "a|b": the first with a curve in the hardware profile
-// (ctxrun-cuda: "ctxrun_mma|flash2", its own kernel once ctxrun-calibrate has measured it).
-const AttentionKernel& find_kernel(const ClusterSpec& c, const RuntimeProfile& rt) {
-  size_t start = 0;
-  for (;;) {
-    const size_t bar = rt.attention_kernel.find('|', start);
-    const std::string name = rt.attention_kernel.substr(start, bar == std::string::npos ? std::string::npos : bar - start);
-    for (auto& k : c.gpu.kernels.attention)
-      if (k.name == name) return k;
-    if (bar == std::string::npos) break;
-    start = bar + 1;
-  }
-  std::string valid;
-  for (auto& k : c.gpu.kernels.attention) valid += (valid.empty() ? "" : ", ") + k.name;
-  throw InputError("runtime profile " + rt.name, "constants.attention_kernel",
-                   "'" + rt.attention_kernel + "' has no curve in hardware profile " + c.gpu.name + "; valid: " + valid);
-}
 
 // Ring steps of one rank: step j computes block j while block j+1's keys travel.
 double ring_time(const std::vector<double>& steps, int64_t ring, double transfer) {
@@ -112,11 +97,11 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   }
   StepCosts k;
   const LocalShapes s = local_shapes(m, p, seq);
-  const AttentionKernel& kernel = find_kernel(c, rt);
+  const AttentionKernel& kernel = find_attention_kernel(c, rt);
   // GEMMs at the plan's precision; precision=fp32 is priced at the bf16 peak too (the hardware profiles
   // have no fp32/TF32 curve yet), so an fp32 plan's compute time is optimistic
   const double peak = p.precision == Precision::fp8 && c.gpu.peak_fp8_flops > 0 ? c.gpu.peak_fp8_flops : c.gpu.peak_bf16_flops;
-  Pricer price{c, peak, &kernel, rt.memory_traffic_factor};
+  Pricer price{c, peak, &kernel, attention_mask(p, kernel, rt), static_cast<double>(m.head_dim), rt.memory_traffic_factor};
   price.gemm_scale = rt.gemm_efficiency_scale;
   price.attention_scale = rt.attention_efficiency_scale;
   k.layers = m.layers;

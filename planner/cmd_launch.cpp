@@ -7,6 +7,7 @@
 #include <iostream>
 #include <regex>
 
+#include "costmodel/attention_kernels.hpp"
 #include "costmodel/errors.hpp"
 #include "costmodel/exit_codes.hpp"
 #include "planner/commands.hpp"
@@ -65,6 +66,7 @@ struct LaunchJob {
   Plan plan;
   std::string plan_where = "--plan";
   std::string plan_file;  // absolute, for a ctxplan.plan/1 file ctxrun can read itself
+  std::string file_attention;  // the plan file's "attention", if any
 };
 
 LaunchJob resolve_launch_job(const LaunchArgs& a, const CommonOptions& common) {
@@ -116,6 +118,7 @@ LaunchJob resolve_launch_job(const LaunchArgs& a, const CommonOptions& common) {
       j.runtime_given = true;
     }
     if (r.has("seq") && a.job.seq_opt->count() == 0) j.seq_arg = std::to_string(r.integer_in("seq", 1, int64_t(1) << 34));
+    if (r.has("attention")) j.file_attention = r.string("attention");
   } else if (!a.job.plan.empty()) {
     j.plan = parse_plan(a.job.plan, "--plan");
   } else {
@@ -188,10 +191,15 @@ std::function<int()> add_launch_command(CLI::App& app, CommonOptions& common) {
     check_launch_world(lj.plan, r.cluster, lj.plan_where);
     // ctxrun's backend is what runs: predict with its profile whatever runtime the plan was searched for
     const std::string rt_name = ctxrun_runtime_for_backend(a->backend);
-    const RuntimeProfile& rt = resolve_runtime(lj.profiles, rt_name);
+    RuntimeProfile rt = resolve_runtime(lj.profiles, rt_name);
     if (lj.runtime_given && lj.runtime_arg != rt_name)
       std::cerr << "ctxplan launch: warning: the plan was made for runtime '" << lj.runtime_arg << "'; ctxrun --backend "
                 << a->backend << " runs it, so the prediction is " << rt_name << "'s\n";
+    // ctxrun runs its own attention: --attention must be one it runs; a plan file's is a warning like its runtime
+    if (a->job.attention_opt->count() > 0) rt = with_attention(std::move(rt), a->job.attention, "--attention", "");
+    else if (!lj.file_attention.empty() && canonical_attention(lj.file_attention) != rt.attention_kernels.front())
+      std::cerr << "ctxplan launch: warning: the plan was made for attention '" << lj.file_attention << "'; ctxrun --backend "
+                << a->backend << " runs " << rt.attention_kernels.front() << ", so the prediction prices that\n";
     Prediction p = predict(r.model, r.cluster, rt, lj.plan, r.seq);
     r.plan = p.plan;  // dp resolved
     if (!p.memory.fits() && !a->no_fit_check) {

@@ -146,6 +146,9 @@ std::function<int()> add_show_command(CLI::App& app, CommonOptions& common) {
                 {"default node", std::to_string(h.default_gpus_per_node) + " GPUs, NVLink " +
                                      fixed(h.nvlink_bytes_per_second / 1e9, 0) + " GB/s, network " +
                                      fixed(h.network_bytes_per_second / 1e9, 0) + " GB/s per GPU"}};
+      std::string kernels;  // --attention choices with a curve on this GPU
+      for (auto& a : h.kernels.attention) kernels += (kernels.empty() ? "" : ", ") + a.name;
+      t.rows.push_back({"attention kernels", kernels});
       std::cout << t.render();
     } else if (k == "clusters") {
       ClusterSpec c = resolve_cluster(p, *name);
@@ -163,6 +166,9 @@ std::function<int()> add_show_command(CLI::App& app, CommonOptions& common) {
     } else {
       const RuntimeProfile& r = resolve_runtime(p, *name);
       std::cout << r.name << ": " << r.description << "\n";
+      std::string runs;
+      for (auto& k : r.attention_kernels) runs += (runs.empty() ? "" : ", ") + k;
+      std::cout << "attention: default " << r.attention_kernel << "; --attention may name: " << runs << "\n";
       Table t;
       t.header = {"constant", "source"};
       for (auto& [key, src] : r.sources) t.rows.push_back({key, src});

@@ -22,7 +22,7 @@ std::string print_table(const Prediction& p) {
   const MemoryPrediction& m = p.memory;
   std::ostringstream os;
   os << "ctxplan predict: " << p.model << " on " << p.cluster << " (" << p.world << " x " << p.gpu << "), seq "
-     << p.seq << " tokens, runtime " << p.runtime << "\n";
+     << p.seq << " tokens, runtime " << p.runtime << " (attention " << p.attention << ")\n";
   os << "plan: " << plan_to_string(p.plan) << "\n\n";
   os << "Per-GPU memory at the peak (" << to_string(m.peak_phase);
   if (m.peak_layer >= 0) os << ", layer " << m.peak_layer;

@@ -58,7 +58,7 @@ std::function<int()> add_simulate_command(CLI::App& app, CommonOptions& common) 
     }
     const StepTime& t = p.time;
     std::cout << "ctxplan simulate: " << p.model << " on " << p.cluster << " (" << p.world << " x " << p.gpu << "), seq " << p.seq
-              << " tokens, runtime " << p.runtime << " (attention kernel " << job.runtime.attention_kernel << ")\n";
+              << " tokens, runtime " << p.runtime << " (attention kernel " << p.attention << ")\n";
     std::cout << "plan: " << plan_to_string(p.plan) << "\n\n";
     Table tt;
     tt.header = {"", "seconds", "share"};

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <map>
 
+#include "costmodel/attention_kernels.hpp"
 #include "costmodel/prediction.hpp"
 #include "planner/commands.hpp"
 #include "costmodel/exit_codes.hpp"
@@ -28,10 +29,10 @@ std::function<int()> add_validate_command(CLI::App& app, CommonOptions& common) 
   return [a, &common]() {
     Profiles profiles = load_profiles(common.profiles.empty() ? default_profiles_dir() : common.profiles);
     const std::string dir = profiles.dir + "/validation/";
-    struct Row { std::string id, metric; double published, predicted; std::string plan, note; };
+    struct Row { std::string id, metric; double published, predicted; std::string plan, note, attention; };
     std::vector<Row> rows;
     for (const PublishedTimeRow& p : predict_published_time(profiles, a->only, ""))
-      rows.push_back({p.id, p.metric, p.published, p.predicted, p.plan, p.note});
+      rows.push_back({p.id, p.metric, p.published, p.predicted, p.plan, p.note, p.attention});
     for (const json& pt : read_jsonl(dir + "alst_maxseq.jsonl")) {
       JsonReader r(pt, dir + "alst_maxseq.jsonl");
       std::string id = r.string("id") + ":max_seq_tokens";
@@ -44,7 +45,7 @@ std::function<int()> add_validate_command(CLI::App& app, CommonOptions& common) 
       PlanCheck chk = check_plan(plan, m, c, seq_granule(plan) * 1024);
       if (!chk.ok()) throw InputError(dir + "alst_maxseq.jsonl", id, chk.message());
       int64_t s = max_trainable_seq(m, c, rt, plan, static_cast<int64_t>(published * 4));
-      rows.push_back({id, "max_seq_tokens", published, static_cast<double>(s), plan_to_string(plan), ""});
+      rows.push_back({id, "max_seq_tokens", published, static_cast<double>(s), plan_to_string(plan), "", find_attention_kernel(c, rt).name});
     }
     std::map<std::string, std::pair<double, int>> by_metric;  // sum |ln ratio|, count
     for (auto& r : rows)
@@ -57,7 +58,8 @@ std::function<int()> add_validate_command(CLI::App& app, CommonOptions& common) 
       json jr = json::array(), js = json::object();
       for (auto& r : rows)
         jr.push_back({{"id", r.id}, {"metric", r.metric}, {"published", r.published}, {"predicted", r.predicted},
-                      {"error", r.predicted / r.published - 1.0}, {"plan", r.plan}, {"note", r.note}});
+                      {"error", r.predicted / r.published - 1.0}, {"plan", r.plan}, {"note", r.note},
+                      {"attention", r.attention}});  // the kernel priced: the point's stated one, else the runtime's default
       for (auto& [k, v] : by_metric) js[k] = {{"points", v.second}, {"geomean_abs_error", std::exp(v.first / v.second) - 1.0}};
       std::cout << json_dump(json{{"schema", "ctxplan.validation/1"}, {"rows", jr}, {"summary", js}}) << "\n";
       return kExitOk;

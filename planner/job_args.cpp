@@ -1,5 +1,6 @@
 #include "planner/job_args.hpp"
 
+#include "costmodel/attention_kernels.hpp"
 #include "planner/format.hpp"
 #include "planner/validation_points.hpp"
 
@@ -12,12 +13,16 @@ void add_job_options(CLI::App& app, JobArgs& a, bool with_plan) {
                                  "cluster profile, or <nodes>x<gpus per node>x<gpu> such as 8xh100, 16x8xh200 (default 8xh100)");
   a.seq_opt = app.add_option("--seq,-s", a.seq, "sequence length in tokens: 131072, 128k, 1m (default 131072)");
   a.runtime_opt = app.add_option("--runtime,-r", a.runtime, "runtime profile: ctxrun-cuda | ctxrun-cpu | hf-deepspeed | megatron (default ctxrun-cuda)");
+  a.attention_opt = app.add_option("--attention", a.attention,
+                                   "attention implementation: " + attention_choices() +
+                                       " (default: the runtime's, e.g. fa2 for hf-deepspeed, cudnn for megatron; "
+                                       "`ctxplan show runtime NAME` lists what a runtime runs)");
   if (with_plan) {
     app.add_option("--plan,-p", a.plan,
                    "plan as key=value,... (keys: dp tp sp cp cp_kind ulysses zero mbs ga recompute ckpt_offload "
                    "opt_offload param_offload tiled_loss tiled_mlp mask packing precision order; default: " +
                        std::string(kDefaultPlan) + ")");
-    app.add_option("--plan-file", a.plan_file, "plan.json (may also carry model, cluster, seq, runtime)");
+    app.add_option("--plan-file", a.plan_file, "plan.json (may also carry model, cluster, seq, runtime, attention)");
   } else {
     app.add_option("--plan,-p", a.plan,
                    "fixed keys every searched plan keeps, e.g. \"mask=doc:hist:2048@0.8/32768@0.2,packing=sorted,precision=fp8\"");
@@ -28,8 +33,9 @@ Job resolve_job(const JobArgs& a, const CommonOptions& common) {
   Job job;
   job.profiles = load_profiles(common.profiles.empty() ? default_profiles_dir() : common.profiles);
   std::string model_arg = a.model, cluster_arg = a.cluster, runtime_arg = a.runtime, seq_arg = a.seq;
+  json j;
   if (!a.plan_file.empty()) {
-    json j = read_json_file(a.plan_file);
+    j = read_json_file(a.plan_file);
     JsonReader r(j, a.plan_file);
     std::string schema = r.string_or("schema", "");
     if (schema != "ctxplan.plan/1") r.fail("schema", "expected \"ctxplan.plan/1\", got \"" + schema + "\"");
@@ -46,9 +52,18 @@ Job resolve_job(const JobArgs& a, const CommonOptions& common) {
   job.seq = parse_tokens(seq_arg, "--seq");
   job.model = resolve_model(job.profiles, model_arg);
   job.cluster = resolve_cluster(job.profiles, cluster_arg);
-  job.runtime = resolve_runtime(job.profiles, runtime_arg);
+  job.runtime = runtime_with_job_attention(resolve_runtime(job.profiles, runtime_arg), a, a.plan_file.empty() ? nullptr : &j);
   job.runtime = with_time_residuals(job.profiles, std::move(job.runtime));  // the error band's residuals (validation_points.hpp)
   return job;
+}
+
+RuntimeProfile runtime_with_job_attention(RuntimeProfile rt, const JobArgs& a, const json* plan_file_doc) {
+  if (a.attention_opt && a.attention_opt->count() > 0) return with_attention(std::move(rt), a.attention, "--attention", "");
+  if (plan_file_doc && plan_file_doc->is_object() && plan_file_doc->contains("attention")) {
+    JsonReader r(*plan_file_doc, a.plan_file);
+    return with_attention(std::move(rt), r.string("attention"), a.plan_file, "attention");
+  }
+  return rt;
 }
 
 }  // namespace ctx

@@ -20,14 +20,15 @@ constexpr const char* kDefaultRuntime = "ctxrun-cuda";  // ctxrun on a GPU clust
 struct JobArgs {
   std::string model = kDefaultModel, cluster = kDefaultCluster, seq = kDefaultSeq, plan, plan_file;
   std::string runtime = kDefaultRuntime;
-  CLI::Option *model_opt = nullptr, *cluster_opt = nullptr, *seq_opt = nullptr, *runtime_opt = nullptr;
+  std::string attention;  // --attention: empty = the runtime's default kernel
+  CLI::Option *model_opt = nullptr, *cluster_opt = nullptr, *seq_opt = nullptr, *runtime_opt = nullptr, *attention_opt = nullptr;
 };
 
 struct Job {
   Profiles profiles;
   ModelSpec model;
   ClusterSpec cluster;
-  RuntimeProfile runtime;
+  RuntimeProfile runtime;  // with the job's attention kernel (--attention or the plan file's) in force
   Plan plan;
   int64_t seq = 0;
 };
@@ -36,5 +37,8 @@ struct Job {
 // may still be given with --plan as constraints (search commands use Plan as a base).
 void add_job_options(CLI::App& app, JobArgs& a, bool with_plan);
 Job resolve_job(const JobArgs& a, const CommonOptions& common);
+// The runtime with a plan file's "attention" (when --attention is not given) or --attention applied
+// (attention_kernels.hpp: unknown names and kernels the runtime does not run are input errors).
+RuntimeProfile runtime_with_job_attention(RuntimeProfile rt, const JobArgs& a, const json* plan_file_doc);
 
 }  // namespace ctx

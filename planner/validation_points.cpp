@@ -5,7 +5,27 @@
 #include <map>
 #include <mutex>
 
+#include "costmodel/attention_kernels.hpp"
+
 namespace ctx {
+namespace {
+
+// A point carries its source, the job as the source states it, and the published number; nothing
+// else may change its prediction (no per-point tuning knobs: issue 16).
+void check_point_keys(const JsonReader& r, const std::string& id) {
+  static const char* keys[] = {"id", "point", "source", "source_locator", "model", "cluster", "runtime", "plan", "seq",
+                               "metric", "published", "definition", "published_notes", "mapping_notes", "attention",
+                               "attention_source"};
+  for (auto& [key, v] : r.self().items()) {
+    bool known = false;
+    for (const char* k : keys) known |= key == k;
+    if (!known)
+      r.fail(key, "unknown key in point " + id + ": a point states its source's facts (model, cluster, runtime, plan, seq, "
+                  "attention with attention_source) and nothing that tunes its prediction");
+  }
+}
+
+}  // namespace
 
 std::vector<json> read_jsonl(const std::string& path) {
   std::ifstream in(path);
@@ -43,13 +63,19 @@ std::vector<PublishedTimeRow> predict_published_time(const Profiles& profiles, c
   for (const json& pt : read_jsonl(file)) {
     JsonReader r(pt, file);
     std::string id = r.string("id");
+    check_point_keys(r, id);
     if (!only.empty() && id.find(only) == std::string::npos) continue;
     RuntimeProfile rt = resolve_runtime(profiles, r.string("runtime"));
     if (!runtime.empty() && rt.name != runtime) continue;
     ModelSpec m = resolve_model(profiles, r.string("model"));
     ClusterSpec c = resolve_cluster(profiles, r.string("cluster"));
-    // the stack as it was when the point was measured (e.g. attention kernels before FA3-class ones)
-    if (r.has("attention_kernel")) rt.attention_kernel = r.string("attention_kernel");
+    // the attention implementation, where the point's source states it (quoted in attention_source):
+    // the same input as --attention; otherwise the runtime's default
+    if (r.has("attention")) {
+      if (r.string_or("attention_source", "").empty())
+        r.fail("attention_source", "a point's attention must quote where its source states the kernel");
+      rt = with_attention(std::move(rt), r.string("attention"), file, id + ": attention");
+    }
     Plan plan = parse_plan(r.string("plan"), id + ": plan");
     Prediction p = predict(m, c, rt, plan, r.integer("seq"));
     PublishedTimeRow row;
@@ -58,6 +84,7 @@ std::vector<PublishedTimeRow> predict_published_time(const Profiles& profiles, c
     row.metric = r.string("metric");
     row.runtime = rt.name;
     row.gpu = c.gpu.name;
+    row.attention = p.attention;
     row.plan = plan_to_string(p.plan);
     row.note = p.memory.fits() ? "" : "predicted not to fit";
     row.published = r.number("published");

@@ -16,6 +16,7 @@ double metric_from(const std::string& def, const ModelSpec& m, const Prediction&
 
 struct PublishedTimeRow {
   std::string id, point, metric, runtime, gpu, plan, note;
+  std::string attention;      // the kernel priced: the point's stated one, else the runtime's default
   double published = 0, predicted = 0;
   double step_log_ratio = 0;  // ln(measured / predicted step time) this metric implies
 };

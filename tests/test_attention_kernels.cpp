@@ -1,0 +1,162 @@
+// The attention implementation as an input (issue 16): --attention and a plan file's "attention"
+// pick the kernel whose curve prices the attention core; the choice is checked against the runtime
+// (what the stack runs) and the GPU (what has a curve, e.g. no FlashAttention-3 on an A100).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "costmodel/attention_kernels.hpp"
+#include "costmodel/exit_codes.hpp"
+#include "costmodel/plan.hpp"
+#include "costmodel/profile_store.hpp"
+#include "costmodel/step_model.hpp"
+#include "tests/run_process.hpp"
+
+namespace {
+
+using ctx::testing::RunResult;
+
+RunResult run_ctxplan(const std::vector<std::string>& args) { return ctx::testing::run_process(CTXPLAN_BIN, args); }
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+// The efficiency a hardware profile states for one kernel at one token count, read from the JSON
+// file itself (not through the loader under test); the token count must be one of the curve's points.
+double stated_efficiency(const std::string& hardware_file, const std::string& kernel, const std::string& curve, double tokens) {
+  std::ifstream in(ctx::default_profiles_dir() + "/hardware/" + hardware_file);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  for (auto& pt : j["kernels"]["attention"][kernel][curve]["points"])
+    if (pt[0].get<double>() == tokens) return pt[1].get<double>();
+  ADD_FAILURE() << kernel << "." << curve << " has no point at " << tokens;
+  return 0;
+}
+
+double total(const std::vector<std::vector<std::vector<double>>>& t, int* calls) {
+  double s = 0;
+  for (auto& pack : t)
+    for (auto& rank : pack)
+      for (double x : rank) {
+        s += x;
+        ++*calls;
+      }
+  return s;
+}
+
+// Each attention call costs flops / (peak x efficiency) + launch (step_model.cpp, Pricer::attention), so
+// with the same plan the launch-free attention time of two kernels is in the inverse ratio of their
+// stated efficiencies at the call's token count. Llama-3.1-8B (head dim 128, where the head-dim factor is
+// 1 by definition) at 16,384 tokens on one rank's whole sequence (cp=1): every call spans 16,384 keys, a
+// point of the H100 curves, so no interpolation enters the expected number. Relative 1e-9: arithmetic only.
+TEST(AttentionKernels, AChoiceScalesAttentionTimeByTheRatioOfItsCurves) {
+  const ctx::Profiles prof = ctx::load_profiles(ctx::default_profiles_dir());
+  const ctx::ModelSpec m = ctx::resolve_model(prof, "Llama-3.1-8B");
+  ASSERT_EQ(m.head_dim, 128);
+  const ctx::ClusterSpec c = ctx::resolve_cluster(prof, "8xh100");
+  const ctx::RuntimeProfile base = ctx::resolve_runtime(prof, "hf-deepspeed");
+  const ctx::Plan plan = ctx::parse_plan("dp=8,zero=3,recompute=full", "test");
+  const int64_t seq = 16384;
+  const double launch = c.gpu.kernels.launch_seconds;
+  for (const char* curve : {"fwd_tokens", "bwd_tokens"}) {
+    const bool bwd = std::string(curve) == "bwd_tokens";
+    double t[2];
+    int n[2] = {0, 0};
+    const char* names[2] = {"fa2", "fa3"};
+    for (int i = 0; i < 2; ++i) {
+      const ctx::RuntimeProfile rt = ctx::with_attention(base, names[i], "--attention", "");
+      const ctx::StepCosts k = ctx::step_costs(m, c, rt, plan, seq, false);
+      EXPECT_EQ(k.attention_kernel, names[i]);
+      t[i] = total(bwd ? k.attn_bwd : k.attn_fwd, &n[i]);
+    }
+    ASSERT_EQ(n[0], n[1]);
+    ASSERT_GT(n[0], 0);
+    const double expected = stated_efficiency("h100-sxm-80gb.json", "fa3", curve, 16384) /
+                            stated_efficiency("h100-sxm-80gb.json", "fa2", curve, 16384);
+    const double got = (t[0] - n[0] * launch) / (t[1] - n[1] * launch);
+    EXPECT_NEAR(got / expected, 1.0, 1e-9) << curve;
+  }
+}
+
+// The mask picks the causal or the no-mask curve (document masks run the causal kernel per document),
+// and the head-dim factor multiplies it: checked on the kernel the loader built, against the numbers the
+// file states (at a point of each curve, so no interpolation enters).
+TEST(AttentionKernels, HeadDimAndMaskPickTheStatedCurves) {
+  const ctx::Profiles prof = ctx::load_profiles(ctx::default_profiles_dir());
+  const ctx::ClusterSpec c = ctx::resolve_cluster(prof, "8xh100");
+  const ctx::RuntimeProfile rt = ctx::with_attention(ctx::resolve_runtime(prof, "hf-deepspeed"), "fa3", "--attention", "");
+  const ctx::AttentionKernel& k = ctx::find_attention_kernel(c, rt);
+  const double causal = stated_efficiency("h100-sxm-80gb.json", "fa3", "fwd_tokens", 4096);
+  const double full = stated_efficiency("h100-sxm-80gb.json", "fa3", "full_fwd_tokens", 4096);
+  const double hd64 = stated_efficiency("h100-sxm-80gb.json", "fa3", "head_dim", 64);
+  EXPECT_DOUBLE_EQ(ctx::attention_efficiency(k, ctx::AttentionMask::causal, 128, 4096, false), causal);
+  EXPECT_DOUBLE_EQ(ctx::attention_efficiency(k, ctx::AttentionMask::document, 128, 4096, false), causal);
+  EXPECT_DOUBLE_EQ(ctx::attention_efficiency(k, ctx::AttentionMask::full, 128, 4096, false), full);
+  EXPECT_DOUBLE_EQ(ctx::attention_efficiency(k, ctx::AttentionMask::causal, 64, 4096, false), causal * hd64);
+}
+
+TEST(AttentionKernels, Fa3OnAnA100IsRefusedNamingTheGpuAndWhatItHas) {
+  RunResult r = run_ctxplan({"predict", "--cluster", "8xa100", "--runtime", "hf-deepspeed", "--attention", "fa3", "--seq", "8k",
+                             "--plan", "dp=8,zero=3,recompute=full"});
+  EXPECT_EQ(r.exit_code, ctx::kExitBadInput) << r.both();
+  EXPECT_TRUE(contains(r.err, "--attention")) << r.err;
+  EXPECT_TRUE(contains(r.err, "'fa3' has no throughput curve in hardware profile A100-SXM-80GB")) << r.err;
+  EXPECT_TRUE(contains(r.err, "valid on this GPU: cudnn, fa2, flex, sdpa")) << r.err;
+}
+
+TEST(AttentionKernels, AnUnknownNameListsTheValidOnes) {
+  RunResult r = run_ctxplan({"predict", "--runtime", "hf-deepspeed", "--attention", "flash4"});
+  EXPECT_EQ(r.exit_code, ctx::kExitBadInput) << r.both();
+  EXPECT_TRUE(contains(r.err, "unknown attention implementation 'flash4'")) << r.err;
+  EXPECT_TRUE(contains(r.err, "fa2, fa3, cudnn, flex, sdpa")) << r.err;
+}
+
+TEST(AttentionKernels, AKernelTheRuntimeDoesNotRunIsRefused) {
+  RunResult r = run_ctxplan({"predict", "--runtime", "ctxrun-cuda", "--attention", "fa3"});
+  EXPECT_EQ(r.exit_code, ctx::kExitBadInput) << r.both();
+  EXPECT_TRUE(contains(r.err, "runtime ctxrun-cuda does not run 'fa3'; it runs: ctxrun_mma")) << r.err;
+}
+
+TEST(AttentionKernels, SdpaRefusesPackedDocuments) {
+  RunResult r = run_ctxplan({"predict", "--runtime", "hf-deepspeed", "--attention", "sdpa", "--seq", "32k", "--plan",
+                             "dp=8,zero=3,recompute=full,mask=doc:4096"});
+  EXPECT_EQ(r.exit_code, ctx::kExitBadInput) << r.both();
+  EXPECT_TRUE(contains(r.err, "'sdpa' cannot run mask=document")) << r.err;
+}
+
+std::string write_plan_file(const std::string& name, const std::string& extra) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << "{\"schema\": \"ctxplan.plan/1\", \"model\": \"Llama-3.1-8B\", \"cluster\": \"8xh100\", \"seq\": 16384, "
+                         "\"runtime\": \"hf-deepspeed\", \"plan\": {\"dp\": 8, \"zero\": 3, \"recompute\": \"full\"}" +
+                             extra + "}";
+  return path;
+}
+
+TEST(AttentionKernels, PlanFilesCarryTheKernelAndOldOnesStillLoad) {
+  // a file from before issue 16 has no "attention": the runtime's default (hf-deepspeed: fa2)
+  RunResult old = run_ctxplan({"predict", "--json", "--plan-file", write_plan_file("old_plan.json", "")});
+  ASSERT_TRUE(old.exit_code == ctx::kExitOk || old.exit_code == ctx::kExitDoesNotFit) << old.both();
+  EXPECT_EQ(nlohmann::json::parse(old.out)["attention"], "fa2");
+  RunResult fa3 = run_ctxplan({"predict", "--json", "--plan-file", write_plan_file("fa3_plan.json", ", \"attention\": \"fa3\"")});
+  ASSERT_TRUE(fa3.exit_code == ctx::kExitOk || fa3.exit_code == ctx::kExitDoesNotFit) << fa3.both();
+  EXPECT_EQ(nlohmann::json::parse(fa3.out)["attention"], "fa3");
+  // --attention on the command line wins over the file's
+  RunResult cli = run_ctxplan({"predict", "--json", "--attention", "sdpa", "--plan-file", write_plan_file("fa3_plan2.json", ", \"attention\": \"fa3\"")});
+  EXPECT_EQ(nlohmann::json::parse(cli.out)["attention"], "sdpa");
+  // a bad name in the file names the file and the field
+  const std::string bad = write_plan_file("bad_plan.json", ", \"attention\": \"fa9\"");
+  RunResult r = run_ctxplan({"predict", "--plan-file", bad});
+  EXPECT_EQ(r.exit_code, ctx::kExitBadInput) << r.both();
+  EXPECT_TRUE(contains(r.err, bad)) << r.err;
+  EXPECT_TRUE(contains(r.err, "attention")) << r.err;
+  EXPECT_TRUE(contains(r.err, "unknown attention implementation 'fa9'")) << r.err;
+}
+
+TEST(AttentionKernels, ListHardwareShowsTheGpuVariants) {
+  RunResult r = run_ctxplan({"list", "hardware"});
+  EXPECT_EQ(r.exit_code, ctx::kExitOk) << r.both();
+  for (const char* gpu : {"H100-SXM-80GB", "H100-NVL-94GB", "H100-PCIe-80GB", "H100-96GB-500W", "H800-SXM-80GB", "H200-141GB",
+                          "A100-SXM-40GB", "A100-SXM-80GB", "B200-180GB"})
+    EXPECT_TRUE(contains(r.out, gpu)) << gpu << "\n" << r.out;
+}
+
+}  // namespace
