@@ -57,6 +57,7 @@ StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const Runt
     ms.layers = layers;
     ms.layer_position.resize(static_cast<size_t>(layers));
     StepCosts k = step_costs(ms, c, rt, ps, seq, simulate, pre);
+    k.step_overhead_seconds = 0;  // the runtime's fixed overhead is once per step, added at the end
     if (!last) {  // the final norm, head and loss live on the last stage
       k.head_fwd = k.head_bwd = 0;
       k.loss_max_ar = k.loss_sum_ar = 0;
@@ -186,6 +187,7 @@ StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const Runt
   // tokens, model FLOPs and the world (pp included) from the whole plan's costs
   const StepCosts whole = step_costs(m, c, rt, p, seq, false, simulate ? nullptr : pre);
   finish_step_time(whole, t);
+  add_step_overhead(whole, t);  // a calibrated runtime's fixed per-step overhead, once
   if (detail) *detail = std::move(d);
   return t;
 }

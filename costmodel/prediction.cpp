@@ -19,6 +19,7 @@ Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfil
   p.plan = plan;
   p.warnings = check.warnings;
   p.memory = predict_memory(m, c, rt, plan, seq);
+  p.time_band = error_band(rt, c.gpu.name);  // from the runtime's residuals on this GPU (error_band.hpp)
   StepCosts costs = step_costs(m, c, rt, plan, seq, true);
   p.attention = costs.attention_kernel;
   if (plan.pp > 1) {  // pipeline parallel: stage by stage, then the schedule (pipeline_time.hpp)
@@ -41,7 +42,6 @@ Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfil
   SimResult r = simulate_step(costs, plan, sim ? record : SimRecord::none);
   p.time = r.time;
   add_step_overhead(costs, p.time);  // the simulator times the step without the runtime's fixed overhead
-  p.time_band = error_band(rt, c.gpu.name);
   p.sim_stats = r.stats;
   if (sim) *sim = std::move(r);
   return p;

@@ -17,6 +17,7 @@
 #include <fstream>
 
 #include "costmodel/error_band.hpp"
+#include "costmodel/prediction.hpp"
 #include "planner/calibrate.hpp"
 #include "planner/validation_points.hpp"
 #include "run_process.hpp"
@@ -113,6 +114,20 @@ TEST(Calibration, FewerRunsThanParametersFitOnlyWhatTheRunsIdentify) {
   EXPECT_FALSE(fit.fitted[static_cast<int>(CalParam::comm)]);
   EXPECT_EQ(fit.values.value[static_cast<int>(CalParam::comm)], 1.0);  // held at the prior
   EXPECT_LT(fit.rms_log_residual, 1e-6);  // two runs, two parameters: an exact fit
+}
+
+TEST(Calibration, TheOverheadIsAddedOncePerStepWithAndWithoutAPipeline) {
+  // a step's fixed overhead: the same seconds on top of the step, whatever the schedule (simulated,
+  // closed form, 1F1B over 2 stages with 4 micro-batches)
+  const ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  const ClusterSpec c = resolve_cluster(profiles(), "8xh100");
+  RuntimeProfile with = prior();
+  with.step_overhead_seconds = 0.25;
+  for (const char* plan : {"tp=8", "tp=4,pp=2,ga=4"}) {
+    const Prediction a = predict(m, c, prior(), parse_plan(plan), 16384), b = predict(m, c, with, parse_plan(plan), 16384);
+    EXPECT_NEAR(b.time.step_seconds - a.time.step_seconds, 0.25, 1e-9) << plan;
+    EXPECT_NEAR(b.time_closed_form.step_seconds - a.time_closed_form.step_seconds, 0.25, 1e-9) << plan;
+  }
 }
 
 TEST(ErrorBand, InterpolatedQuantilesContainAllButTheTailsOfTheResiduals) {
