@@ -192,4 +192,17 @@ StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const Runt
   return t;
 }
 
+double pipeline_step_lower_bound_s(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt0, const Plan& p,
+                                   int64_t seq, const AttentionWork* pre) {
+  const RuntimeProfile& rt = precision_changes_runtime(rt0, p.precision) ? runtime_for_precision(rt0, p.precision) : rt0;
+  const double P = static_cast<double>(std::max<int64_t>(1, p.pp)), C = static_cast<double>(std::max<int64_t>(1, p.vpp));
+  const double M = static_cast<double>(std::max<int64_t>(1, p.ga));
+  Plan ps = p;  // one micro-batch through every layer, no pipeline (as pipeline_step_time prices a stage)
+  ps.pp = 1;
+  ps.vpp = 1;
+  ps.ga = 1;
+  const double compute_s = estimate_step(step_costs(m, c, rt, ps, seq, false, pre)).breakdown.compute;
+  return compute_s * ((M - 1.0 / C) / P + 1.0 / C);
+}
+
 }  // namespace ctx

@@ -36,4 +36,21 @@ StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const Runt
                             int64_t seq, bool simulate, const AttentionWork* pre = nullptr,
                             PipelineStepDetail* detail = nullptr);
 
+// A lower bound of pipeline_step_time(m, c, rt, p, seq, false).step_seconds for one step_costs of
+// the whole model instead of the ten or so the chunks and stage tails take (the search prunes with
+// it, planner/search.cpp). Derivation, with M micro-batches, P stages, C chunks per stage, t_s one
+// micro-batch's forward and backward on stage s (all its chunks) and T = sum_s t_s:
+//  - the closed form (pipeline_schedule.cpp) is M t_max + (T - t_max) / C + sends for C > 1, and
+//    for C = 1 min(M, W) t_max + max(0, M - W) period + T - t_max + sends with period >= t_max:
+//    both >= (M - 1/C) t_max + T / C, and t_max >= T / P (the slowest stage is at least the
+//    mean), M >= 1 >= 1/C: >= T ((M - 1/C) / P + 1/C);
+//  - a chunk's seconds (estimate_step of its costs) are at least its slowest rank's, hence at least
+//    the mean rank's compute, which is linear in the chunk's layers plus the head on the last
+//    chunk: T >= the whole model's compute for one micro-batch (estimate_step's breakdown.compute
+//    of the plan with pp = 1, ga = 1);
+//  - the stage tails and a fixed per-step overhead only add.
+// tests/test_search.cpp checks it against every pipeline plan of a search space.
+double pipeline_step_lower_bound_s(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p,
+                                   int64_t seq, const AttentionWork* pre = nullptr);
+
 }  // namespace ctx

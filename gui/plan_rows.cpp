@@ -14,7 +14,10 @@ PlanTable build_plan_table(const SearchRequest& req, const std::function<bool(do
   auto t0 = std::chrono::steady_clock::now();
   PlanTable t;
   // 0..0.8: the search itself; 0.8..1: the plans that do not fit
-  SearchResult r = search_plans(req, [&](double f) { return !progress || progress(0.8 * f); });
+  // every fitting plan is a row with its time: no pipeline plan is left unpriced (prune_pipeline)
+  SearchRequest all = req;
+  all.prune_pipeline = false;
+  SearchResult r = search_plans(all, [&](double f) { return !progress || progress(0.8 * f); });
   t.enumerated = r.enumerated;
   t.valid = r.valid;
   t.fitting = r.fitting;

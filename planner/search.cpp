@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <queue>
 #include <sstream>
 #include <tuple>
 
@@ -198,6 +199,40 @@ std::string explain(const Candidate& a, const Candidate* next, Objective obj) {
   return os.str();
 }
 
+// Unpriced pipeline plans that could stand on the Pareto frontier are priced after all (closed
+// form) and join the ranking's tail (`ranked` from `first_unsimulated` on is in `better` order). A
+// plan is on the frontier when it is faster per token than every plan that needs less memory; an
+// unpriced plan whose bound is no faster than a priced plan with strictly less peak memory is not,
+// and leaving it out changes no other plan's place (a plan it would shadow, the cheaper plan
+// shadows too). Priced plans only set the bar: a higher bar prices more, never fewer.
+template <class Better>
+void reprice_pareto_candidates(const SearchRequest& req, std::vector<Candidate>& ranked, std::vector<Candidate>& unpriced,
+                               size_t first_unsimulated, Better better) {
+  if (unpriced.empty()) return;
+  std::vector<std::pair<double, double>> priced;  // (peak bytes, seconds per token)
+  priced.reserve(ranked.size());
+  for (const Candidate& c : ranked) priced.emplace_back(c.peak_bytes, c.seconds_per_token());
+  std::sort(priced.begin(), priced.end());
+  std::stable_sort(unpriced.begin(), unpriced.end(), [](const Candidate& a, const Candidate& b) { return a.peak_bytes < b.peak_bytes; });
+  std::vector<Candidate> kept;
+  size_t i = 0;
+  double bar = 1e300;  // the fewest seconds per token of the priced plans with less peak memory
+  const size_t before = ranked.size();
+  for (Candidate& c : unpriced) {
+    for (; i < priced.size() && priced[i].first < c.peak_bytes; ++i) bar = std::min(bar, priced[i].second);
+    if (1.0 / c.tokens_per_second_bound < bar) {
+      c.time = pipeline_step_time(req.model, req.cluster, req.runtime, c.plan, req.seq, false);
+      c.tokens_per_second_bound = 0;
+      ranked.push_back(std::move(c));
+    } else {
+      kept.push_back(std::move(c));
+    }
+  }
+  unpriced = std::move(kept);
+  if (ranked.size() > before)
+    std::stable_sort(ranked.begin() + static_cast<std::ptrdiff_t>(first_unsimulated), ranked.end(), better);
+}
+
 }  // namespace
 
 std::vector<Plan> enumerate_plans(const SearchRequest& req) {
@@ -215,6 +250,12 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
   std::map<std::tuple<int64_t, int, int64_t, int64_t>, AttentionWork> attention_cache;
   double best_ratio = 1e300;
   std::vector<Candidate> fitting;
+  // Pruning pipeline plans (req.prune_pipeline): the tokens/s of the best `keep` plans priced so
+  // far (a min-heap); a pipeline plan whose bound is below the worst of them cannot rank among the
+  // first `keep` (the finalists and the top K with the neighbour its `why` names).
+  const size_t keep = static_cast<size_t>(std::max({req.refine, req.top_k + 1, 1}));
+  const bool prune = req.prune_pipeline && req.objective == Objective::time;
+  std::priority_queue<double, std::vector<double>, std::greater<double>> best_tps;
   for_each_plan(req, true, [&](const Plan& plan) {
     ++r.enumerated;
     if (progress && (r.enumerated & 4095) == 0 && !progress(static_cast<double>(r.enumerated) / static_cast<double>(total))) {
@@ -248,8 +289,21 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
         if (equal) w.pairs.resize(1);  // every rank alike: price one
         it = attention_cache.emplace(key, std::move(w)).first;
       }
+      if (prune && p.pp > 1 && best_tps.size() >= keep) {
+        // tokens per step as step_costs counts them; 1e-9: the bound and the priced time are summed
+        // in different orders
+        const double tokens = static_cast<double>(req.seq) * static_cast<double>(p.mbs * p.ga * std::max<int64_t>(1, p.dp));
+        const double lb = pipeline_step_lower_bound_s(req.model, req.cluster, req.runtime, p, req.seq, &it->second);
+        if (lb > 0 && tokens / lb < best_tps.top() * (1.0 - 1e-9)) {
+          c.tokens_per_second_bound = tokens / lb;
+          r.unpriced.push_back(std::move(c));
+          return true;
+        }
+      }
       c.time = p.pp > 1 ? pipeline_step_time(req.model, req.cluster, req.runtime, p, req.seq, false, &it->second)
                         : estimate_step(step_costs(req.model, req.cluster, req.runtime, p, req.seq, false, &it->second));
+      best_tps.push(c.time.tokens_per_second);
+      if (best_tps.size() > keep) best_tps.pop();
     }
     fitting.push_back(std::move(c));
     return true;
@@ -294,6 +348,7 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
   // simulated finalists first (re-ranked by their simulated time), then the rest as they were
   std::stable_partition(fitting.begin(), fitting.begin() + static_cast<std::ptrdiff_t>(nref), [](const Candidate& c) { return c.simulated; });
   std::stable_sort(fitting.begin(), fitting.begin() + static_cast<std::ptrdiff_t>(r.simulated), better);
+  reprice_pareto_candidates(req, fitting, r.unpriced, static_cast<size_t>(r.simulated), better);
   // Pareto frontier: by peak memory, keep plans faster than every plan that needs less
   std::vector<Candidate> by_mem = fitting;
   std::stable_sort(by_mem.begin(), by_mem.end(), [](const Candidate& a, const Candidate& b) {

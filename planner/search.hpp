@@ -34,6 +34,11 @@ struct SearchRequest {
   std::vector<int64_t> tp_values, cp_values;  // restrict degrees (empty = all valid)
   std::vector<int64_t> pp_values;   // pipeline stages to try (empty = 1 and the divisors of the layers up to 16)
   int top_k = 10;
+  // Objective::time: a pipeline plan (pp > 1) whose tokens/s cannot reach the best max(refine,
+  // top_k + 1) priced so far (pipeline_step_lower_bound_s) is not priced: it goes to
+  // SearchResult::unpriced, unless it could stand on the Pareto frontier (then it is priced after
+  // all). The ranking's first max(refine, top_k + 1) plans and the frontier are the same as without.
+  bool prune_pipeline = true;
   int refine = 200;                 // finalists re-ranked by the event simulator (issue 15: tenfold the
                                     // 20 of the event-queue simulator, the 1024-GPU search still under 1 s);
                                     // beyond the first 20 only those whose ring attention is at most
@@ -47,15 +52,17 @@ struct Candidate {
   StepTime time;                    // closed form, or simulated for refined finalists
   bool simulated = false;
   std::string why;                  // for the top K: what makes it win or lose against its neighbour
+  double tokens_per_second_bound = 0;  // unpriced plans (SearchResult::unpriced): at most this many tokens/s
   double tokens_per_step() const { return time.tokens_per_second * time.step_seconds; }
   double seconds_per_token() const { return time.tokens_per_second > 0 ? 1.0 / time.tokens_per_second : 1e300; }
 };
 
 struct SearchResult {
-  std::vector<Candidate> ranked;    // fitting plans, best first (all of them, for tables and the GUI)
+  std::vector<Candidate> ranked;    // fitting plans priced, best first (all of them unless pruned: unpriced)
   std::vector<Candidate> pareto;    // fitting plans no other beats on both step time and peak memory
+  std::vector<Candidate> unpriced;  // fitting pipeline plans pruned by their time bound (prune_pipeline), no time
   Candidate closest;                // when nothing fits: the plan that comes nearest
-  int64_t enumerated = 0, valid = 0, fitting = 0, simulated = 0;
+  int64_t enumerated = 0, valid = 0, fitting = 0, simulated = 0;  // fitting: ranked and unpriced
   double seconds = 0;
   bool cancelled = false;
   std::string no_fit_reason;        // when nothing fits: the tightest constraint and what would help

@@ -185,3 +185,33 @@ TEST(ProcessGroups, TpEightFitsOneNodeAndTpSixteenSpansTwo) {
   // And the dp group then sits inside one node.
   EXPECT_EQ(nodes_spanned(strided, Group::dp, 8), 1);
 }
+
+// Pipeline stages in the rank grid (process_groups.hpp: pp outermost, Megatron's tp-cp-ep-dp-pp):
+// every rank appears once, stage k holds the ranks k*S .. k*S + S - 1 with S = dp*tp*cp (the
+// inner grid unchanged inside each stage), and a rank's pp group is {r mod S + k*S, k < pp}.
+TEST(ProcessGroups, PipelineStagesAreOutermostAndCoverEveryRankOnce) {
+  for (const char* text : {"dp=2,tp=2,cp=2,pp=4", "dp=1,tp=8,cp=1,pp=2", "dp=3,tp=2,cp=2,pp=3,order=cp-dp-tp",
+                           "dp=2,tp=1,cp=4,cp_kind=usp,ulysses=2,pp=2,order=dp-tp-cp"}) {
+    Plan p = parse_plan(text);
+    const int64_t S = p.dp * p.tp * p.cp, W = S * p.pp;
+    Plan inner = p;  // the same grid without the pipeline
+    inner.pp = 1;
+    std::set<int64_t> seen;
+    for (int64_t r = 0; r < W; ++r) {
+      const RankCoord c = coord_of_rank(p, r);
+      EXPECT_EQ(c.pp, r / S) << text << " rank " << r;
+      EXPECT_EQ(rank_of_coord(p, c), r) << text;
+      // inside a stage the coordinates are those of the plan without pp
+      const RankCoord ci = coord_of_rank(inner, r % S);
+      EXPECT_TRUE(c.tp == ci.tp && c.cp == ci.cp && c.dp == ci.dp && c.ulysses == ci.ulysses && c.ring == ci.ring) << text << " rank " << r;
+      seen.insert(r);
+      const std::vector<int64_t> g = group_ranks(p, Group::pp, r);
+      ASSERT_EQ(static_cast<int64_t>(g.size()), p.pp) << text;
+      for (int64_t k = 0; k < p.pp; ++k) EXPECT_EQ(g[static_cast<size_t>(k)], r % S + k * S) << text << " rank " << r;
+      // the inner groups stay inside the rank's stage
+      for (Group kind : {Group::tp, Group::cp, Group::dp, Group::zero})
+        for (int64_t q : group_ranks(p, kind, r)) EXPECT_EQ(q / S, r / S) << text << " rank " << r;
+    }
+    EXPECT_EQ(static_cast<int64_t>(seen.size()), W) << text;
+  }
+}

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -22,6 +23,7 @@
 #include "costmodel/plan_check.hpp"
 #include "costmodel/profile_store.hpp"
 #include "costmodel/exit_codes.hpp"
+#include "costmodel/pipeline_time.hpp"
 #include "planner/search.hpp"
 
 namespace ctx {
@@ -77,6 +79,12 @@ TEST(Search, FindsExactlyTheFittingPlansRankedByTokensPerSecond) {
       }
       got.push_back(plan_to_string(c.plan) + "|" + order_to_string(c.plan) + "|mbs" + std::to_string(c.plan.mbs));
     }
+    // pipeline plans the time bound prunes are fitting plans too (Search.PruningPipelinePlansKeeps...)
+    for (const Candidate& c : r.unpriced) {
+      EXPECT_GT(c.plan.pp, 1);
+      EXPECT_LE(c.peak_bytes, c.capacity_bytes) << plan_to_string(c.plan);
+      got.push_back(plan_to_string(c.plan) + "|" + order_to_string(c.plan) + "|mbs" + std::to_string(c.plan.mbs));
+    }
     std::sort(got.begin(), got.end());
     std::sort(fitting.begin(), fitting.end());
     EXPECT_EQ(got, fitting) << cluster;
@@ -97,6 +105,70 @@ TEST(Search, FindsExactlyTheFittingPlansRankedByTokensPerSecond) {
       EXPECT_GE(cf.tokens_per_second * (1 + 1e-9), best_closed) << "finalist " << i << " was not among the closed form's best";
     }
     EXPECT_FALSE(r.ranked[0].why.empty());
+  }
+}
+
+// Pruning pipeline plans by their time bound (SearchRequest::prune_pipeline) against the same
+// search with every plan priced (the exhaustive reference), on spaces where pp = 2..8 plans fit:
+// the bound is below every pipeline plan's priced closed form (pipeline_step_lower_bound_s's
+// derivation), the first max(refine, top_k + 1) ranked plans are the same plans with the same
+// times bit for bit, the Pareto frontier is the same, nothing fitting is lost (ranked + unpriced),
+// every unpriced plan is priced below the last kept rank's tokens/s, and the longest trainable
+// sequence is the same. A small keep (refine 5, top 3) prunes hardest; the default keep too.
+TEST(Search, PruningPipelinePlansKeepsTheRankingTheFrontierAndMaxSeq) {
+  struct Case { const char* cluster; int64_t seq, gbt; int refine, top; };
+  for (const Case& k : {Case{"8xh100", 131072, 0, 5, 3}, Case{"2x8xh100", 65536, 2097152, 5, 3}, Case{"2x8xh100", 65536, 2097152, 200, 10},
+                        Case{"2x8xh100", 262144, 0, 20, 10}}) {
+    const std::string name = std::string(k.cluster) + " seq " + std::to_string(k.seq) + " refine " + std::to_string(k.refine);
+    SearchRequest req = request("Llama-3.1-8B", k.cluster, k.seq);
+    req.global_batch_tokens = k.gbt;
+    req.refine = k.refine;
+    req.top_k = k.top;
+    SearchRequest all = req;
+    all.prune_pipeline = false;
+    const SearchResult on = search_plans(req), off = search_plans(all);
+    EXPECT_TRUE(off.unpriced.empty()) << name;
+    EXPECT_GT(on.unpriced.size(), 0u) << name << ": nothing pruned, the comparison proves nothing";
+    EXPECT_EQ(on.enumerated, off.enumerated) << name;
+    EXPECT_EQ(on.valid, off.valid) << name;
+    EXPECT_EQ(on.fitting, off.fitting) << name;
+    EXPECT_EQ(on.ranked.size() + on.unpriced.size(), off.ranked.size()) << name;
+    EXPECT_EQ(on.simulated, off.simulated) << name;
+    auto key = [](const Candidate& c) { return plan_to_string(c.plan) + "|" + order_to_string(c.plan) + "|mbs" + std::to_string(c.plan.mbs); };
+    const size_t keep = static_cast<size_t>(std::max(k.refine, k.top + 1));
+    ASSERT_GE(off.ranked.size(), keep) << name;
+    for (size_t i = 0; i < keep; ++i) {
+      ASSERT_EQ(key(on.ranked[i]), key(off.ranked[i])) << name << " rank " << i;
+      EXPECT_EQ(on.ranked[i].time.step_seconds, off.ranked[i].time.step_seconds) << name << " rank " << i;
+      EXPECT_EQ(on.ranked[i].why, off.ranked[i].why) << name << " rank " << i;
+    }
+    ASSERT_EQ(on.pareto.size(), off.pareto.size()) << name;
+    for (size_t i = 0; i < on.pareto.size(); ++i) {
+      EXPECT_EQ(key(on.pareto[i]), key(off.pareto[i])) << name << " frontier " << i;
+      EXPECT_EQ(on.pareto[i].time.step_seconds, off.pareto[i].time.step_seconds) << name << " frontier " << i;
+    }
+    // the bound against the priced closed form of every fitting pipeline plan (the lemma)
+    std::map<std::string, const Candidate*> priced;
+    for (const Candidate& c : off.ranked) priced[key(c)] = &c;
+    int64_t pipelines = 0;
+    for (const Candidate& c : off.ranked) {
+      if (c.plan.pp == 1 || c.simulated) continue;
+      ++pipelines;
+      const double lb = pipeline_step_lower_bound_s(req.model, req.cluster, req.runtime, c.plan, req.seq);
+      EXPECT_LE(lb, c.time.step_seconds * (1 + 1e-12)) << plan_to_string(c.plan);
+    }
+    EXPECT_GT(pipelines, 0) << name;
+    const double last_kept = off.ranked[keep - 1].time.tokens_per_second;
+    for (const Candidate& c : on.unpriced) {
+      auto it = priced.find(key(c));
+      ASSERT_NE(it, priced.end()) << key(c);
+      EXPECT_LE(it->second->time.tokens_per_second, c.tokens_per_second_bound * (1 + 1e-12)) << key(c);
+      EXPECT_LT(it->second->time.tokens_per_second, last_kept) << key(c);
+    }
+    // max-seq: the memory-only bisection (max_trainable_seq_any) must not depend on the pruning
+    Plan best_on, best_off;
+    EXPECT_EQ(max_trainable_seq_any(req, int64_t(1) << 22, &best_on), max_trainable_seq_any(all, int64_t(1) << 22, &best_off)) << name;
+    EXPECT_EQ(plan_to_string(best_on), plan_to_string(best_off)) << name;
   }
 }
 
