@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "costmodel/attention_kernels.hpp"
 #include "costmodel/simulator.hpp"
 #include "costmodel/step_model.hpp"
 
@@ -72,8 +73,8 @@ RuntimeProfile with_calibration(RuntimeProfile rt, const CalibrationValues& v) {
 }
 
 double predicted_step_seconds(const CalibrationRun& run, const RuntimeProfile& rt0) {
-  RuntimeProfile rt = rt0;
-  if (!run.attention.empty()) rt.attention_kernel = run.attention;  // the kernel the run used: a curve of its GPU's profile
+  // the kernel the run used, checked as --attention is (a name the runtime runs)
+  const RuntimeProfile rt = run.attention.empty() ? rt0 : with_attention(rt0, run.attention, run.where, "attention");
   const StepCosts k = step_costs(run.model, run.cluster, rt, run.plan, run.seq, true);
   StepTime t = simulate_step(k, run.plan, SimRecord::none).time;
   add_step_overhead(k, t);

@@ -223,6 +223,7 @@ TEST(CalibrateCli, BadRunsNameTheFileTheLineAndTheField) {
       {"id,model,cluster,plan,seq,step_seconds\na,Llama-3.1-8B,8xh100,\"tp=8\",32768,fast\n", "runs.csv:2: field 'step_seconds'"},
       {"id,model,cluster,plan,seq,walltime\n", "runs.csv:1: field 'walltime': unknown column"},
       {"id,model,cluster,plan,seq\na,Llama-3.1-8B,8xh100,\"tp=8\",32768\n", "step_seconds"},
+      {"id,model,cluster,plan,seq,step_seconds,attention\na,Llama-3.1-8B,8xh100,\"tp=8\",32768,1.0,fa9\n", "runs.csv:2: field 'attention'"},
       {"id,model,cluster,plan,seq,step_seconds\na,Llama-3.1-8B,8xh100,tp=8,zero=1,32768,1.0\n", "runs.csv:2"},
       {"{\"schema\": \"ctxplan.runs/1\", \"runs\": [{\"model\": \"Llama-3.1-8B\", \"cluster\": \"8xh100\", \"plan\": \"tp=3\", \"seq\": 4096, "
        "\"step_seconds\": 1}]}",
