@@ -102,6 +102,12 @@ CalibrationRun make_run(const Profiles& profiles, Fields f, const std::string& f
     run.measured_from = m->format + " " + path;
     const double world = static_cast<double>(world_size(run.cluster));
     const double tokens = static_cast<double>(run.seq) * static_cast<double>(std::max<int64_t>(1, run.plan.dp) * run.plan.mbs * run.plan.ga);
+    const double samples = static_cast<double>(std::max<int64_t>(1, run.plan.dp) * run.plan.mbs * run.plan.ga);
+    if (m->global_batch && *m->global_batch != samples)
+      throw InputError(f.where, "measurement",
+                       path + " logs a global batch of " + std::to_string(static_cast<int64_t>(*m->global_batch)) +
+                           " samples, the plan's dp x mbs x ga is " + std::to_string(static_cast<int64_t>(samples)) +
+                           ": not this run's job");
     if (m->step_seconds) run.measured_step_seconds = *m->step_seconds;
     else if (m->tokens_per_second) run.measured_step_seconds = tokens / *m->tokens_per_second;
     else if (m->tokens_per_second_per_gpu) run.measured_step_seconds = tokens / (*m->tokens_per_second_per_gpu * world);

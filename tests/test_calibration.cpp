@@ -217,6 +217,35 @@ TEST(CalibrateCli, WritesAProfileThatPredictTakesAsARuntimeFileWithItsBand) {
       << r.out;
 }
 
+TEST(CalibrationRuns, AMegatronLogIsTheRunsMeasurement) {
+  // the run's step is the log's mean "elapsed time per iteration (ms)" after the first (warm-up)
+  // iteration, read here line by line as a reference
+  const std::string log = std::string(CTXPLAN_TEST_DATA) + "/stacks/megatron_train.log";
+  std::ifstream in(log);
+  std::string line;
+  std::vector<double> ms;
+  const std::string key = "elapsed time per iteration (ms):";
+  while (std::getline(in, line))
+    if (auto at = line.find(key); at != std::string::npos) ms.push_back(std::stod(line.substr(at + key.size())));
+  ASSERT_GE(ms.size(), 2u);
+  double sum = 0;
+  for (size_t i = 1; i < ms.size(); ++i) sum += ms[i];
+  const double expected = sum / static_cast<double>(ms.size() - 1) / 1000.0;
+  // the log's global batch is 16 samples: tp=8 on 8 GPUs with ga=16
+  const std::string runs = write("ctxplan_cal_megatron.json",
+                                 "{\"schema\": \"ctxplan.runs/1\", \"runs\": [{\"model\": \"Llama-3.1-8B\", \"cluster\": \"8xh100\", "
+                                 "\"plan\": \"tp=8,ga=16\", \"seq\": 8192, \"measurement\": \"" + log + "\"}]}");
+  const std::vector<CalibrationRun> r = read_calibration_runs(profiles(), runs);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_NEAR(r[0].measured_step_seconds, expected, 1e-12 * expected);
+  EXPECT_NE(r[0].measured_from.find("Megatron-LM log"), std::string::npos);
+  // a plan of another global batch is another job
+  const std::string other = write("ctxplan_cal_megatron2.json",
+                                  "{\"schema\": \"ctxplan.runs/1\", \"runs\": [{\"model\": \"Llama-3.1-8B\", \"cluster\": \"8xh100\", "
+                                  "\"plan\": \"tp=8,ga=4\", \"seq\": 8192, \"measurement\": \"" + log + "\"}]}");
+  EXPECT_THROW(read_calibration_runs(profiles(), other), InputError);
+}
+
 TEST(CalibrateCli, BadRunsNameTheFileTheLineAndTheField) {
   const std::string root = std::string(CTXPLAN_SOURCE_DIR) + "/profiles";
   struct Case { std::string text, expect; } cases[] = {
