@@ -60,10 +60,10 @@ void BM_ClosedFormPlansPerSecond(benchmark::State& state) {
   std::vector<ctx::Plan> plans;
   for (ctx::Plan p : ctx::enumerate_plans(req))
     if (ctx::check_plan(p, req.model, req.cluster, req.seq).ok()) plans.push_back(p);
-  std::map<std::tuple<int64_t, int, int64_t, int64_t>, ctx::AttentionWork> works;
+  std::map<std::tuple<int64_t, int, int, int64_t, int64_t>, ctx::AttentionWork> works;
   if (cached)
     for (const ctx::Plan& p : plans) {
-      auto key = std::make_tuple(p.cp, static_cast<int>(p.cp_kind), ctx::ulysses_degree(p), p.dp);
+      auto key = std::make_tuple(p.cp, static_cast<int>(p.cp_comm), static_cast<int>(p.cp_layout), ctx::ulysses_degree(p), p.dp);
       if (works.count(key)) continue;
       ctx::AttentionWork w = ctx::attention_work(p, req.seq, false);
       bool equal = true;  // every CP rank alike: price one (what the search does)
@@ -79,7 +79,7 @@ void BM_ClosedFormPlansPerSecond(benchmark::State& state) {
     ctx::PlanCheck chk = ctx::check_plan(p, req.model, req.cluster, req.seq);
     ctx::MemoryPrediction mem = ctx::predict_memory(req.model, req.cluster, req.runtime, p, req.seq);
     const ctx::AttentionWork* pre = nullptr;
-    if (cached) pre = &works.find(std::make_tuple(p.cp, static_cast<int>(p.cp_kind), ctx::ulysses_degree(p), p.dp))->second;
+    if (cached) pre = &works.find(std::make_tuple(p.cp, static_cast<int>(p.cp_comm), static_cast<int>(p.cp_layout), ctx::ulysses_degree(p), p.dp))->second;
     ctx::StepTime t = ctx::estimate_step(ctx::step_costs(req.model, req.cluster, req.runtime, p, req.seq, false, pre));
     fits += mem.fits();
     benchmark::DoNotOptimize(chk);

@@ -4,6 +4,8 @@
 // d = head_dim, a = activation bytes, F = ffn/tp, V = vocab/tp.
 #include "costmodel/memory_model.hpp"
 
+#include "costmodel/attention_work.hpp"
+
 #include "costmodel/pipeline_stages.hpp"
 #include "costmodel/plan_check.hpp"
 
@@ -173,10 +175,19 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   const double q_fp32 = fp32_acts ? 0.0 : q / a * fp32;   // a separate fp32 accumulator of q's shape
   const double kv_full = 2.0 * static_cast<double>(p.mbs) * static_cast<double>(seq) * S.kv_heads * d * a;
   double fwd_comm = 0, bwd_attn_comm = 0, bwd_mlp_comm = 0, fwd_ws = 0;
-  if (p.cp_kind == CpKind::allgather && p.cp > 1) {
+  if (p.cp_comm == CpComm::allgather && p.cp > 1) {
     fwd_comm = kv_full;                                   // all-gathered K,V of the whole sequence
     fwd_ws += q_fp32;                                     // fp32 output accumulator: cp blocks merge into it
-    bwd_attn_comm = kv_full + kv_full / a * fp32;         // again, plus fp32 dK,dV before reduce-scatter
+    // the backward gathers K,V again and accumulates dK,dV, as each implementation holds them:
+    //   Transformer Engine (AttnFuncWithCPAndKVAllGather.backward, context_parallel.py): dk, dv zeros of
+    //     the gathered [cp*s] shape in the forward's dtype, then reduce_scatter_along_first_dim
+    //   ctxrun (executor/context_parallel.cpp, core_backward): gathered-shape fp32 dK,dV, reduce-scattered
+    //   PyTorch context_parallel (_templated_ring_attention_backward, _attention.py): dK,dV of the local
+    //     shard's shape in fp32 (convert_to_f32, default) or the input dtype, passed around the ring by
+    //     the all-to-all rotater: the accumulators, the concatenated send buffer and the received one
+    const double dkv_bytes = rt.allgather_dkv_fp32 ? fp32 : a;
+    const double dkv = rt.allgather_dkv_full_sequence ? kv_full / a * dkv_bytes : 3.0 * kv / a * dkv_bytes;
+    bwd_attn_comm = kv_full + dkv;
   } else if (r > 1) {
     fwd_comm = 2.0 * kv;                                  // double-buffered K,V receive for the ring
     bwd_attn_comm = 2.0 * kv + rt.ring_dkv_fp32_buffers * kv / a * fp32;  // K,V receive + travelling fp32 dK,dV
@@ -184,6 +195,10 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
     // place) a running LSE for the merge
     fwd_ws += q_fp32 + (fp32_acts || rt.attention_merges_in_place ? 0.0 : lse);
   }
+  // native varlen ring: the padded fp32 LSE of the step and of the running merge (attention_work.hpp,
+  // varlen_padded_lse_rows: why it grows when document lengths differ widely)
+  const double varlen_lse = 2.0 * varlen_padded_lse_rows(p, seq) * static_cast<double>(p.mbs) * S.q_heads * fp32;
+  fwd_ws += varlen_lse;
   if (u > 1) {
     fwd_comm += q + kv + o;                               // all-to-all staging of q,k,v in and of the output back
     bwd_attn_comm += q + kv + o;                          // the same for dq,dk,dv and d(out)
@@ -200,7 +215,7 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   // head-layout dq, dk, dv before the all-to-all back; plus what the runtime's kernel adds (e.g.
   // flash-attn 2 expanding dK, dV to the query heads under GQA).
   const double bwd_attn_ws =
-      o + q + kv_seq + lse + q_fp32 + (u > 1 ? q + kv : 0.0) + rt.attention_backward_extra_q_tensors * q;
+      o + q + kv_seq + lse + q_fp32 + (u > 1 ? q + kv : 0.0) + rt.attention_backward_extra_q_tensors * q + varlen_lse;
 
   // ---- MLP transients
   double fwd_mlp = 0;
@@ -230,7 +245,7 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   // ---- an explicit mask: [attention query rows, seq] for the whole step; otherwise the micro-batch's
   // token data: ids/labels/positions per local token, the queries' identities, and per key block
   // (each ring step's block, or each CP rank's under all-gather) its keys' identities and bounds
-  const double key_blocks = p.cp_kind == CpKind::allgather ? static_cast<double>(p.cp) : static_cast<double>(ring_degree(p));
+  const double key_blocks = p.cp_comm == CpComm::allgather ? static_cast<double>(p.cp) : static_cast<double>(ring_degree(p));
   const double token_data = S.tokens * rt.token_data_bytes +
                             S.attn_tokens * (rt.query_identity_bytes + key_blocks * rt.key_block_bytes);
   const double mask = p.mask == MaskKind::explicit_mask ? S.attn_tokens * static_cast<double>(seq) * a : token_data;

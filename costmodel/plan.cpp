@@ -14,13 +14,67 @@ namespace ctx {
 bool sp_enabled(const Plan& p) { return p.sp < 0 ? p.tp > 1 : p.sp != 0; }
 
 int64_t ulysses_degree(const Plan& p) {
-  if (p.cp_kind == CpKind::ulysses) return p.cp;
-  if (p.cp_kind == CpKind::usp) return p.ulysses > 0 ? p.ulysses : 1;
+  if (p.cp_comm == CpComm::a2a) return p.cp;
+  if (p.cp_comm == CpComm::a2a_p2p) return p.ulysses > 0 ? p.ulysses : 1;
   return 1;
 }
 int64_t ring_degree(const Plan& p) { return p.cp / std::max<int64_t>(1, ulysses_degree(p)); }
 int64_t zero_shard_degree(const Plan& p) { return std::max<int64_t>(1, p.dp) * p.cp; }
 int64_t plan_world(const Plan& p) { return std::max<int64_t>(1, p.dp) * p.tp * p.cp * p.pp; }
+
+CpKind cp_kind_of(const Plan& p) {
+  switch (p.cp_comm) {
+    case CpComm::p2p: return p.cp_layout == CpLayout::contiguous ? CpKind::ring : CpKind::zigzag;
+    case CpComm::allgather: return CpKind::allgather;
+    case CpComm::a2a: return CpKind::ulysses;
+    case CpComm::a2a_p2p: return CpKind::usp;
+  }
+  return CpKind::zigzag;
+}
+
+void set_cp_kind(Plan& p, CpKind k) {
+  switch (k) {
+    case CpKind::ring: p.cp_comm = CpComm::p2p, p.cp_layout = CpLayout::contiguous; break;
+    case CpKind::zigzag: p.cp_comm = CpComm::p2p, p.cp_layout = CpLayout::headtail; break;
+    case CpKind::allgather: p.cp_comm = CpComm::allgather, p.cp_layout = CpLayout::headtail; break;
+    case CpKind::ulysses: p.cp_comm = CpComm::a2a, p.cp_layout = CpLayout::contiguous; break;
+    case CpKind::usp: p.cp_comm = CpComm::a2a_p2p, p.cp_layout = CpLayout::headtail; break;
+  }
+}
+
+bool cp_kind_exact(const Plan& p) {
+  Plan named;
+  set_cp_kind(named, cp_kind_of(p));
+  return named.cp_comm == p.cp_comm && named.cp_layout == p.cp_layout;
+}
+
+bool cp_ring_exchange(const Plan& p) { return p.cp_comm == CpComm::p2p || p.cp_comm == CpComm::a2a_p2p; }
+
+const char* to_string(CpComm c) {
+  switch (c) {
+    case CpComm::p2p: return "p2p";
+    case CpComm::allgather: return "allgather";
+    case CpComm::a2a: return "a2a";
+    case CpComm::a2a_p2p: return "a2a+p2p";
+  }
+  return "?";
+}
+const char* to_string(CpLayout l) {
+  switch (l) {
+    case CpLayout::contiguous: return "contiguous";
+    case CpLayout::headtail: return "headtail";
+    case CpLayout::headtail_doc: return "headtail-doc";
+  }
+  return "?";
+}
+std::string to_string(const CpVarlen& v) {
+  switch (v.kind) {
+    case CpVarlen::Kind::native: return "native";
+    case CpVarlen::Kind::cycle: return "cycle";
+    case CpVarlen::Kind::split: return "split:" + std::to_string(v.split);
+  }
+  return "?";
+}
 
 const char* to_string(CpKind k) {
   switch (k) {
@@ -66,7 +120,7 @@ std::string mask_to_string(const Plan& p) {
   if (p.mask == MaskKind::explicit_mask) return "explicit";
   std::ostringstream os;
   os << "doc:";
-  if (p.docs.kind == DocLengths::Kind::histogram) os << "hist:";
+  if (p.docs.kind == DocLengths::Kind::histogram) os << (p.docs.token_share ? "tokhist:" : "hist:");
   for (size_t i = 0; i < p.docs.tokens.size(); ++i) {
     if (i) os << "/";
     os << p.docs.tokens[i];
@@ -87,8 +141,15 @@ const std::vector<std::pair<std::string, std::string>>& plan_key_help() {
       {"cp", "context-parallel degree (default 1)"},
       {"pp", "pipeline-parallel stages, outermost in the rank order; the layers split evenly (default 1)"},
       {"vpp", "model chunks per pipeline rank: 1 = 1F1B, >1 = interleaved 1F1B (Megatron's virtual pipeline; default 1)"},
-      {"cp_kind", "ring|zigzag|allgather|ulysses|usp (default zigzag)"},
-      {"ulysses", "Ulysses degree inside cp_kind=usp; ring degree = cp/ulysses"},
+      {"cp_kind", "shorthand for the CP axes: ring = p2p+contiguous, zigzag = p2p+headtail (default), "
+                  "allgather = allgather+headtail (before issue 20 it meant contiguous: add cp_layout=contiguous for that), "
+                  "ulysses = a2a, usp = a2a+p2p+headtail; a cp_comm that disagrees is an error"},
+      {"cp_comm", "p2p|allgather|a2a|a2a+p2p: how K,V travel (Megatron's --cp-comm-type names; default p2p)"},
+      {"cp_layout", "contiguous|headtail|headtail-doc: chunk c of cp | chunks c and 2cp-1-c of 2cp | every document "
+                    "cut into 2cp chunks placed head-tail, as Transformer Engine's THD (default headtail)"},
+      {"cp_varlen", "native|cycle|split:<k>, with a document mask under a ring: one varlen call per ring step | the ring "
+                    "run once per document | k sub-packs, native in each (GLM-4's divide and conquer; default native)"},
+      {"ulysses", "Ulysses degree inside cp_comm=a2a+p2p (cp_kind=usp); ring degree = cp/ulysses"},
       {"zero", "ZeRO stage 0-3 over dp*cp ranks (default 0)"},
       {"mbs", "sequences per micro-batch (default 1)"},
       {"ga", "gradient-accumulation micro-batches per step (default 1)"},
@@ -98,7 +159,9 @@ const std::vector<std::pair<std::string, std::string>>& plan_key_help() {
       {"param_offload", "0|1: ZeRO-3 parameter shards in host memory (default 0)"},
       {"tiled_loss", "tokens per logits+loss tile; on|auto = ALST's ~1 GiB fp32 logits tiles; 0|off = untiled (default 0)"},
       {"tiled_mlp", "MLP chunks along the sequence; on|auto = ALST's ceil(tokens per rank / hidden); 0|off = untiled (default 0)"},
-      {"mask", "causal | explicit | doc:<len> | doc:<l1>/<l2>/... | doc:hist:<len>@<frac>/... (default causal)"},
+      {"mask", "causal | explicit | doc:<len> | doc:<l1>/<l2>/... | doc:hist:<len>@<frac>/... (frac = share of documents "
+               "up to <len>) | doc:tokhist:<len>@<frac>/... (frac = share of tokens, as published length statistics "
+               "usually are) (default causal)"},
       {"packing", "greedy|sorted: how documents are packed into sequences; sorted balances attention work over DP ranks (default greedy)"},
       {"precision", "fp32|bf16|fp8: dtype of weights, activations, logits and communication; master weights, grads and optimizer as the runtime profile says (default bf16)"},
       {"order", "rank order, innermost first, e.g. tp-cp-dp (default); pp is always outermost"},
@@ -198,11 +261,13 @@ void parse_mask(const std::string& where, const std::string& v, Plan& p) {
   if (v.rfind("doc:", 0) != 0)
     throw InputError(where, "mask",
                      "unknown value '" + v + "'; valid: causal | explicit | doc:<len> | doc:<l1>/<l2>/... | "
-                     "doc:hist:<len>@<frac>/...");
+                     "doc:hist:<len>@<frac>/... (share of documents) | doc:tokhist:<len>@<frac>/... (share of tokens)");
   std::string body = v.substr(4);
   DocLengths d;
-  bool hist = body.rfind("hist:", 0) == 0;
-  if (hist) body = body.substr(5);
+  const bool tokhist = body.rfind("tokhist:", 0) == 0;
+  const bool hist = tokhist || body.rfind("hist:", 0) == 0;
+  if (hist) body = body.substr(tokhist ? 8 : 5);
+  d.token_share = tokhist;
   std::stringstream ss(body);
   std::string item;
   while (std::getline(ss, item, '/')) {
@@ -242,6 +307,18 @@ void parse_mask(const std::string& where, const std::string& v, Plan& p) {
   p.docs = d;
 }
 
+CpVarlen parse_varlen(const std::string& where, const std::string& v) {
+  CpVarlen out;
+  if (v == "native") return out;
+  if (v == "cycle") { out.kind = CpVarlen::Kind::cycle; return out; }
+  if (v.rfind("split:", 0) == 0) {
+    out.kind = CpVarlen::Kind::split;
+    out.split = parse_int(where, "cp_varlen", v.substr(6), 2, 1 << 20);
+    return out;
+  }
+  throw InputError(where, "cp_varlen", "unknown value '" + v + "'; valid: native | cycle | split:<k> (k >= 2 sub-packs)");
+}
+
 void parse_order(const std::string& where, const std::string& v, Plan& p) {
   std::stringstream ss(v);
   std::string item;
@@ -266,9 +343,18 @@ void set_key(Plan& p, const std::string& where, const std::string& key, const st
   else if (key == "pp") p.pp = parse_int(where, key, v, 1, kMaxDegree);
   else if (key == "vpp") p.vpp = parse_int(where, key, v, 1, kMaxDegree);
   else if (key == "cp_kind")
-    p.cp_kind = parse_enum<CpKind>(where, key, v,
-                                   {{"ring", CpKind::ring}, {"zigzag", CpKind::zigzag}, {"allgather", CpKind::allgather},
-                                    {"ulysses", CpKind::ulysses}, {"usp", CpKind::usp}});
+    set_cp_kind(p, parse_enum<CpKind>(where, key, v,
+                                      {{"ring", CpKind::ring}, {"zigzag", CpKind::zigzag}, {"allgather", CpKind::allgather},
+                                       {"ulysses", CpKind::ulysses}, {"usp", CpKind::usp}}));
+  else if (key == "cp_comm")
+    p.cp_comm = parse_enum<CpComm>(where, key, v,
+                                   {{"p2p", CpComm::p2p}, {"allgather", CpComm::allgather}, {"a2a", CpComm::a2a},
+                                    {"a2a+p2p", CpComm::a2a_p2p}});
+  else if (key == "cp_layout")
+    p.cp_layout = parse_enum<CpLayout>(where, key, v,
+                                       {{"contiguous", CpLayout::contiguous}, {"headtail", CpLayout::headtail},
+                                        {"headtail-doc", CpLayout::headtail_doc}});
+  else if (key == "cp_varlen") p.cp_varlen = parse_varlen(where, v);
   else if (key == "ulysses") p.ulysses = parse_int(where, key, v, 1, kMaxDegree);
   else if (key == "zero") p.zero = static_cast<int>(parse_int(where, key, v, 0, 3));
   else if (key == "mbs") p.mbs = parse_int(where, key, v, 1, 1 << 16);
@@ -308,7 +394,7 @@ Plan parse_plan(const std::string& text, const std::string& where) {
   Plan p;
   std::stringstream ss(text);
   std::string item;
-  std::vector<std::string> seen;
+  std::vector<std::string> seen, values;
   while (std::getline(ss, item, ',')) {
     // trim spaces
     item.erase(0, item.find_first_not_of(" \t"));
@@ -321,7 +407,37 @@ Plan parse_plan(const std::string& text, const std::string& where) {
     if (std::find(seen.begin(), seen.end(), key) != seen.end()) throw InputError(where, key, "given twice");
     seen.push_back(key);
     set_key(p, where, key, value);
+    values.push_back(value);
   }
+  auto given = [&](const char* key) -> const std::string* {
+    for (size_t i = 0; i < seen.size(); ++i)
+      if (seen[i] == key) return &values[i];
+    return nullptr;
+  };
+  // cp_kind with the axis keys: the shorthand sets both axes; an explicit cp_comm must be the
+  // shorthand's; an explicit cp_layout refines allgather, ulysses and usp (their names say only the
+  // exchange) but must be the layout that ring (contiguous) and zigzag (headtail) name.
+  if (const std::string* kind = given("cp_kind")) {
+    Plan named;
+    set_key(named, where, "cp_kind", *kind);
+    const std::string *comm = given("cp_comm"), *layout = given("cp_layout");
+    Plan axes;  // the axis keys as given (cp_kind, applied in order, may have overwritten them)
+    if (comm) set_key(axes, where, "cp_comm", *comm);
+    if (comm && named.cp_comm != axes.cp_comm)
+      throw InputError(where, "cp_comm",
+                       "cp_comm=" + *comm + " disagrees with cp_kind=" + *kind + " (which means cp_comm=" +
+                           to_string(named.cp_comm) + "); give one of them");
+    if (layout) set_key(p, where, "cp_layout", *layout);  // given before cp_kind, the shorthand overwrote it
+    if (layout && (*kind == "ring" || *kind == "zigzag") && named.cp_layout != p.cp_layout)
+      throw InputError(where, "cp_layout",
+                       "cp_layout=" + *layout + " disagrees with cp_kind=" + *kind + " (which means cp_layout=" +
+                           to_string(named.cp_layout) + "); give one of them, e.g. cp_comm=p2p,cp_layout=" + *layout);
+    p.cp_comm = named.cp_comm;
+    if (!layout) p.cp_layout = named.cp_layout;
+  }
+  if (const std::string* varlen = given("cp_varlen"); varlen && p.mask != MaskKind::document)
+    throw InputError(where, "cp_varlen",
+                     "cp_varlen=" + *varlen + " chooses how packed documents run; it needs a document mask (mask=doc:...)");
   return p;
 }
 
@@ -331,8 +447,13 @@ std::string plan_to_string(const Plan& p) {
   os << "dp=" << p.dp << ",tp=" << p.tp << ",cp=" << p.cp;
   if (p.pp != d.pp) os << ",pp=" << p.pp;
   if (p.vpp != d.vpp) os << ",vpp=" << p.vpp;
-  if (p.cp > 1 || p.cp_kind != d.cp_kind) os << ",cp_kind=" << to_string(p.cp_kind);
-  if (p.cp_kind == CpKind::usp && p.ulysses > 0) os << ",ulysses=" << p.ulysses;  // unset: plan_check asks for it
+  // the CP axes: the shorthand where one names them, else the axis keys
+  if (cp_kind_exact(p)) {
+    if (p.cp > 1 || cp_kind_of(p) != cp_kind_of(d)) os << ",cp_kind=" << to_string(cp_kind_of(p));
+  } else {
+    os << ",cp_comm=" << to_string(p.cp_comm) << ",cp_layout=" << to_string(p.cp_layout);
+  }
+  if (p.cp_comm == CpComm::a2a_p2p && p.ulysses > 0) os << ",ulysses=" << p.ulysses;  // unset: plan_check asks for it
   if (p.sp >= 0 && sp_enabled(p) != (p.tp > 1)) os << ",sp=" << (sp_enabled(p) ? 1 : 0);
   if (p.zero != d.zero) os << ",zero=" << p.zero;
   if (p.mbs != d.mbs) os << ",mbs=" << p.mbs;
@@ -346,6 +467,7 @@ std::string plan_to_string(const Plan& p) {
   if (p.tiled_mlp > 1) os << ",tiled_mlp=" << p.tiled_mlp;
   if (p.tiled_mlp < 0) os << ",tiled_mlp=auto";
   if (p.mask != MaskKind::causal) os << ",mask=" << mask_to_string(p);
+  if (!(p.cp_varlen == d.cp_varlen)) os << ",cp_varlen=" << to_string(p.cp_varlen);
   if (p.sorted_packing) os << ",packing=sorted";
   if (p.precision != d.precision) os << ",precision=" << to_string(p.precision);
   if (order_to_string(p) != order_to_string(d)) os << ",order=" << order_to_string(p);
@@ -360,8 +482,11 @@ json plan_to_json(const Plan& p) {
   j["cp"] = p.cp;
   j["pp"] = p.pp;
   j["vpp"] = p.vpp;
-  j["cp_kind"] = to_string(p.cp_kind);
-  if (!(p.cp_kind == CpKind::usp && p.ulysses == 0)) j["ulysses"] = ulysses_degree(p);  // usp's unset degree stays unset
+  if (cp_kind_exact(p)) j["cp_kind"] = to_string(cp_kind_of(p));  // for readers from before the axes
+  j["cp_comm"] = to_string(p.cp_comm);
+  j["cp_layout"] = to_string(p.cp_layout);
+  if (p.mask == MaskKind::document) j["cp_varlen"] = to_string(p.cp_varlen);
+  if (!(p.cp_comm == CpComm::a2a_p2p && p.ulysses == 0)) j["ulysses"] = ulysses_degree(p);  // usp's unset degree stays unset
   j["zero"] = p.zero;
   j["mbs"] = p.mbs;
   j["ga"] = p.ga;
@@ -392,7 +517,8 @@ Plan plan_from_json(const json& j, const std::string& where) {
     else if (v.is_number()) s = v.dump();
     else throw InputError(where, "plan." + k, "expected a string, number or boolean");
     if (s.find(',') != std::string::npos) throw InputError(where, "plan." + k, "value may not contain ','");
-    bool usp = j.contains("cp_kind") && j.at("cp_kind").is_string() && j.at("cp_kind").get<std::string>() == "usp";
+    bool usp = (j.contains("cp_kind") && j.at("cp_kind").is_string() && j.at("cp_kind").get<std::string>() == "usp") ||
+               (j.contains("cp_comm") && j.at("cp_comm").is_string() && j.at("cp_comm").get<std::string>() == "a2a+p2p");
     if (k == "ulysses" && !usp) continue;  // derived field in our own output
     text += (text.empty() ? "" : ",") + k + "=" + s;
   }

@@ -9,6 +9,22 @@
 
 namespace ctx {
 
+// Context parallelism is two axes and a strategy (docs/CONTEXT_PARALLEL.md):
+//   cp_comm    how K,V travel: p2p (ring), allgather (all-gather K,V, reduce-scatter dK,dV),
+//              a2a (Ulysses all-to-all over heads), a2a+p2p (Ulysses inside, ring outside = USP)
+//   cp_layout  which tokens a rank holds: contiguous (chunk c of cp), headtail (chunks c and
+//              2cp-1-c of 2cp), headtail-doc (every document cut into 2cp chunks, placed head-tail)
+//   cp_varlen  how packed documents run under a ring: native (one varlen call per ring step),
+//              cycle (the ring run once per document), split:<k> (k sub-packs, native in each)
+// CpKind is the shorthand `cp_kind=` names: ring = p2p+contiguous, zigzag = p2p+headtail,
+// allgather = allgather+headtail, ulysses = a2a (contiguous unless cp_layout says), usp = a2a+p2p+headtail.
+enum class CpComm { p2p, allgather, a2a, a2a_p2p };
+enum class CpLayout { contiguous, headtail, headtail_doc };
+struct CpVarlen {
+  enum class Kind { native, cycle, split } kind = Kind::native;
+  int64_t split = 0;  // split:<k>: sub-packs (>= 2); 0 otherwise
+  bool operator==(const CpVarlen& o) const { return kind == o.kind && split == o.split; }
+};
 enum class CpKind { ring, zigzag, allgather, ulysses, usp };
 enum class Recompute { none, selective, full };
 enum class MaskKind { causal, document, explicit_mask };
@@ -19,7 +35,8 @@ enum class Dim { tp, cp, dp };
 struct DocLengths {
   enum class Kind { fixed, list, histogram } kind = Kind::fixed;
   std::vector<int64_t> tokens;   // fixed: one length; list: each length; histogram: bin upper edges
-  std::vector<double> weights;   // histogram: fraction of documents in each bin (sums to 1)
+  std::vector<double> weights;   // histogram: each bin's fraction (sums to 1)
+  bool token_share = false;      // histogram: weights are shares of tokens (doc:tokhist:), not of documents (doc:hist:)
 };
 
 struct Plan {
@@ -29,7 +46,9 @@ struct Plan {
   int64_t cp = 1;
   int64_t pp = 1;                 // pipeline stages (outermost in the rank grid, as Megatron's tp-cp-ep-dp-pp)
   int64_t vpp = 1;                // model chunks per pipeline rank: 1 = 1F1B, >1 = interleaved 1F1B
-  CpKind cp_kind = CpKind::zigzag;
+  CpComm cp_comm = CpComm::p2p;   // with cp_layout: the CP axes (default = cp_kind=zigzag)
+  CpLayout cp_layout = CpLayout::headtail;
+  CpVarlen cp_varlen;             // with mask=document
   int64_t ulysses = 0;            // Ulysses degree inside usp (0 = all of cp for ulysses, required for usp)
   int zero = 0;                   // 0..3, sharded over dp x cp (every rank with the same TP shard)
   int64_t mbs = 1;                // sequences per micro-batch
@@ -54,7 +73,17 @@ int64_t ring_degree(const Plan& p);      // cp / ulysses_degree
 int64_t zero_shard_degree(const Plan& p);  // dp * cp
 int64_t plan_world(const Plan& p);         // dp * tp * cp * pp (dp 0 counted as 1)
 
+// The shorthand nearest the plan's axes (p2p: ring when contiguous, else zigzag); cp_kind_exact:
+// whether `cp_kind=<that>` alone names the axes. set_cp_kind: the axes a shorthand names.
+CpKind cp_kind_of(const Plan& p);
+bool cp_kind_exact(const Plan& p);
+void set_cp_kind(Plan& p, CpKind k);
+bool cp_ring_exchange(const Plan& p);  // K,V pass around a ring (p2p or a2a+p2p)
+
 const char* to_string(CpKind k);
+const char* to_string(CpComm c);
+const char* to_string(CpLayout l);
+std::string to_string(const CpVarlen& v);
 const char* to_string(Recompute r);
 const char* to_string(Dim d);
 const char* to_string(Precision x);

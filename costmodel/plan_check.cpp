@@ -48,11 +48,10 @@ std::string PlanCheck::message() const {
 }
 
 int64_t seq_granule(const Plan& p) {
-  switch (p.cp_kind) {
-    case CpKind::zigzag: return 2 * p.cp;               // 2*cp chunks, two per rank
-    case CpKind::usp: return 2 * p.cp;                  // zig-zag ring across Ulysses groups
-    default: return p.cp * (sp_enabled(p) ? p.tp : 1);  // even shards (and SP shards)
-  }
+  // headtail: 2*cp chunks, two per rank (a2a+p2p: 2*ring chunks cut in ulysses slices); headtail-doc:
+  // the same chunking of every document (Transformer Engine's THD asks each length to divide by 2*cp)
+  if (p.cp > 1 && p.cp_layout != CpLayout::contiguous && p.cp_comm != CpComm::a2a) return 2 * p.cp;
+  return p.cp * (sp_enabled(p) ? p.tp : 1);  // even shards (and SP shards)
 }
 
 PlanCheck check_plan(Plan& p, const ModelSpec& m, const ClusterSpec& c, int64_t seq) {
@@ -143,7 +142,7 @@ PlanCheck check_plan(Plan& p, const ModelSpec& m, const ClusterSpec& c, int64_t 
   if (p.sp == 1 && p.tp == 1) r.warnings.push_back("sp=1 has no effect with tp=1");
 
   // ---- context parallel kinds
-  if (p.cp_kind == CpKind::usp) {
+  if (p.cp_comm == CpComm::a2a_p2p) {
     if (p.ulysses <= 0) {
       err("cp_kind=usp needs ulysses=<degree> (the Ulysses part of cp; ring degree = cp/ulysses)");
       p.ulysses = 1;
@@ -151,10 +150,10 @@ PlanCheck check_plan(Plan& p, const ModelSpec& m, const ClusterSpec& c, int64_t 
       err("ulysses=" + std::to_string(p.ulysses) + " must divide cp=" + std::to_string(p.cp));
       for (int64_t u : nearest(divisors(p.cp), p.ulysses)) alt("ulysses=" + std::to_string(u));
     }
-  } else if (p.ulysses > 0 && p.cp_kind != CpKind::ulysses) {
+  } else if (p.ulysses > 0 && p.cp_comm != CpComm::a2a) {
     err("ulysses=" + std::to_string(p.ulysses) + " is only meaningful with cp_kind=usp");
     alt("cp_kind=usp");
-  } else if (p.cp_kind == CpKind::ulysses && p.ulysses > 0 && p.ulysses != p.cp) {
+  } else if (p.cp_comm == CpComm::a2a && p.ulysses > 0 && p.ulysses != p.cp) {
     err("with cp_kind=ulysses the Ulysses degree is cp (" + std::to_string(p.cp) + "); use cp_kind=usp for a hybrid");
   }
   int64_t u = ulysses_degree(p);
@@ -167,7 +166,7 @@ PlanCheck check_plan(Plan& p, const ModelSpec& m, const ClusterSpec& c, int64_t 
     for (int64_t d : divisors(q))
       if (ulysses_ok(m, p.tp, d)) ok.push_back(d);
     for (int64_t d : nearest(ok, u))
-      alt(p.cp_kind == CpKind::usp ? "ulysses=" + std::to_string(d) : "cp=" + std::to_string(d));
+      alt(p.cp_comm == CpComm::a2a_p2p ? "ulysses=" + std::to_string(d) : "cp=" + std::to_string(d));
   } else if (u > 1 && m.kv_heads / std::max<int64_t>(1, p.tp) < u) {
     int64_t kv = std::max<int64_t>(1, m.kv_heads / std::max<int64_t>(1, p.tp));
     r.warnings.push_back("Ulysses degree " + std::to_string(u) + " exceeds the " + std::to_string(kv) +
@@ -177,8 +176,8 @@ PlanCheck check_plan(Plan& p, const ModelSpec& m, const ClusterSpec& c, int64_t 
   // ---- sequence divisibility
   int64_t g = seq_granule(p);
   if (seq > 0 && g > 0 && seq % g != 0) {
-    std::string why = p.cp_kind == CpKind::zigzag || p.cp_kind == CpKind::usp
-                          ? "zig-zag placement needs the sequence divisible by 2*cp = " + std::to_string(g)
+    std::string why = g == 2 * p.cp && p.cp > 1
+                          ? std::string("cp_layout=") + to_string(p.cp_layout) + " needs the sequence divisible by 2*cp = " + std::to_string(g)
                           : "the sequence must split evenly over cp" + std::string(sp_enabled(p) ? "*tp" : "") + " = " +
                                 std::to_string(g) + " ranks";
     err(why + ", got " + std::to_string(seq));

@@ -387,6 +387,8 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"attention_merges_in_place", nullptr, &rt.attention_merges_in_place},
       {"unit_grads_fp32", nullptr, &rt.unit_grads_fp32},
       {"ring_dkv_fp32_buffers", &rt.ring_dkv_fp32_buffers, nullptr},
+      {"allgather_dkv_full_sequence", nullptr, &rt.allgather_dkv_full_sequence},
+      {"allgather_dkv_fp32", nullptr, &rt.allgather_dkv_fp32},
       {"reduce_bucket_mib", &rt.reduce_bucket_bytes, nullptr},
       {"reserved_mib", &rt.reserved_bytes, nullptr},
       {"fragmentation", &rt.fragmentation, nullptr},

@@ -47,6 +47,8 @@ struct RuntimeProfile {
   double backward_grad_tensors = 3;   // [tokens, hidden] activation-gradient tensors in flight
   double attention_backward_extra_q_tensors = 0;  // [tokens, q heads x d] copies the attention backward adds
   double ring_dkv_fp32_buffers = 2;  // fp32 [K;V]-shaped dK,dV buffers of a ring backward (send, receive, ...)
+  bool allgather_dkv_full_sequence = true;  // all-gather CP: dK,dV accumulated over the gathered sequence (else the local shard's)
+  bool allgather_dkv_fp32 = true;           // all-gather CP: those dK,dV accumulators are fp32 (else the activation dtype)
   bool unit_grads_fp32 = false;  // ZeRO-2/3's transient full gradient of a unit is fp32 (else the weights' dtype)
   bool attention_merges_in_place = false;  // ring steps merge into the output accumulator and saved LSE (no per-step copies)
   double reduce_bucket_bytes = 0;     // gradient reduce/reduce-scatter bucket

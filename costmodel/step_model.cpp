@@ -77,7 +77,11 @@ AttentionWork attention_work(const Plan& p, int64_t seq, bool per_step) {
   }
   w.packs = pack_attention_work(p, seq, std::max<int64_t>(1, p.dp));
   w.effective_length = effective_document_length(p, seq);
-  for (int64_t l : document_layout(p, seq)) w.pairs_per_sequence += static_cast<double>(l) * (static_cast<double>(l) + 1.0) / 2.0;
+  const std::vector<std::vector<int64_t>> priced = priced_packs(p, seq);
+  for (const auto& docs : priced)
+    for (int64_t l : docs)
+      w.pairs_per_sequence += static_cast<double>(l) * (static_cast<double>(l) + 1.0) / 2.0 / static_cast<double>(priced.size());
+  w.calls = varlen_calls(p, seq, per_step);
   return w;
 }
 
@@ -110,7 +114,7 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   k.tp = p.tp;
   k.ring = ring_degree(p);
   k.ulysses = ulysses_degree(p);
-  k.cp_kind = p.cp_kind;
+  k.cp_kind = cp_kind_of(p);  // the simulator reads the exchange from the shorthand (ring, zigzag, usp: p2p steps)
   k.recompute = p.recompute;
   k.sp = sp_enabled(p);
   k.world = plan_world(p);  // pp stages included
@@ -197,7 +201,7 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
     k.pack_dp_rank = {0};
   }
   const double call_tokens =
-      std::min((p.cp_kind == CpKind::ulysses || p.cp_kind == CpKind::allgather) ? static_cast<double>(seq)
+      std::min((p.cp_comm == CpComm::a2a || p.cp_comm == CpComm::allgather) ? static_cast<double>(seq)
                                                                                 : static_cast<double>(seq) / static_cast<double>(k.ring),
                pre->effective_length);
   const double flops_per_pair = 4.0 * d * static_cast<double>(m.heads) / tp * static_cast<double>(p.mbs);
@@ -212,6 +216,21 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
       }
       fw.push_back(std::move(fs));
       bw.push_back(std::move(bs));
+    }
+    // cp_varlen cycle / split:k: each step is the calls' kernels one after another, each at its own
+    // block's efficiency and paying its own launch (price.attention adds one per call)
+    if (!pre->calls.empty()) {
+      for (size_t rank = 0; rank < fw.size(); ++rank)
+        for (size_t j = 0; j < fw[rank].size(); ++j) {
+          double f_s = 0, b_s = 0;
+          for (const AttentionCall& call : pre->calls) {
+            const double fl = flops_per_pair * call.pairs[rank][j] * scale;
+            f_s += call.count * price.attention(fl, call.tokens, false);
+            b_s += call.count * price.attention(2.5 * fl, call.tokens, true);
+          }
+          fw[rank][j] = f_s;
+          bw[rank][j] = b_s;
+        }
     }
     k.attn_fwd.push_back(std::move(fw));
     k.attn_bwd.push_back(std::move(bw));
@@ -251,19 +270,29 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
     // them in the sequence layout only
     k.a2a_bwd_in = k.a2a_out + (rt.ulysses_backward_resends_inputs ? k.a2a_qkv + k.a2a_out : 0.0);
   }
-  if (k.ring > 1 && p.cp_kind != CpKind::ulysses) {
+  if (k.ring > 1 && p.cp_comm != CpComm::a2a) {
     GroupPlacement g = group_placement(p, Group::ring, gpn);
     double kv = ring_kv_bytes_per_step(m, s, a);
-    if (p.cp_kind == CpKind::allgather) {
+    if (p.cp_comm == CpComm::allgather) {
       GroupPlacement gc = group_placement(p, Group::cp, gpn);
       k.kv_ag = collective_seconds(Coll::all_gather, kv * static_cast<double>(p.cp), gc, c);
-      k.dkv_rs = collective_seconds(Coll::reduce_scatter, kv * static_cast<double>(p.cp), gc, c);
+      // dK,dV reduce-scattered in the dtype the runtime accumulates them in (memory_model.cpp names each stack's)
+      const double dkv_dtype = rt.allgather_dkv_fp32 ? 4.0 / a : 1.0;
+      k.dkv_rs = collective_seconds(Coll::reduce_scatter, kv * dkv_dtype * static_cast<double>(p.cp), gc, c);
     } else {
       GroupPlacement hop = g;
       hop.size = 2;
       k.p2p_fwd = collective_seconds(Coll::p2p, kv, hop, c);
       k.p2p_bwd = collective_seconds(Coll::p2p, 2.0 * kv, hop, c);
       k.p2p_dkv = collective_seconds(Coll::p2p, kv, hop, c);  // dK,dV: K,V's shape and dtype
+      if (!pre->calls.empty()) {  // cycle / split:k: one hop per call, each its share of the block (and its own latency)
+        k.p2p_fwd = k.p2p_bwd = k.p2p_dkv = 0;
+        for (const AttentionCall& call : pre->calls) {
+          k.p2p_fwd += call.count * collective_seconds(Coll::p2p, kv * call.kv_share, hop, c);
+          k.p2p_bwd += call.count * collective_seconds(Coll::p2p, 2.0 * kv * call.kv_share, hop, c);
+          k.p2p_dkv += call.count * collective_seconds(Coll::p2p, kv * call.kv_share, hop, c);
+        }
+      }
     }
   }
   const double zdeg = s.zero_degree;

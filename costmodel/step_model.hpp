@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/attention_work.hpp"
 #include "costmodel/hardware_spec.hpp"
 #include "costmodel/model_spec.hpp"
 #include "costmodel/plan.hpp"
@@ -82,6 +83,7 @@ struct AttentionWork {
   std::vector<double> packs;
   double effective_length = 0;
   double pairs_per_sequence = 0;  // whole sequence, for model FLOPs
+  std::vector<AttentionCall> calls;  // cp_varlen cycle / split:k: the calls that replace `pairs` (attention_work.hpp)
 };
 AttentionWork attention_work(const Plan& p, int64_t seq, bool per_step);
 

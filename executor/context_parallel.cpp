@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <stdexcept>
+#include <string>
 
 namespace ctx::exec {
 namespace {
@@ -28,11 +29,30 @@ SequenceMeta make_sequence_meta(const ParallelContext& pc, const std::vector<con
   // and its documents are renumbered past sequence b-1's, so no query sees another sequence's keys.
   // Every rank lays out its rows sequence by sequence, so the blocks below follow the same order.
   const int64_t doc_stride = seq + 1;
+  // each sequence's documents (runs of equal doc ids): cp_layout=headtail-doc cuts every one of them
+  auto doc_lengths = [&](const Sequence& s) {
+    std::vector<int64_t> lens;
+    for (size_t i = 0; i < s.doc.size(); ++i) {
+      if (i == 0 || s.doc[i] != s.doc[i - 1]) lens.push_back(0);
+      ++lens.back();
+    }
+    return lens;
+  };
   auto indices = [&](int64_t cp_rank) {
     std::vector<int64_t> out;
-    auto part = cp_token_indices(p, cp_rank, seq);
-    for (size_t b = 0; b < batch.size(); ++b)
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const std::vector<int64_t> docs = doc_lengths(*batch[b]);
+      auto part = cp_token_indices(p, cp_rank, docs);
+      // every rank's tensors hold seq/cp rows: a document whose length 2*cp does not divide would
+      // give the ranks unequal shares (Transformer Engine pads each document to a multiple of 2*cp)
+      if (static_cast<int64_t>(part.size()) * p.cp != seq)
+        for (int64_t len : docs)
+          if (len % (2 * p.cp) != 0)
+            throw std::runtime_error("cp_layout=headtail-doc needs every document's length divisible by 2*cp = " +
+                                     std::to_string(2 * p.cp) + "; sequence " + std::to_string(b) + " has a document of " +
+                                     std::to_string(len) + " tokens (give mask=doc:<len> with len a multiple of 2*cp, or cp_layout=headtail)");
       for (int64_t i : part) out.push_back(static_cast<int64_t>(b) * seq + i);
+    }
     return out;
   };
   auto doc_of = [&](int64_t g) {
@@ -54,7 +74,7 @@ SequenceMeta make_sequence_meta(const ParallelContext& pc, const std::vector<con
     m.block_index.push_back(std::move(idx));
     m.block_doc.push_back(std::move(d));
   };
-  if (p.cp_kind == CpKind::allgather && p.cp > 1) {
+  if (p.cp_comm == CpComm::allgather && p.cp > 1) {
     for (int64_t c = 0; c < p.cp; ++c) add_block(indices(c));
     m.my_block = pc.coord.cp;
   } else {
@@ -151,7 +171,7 @@ AttnShape ContextAttention::shape() const {
 }
 
 int64_t ContextAttention::key_blocks() const {
-  return pc_.plan.cp_kind == CpKind::allgather ? pc_.plan.cp : l_.ring;
+  return pc_.plan.cp_comm == CpComm::allgather ? pc_.plan.cp : l_.ring;
 }
 
 View ContextAttention::accumulator(View out, Tensor& hold) {
@@ -211,7 +231,7 @@ void ContextAttention::core_forward(const DeviceBatch& b, View q, View k, View v
   const TokenRefs qt = b.queries();
   const Plan& p = pc_.plan;
   const char* task = pc_.trace.pass == SimPass::recompute ? "attention_recompute" : "attention";
-  if (p.cp_kind == CpKind::allgather && p.cp > 1) {
+  if (p.cp_comm == CpComm::allgather && p.cp > 1) {
     pc_.trace.add("kv_all_gather", SimStream::tp);
     auto [kf, vf] = gather_kv(k, v);
     pc_.trace.add(task, SimStream::compute);
@@ -251,7 +271,7 @@ void ContextAttention::core_backward(const DeviceBatch& b, View q, View k, View 
   const int64_t Ta = l_.attn_tokens, kvd = k.cols();
   const TokenRefs qt = b.queries();
   const Plan& p = pc_.plan;
-  if (p.cp_kind == CpKind::allgather && p.cp > 1) {
+  if (p.cp_comm == CpComm::allgather && p.cp > 1) {
     pc_.trace.add("kv_all_gather", SimStream::tp);
     auto [kf, vf] = gather_kv(k, v);
     pc_.trace.add("attention_bwd", SimStream::compute);

@@ -18,11 +18,11 @@ bool family_member(const Plan& family, const ClusterSpec& cluster, Plan* out) {
   p.mbs = 1;
   p.ga = 1;
   if (p.cp == 1) {
-    p.cp_kind = CpKind::zigzag;
+    set_cp_kind(p, CpKind::zigzag);
     p.ulysses = 0;
-  } else if (p.cp_kind == CpKind::usp) {
+  } else if (p.cp_comm == CpComm::a2a_p2p) {
     p.ulysses = std::min(family.ulysses, p.cp);
-    if (p.ulysses >= p.cp) p.cp_kind = CpKind::ulysses, p.ulysses = 0;
+    if (p.ulysses >= p.cp) p.cp_comm = CpComm::a2a, p.ulysses = 0;
   }
   if (p.zero > 0 && p.cp * p.dp == 1) p.zero = 0;
   if (p.param_offload && p.zero != 3) p.param_offload = false;
@@ -34,7 +34,7 @@ MaxSeqCurve max_seq_curve(const SearchRequest& req, const Plan& family, int64_t 
                           const std::function<bool(double)>& progress) {
   MaxSeqCurve c;
   c.hi_tokens = hi_tokens;
-  c.family = "tp<=" + std::to_string(family.tp) + ", cp=rest, " + to_string(family.cp_kind) + ", zero=" +
+  c.family = "tp<=" + std::to_string(family.tp) + ", cp=rest, " + to_string(cp_kind_of(family)) + ", zero=" +
                std::to_string(family.zero) + ", recompute=" + to_string(family.recompute) + (family.ckpt_offload ? ", ckpt_offload" : "") +
                (family.opt_offload ? ", opt_offload" : "") + (family.param_offload ? ", param_offload" : "");
   std::vector<int64_t> counts;

@@ -52,7 +52,7 @@ std::vector<CpKind> parse_kinds(const std::string& s) {
   while (std::getline(ss, k, ',')) {
     if (k.empty()) continue;
     Plan p = parse_plan("cp_kind=" + k, "--cp-kinds");
-    out.push_back(p.cp_kind);
+    out.push_back(cp_kind_of(p));
   }
   return out;
 }

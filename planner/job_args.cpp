@@ -19,7 +19,7 @@ void add_job_options(CLI::App& app, JobArgs& a, bool with_plan) {
                                        "`ctxplan show runtime NAME` lists what a runtime runs)");
   if (with_plan) {
     app.add_option("--plan,-p", a.plan,
-                   "plan as key=value,... (keys: dp tp sp cp cp_kind ulysses zero mbs ga recompute ckpt_offload "
+                   "plan as key=value,... (keys: dp tp sp cp cp_kind cp_comm cp_layout cp_varlen ulysses zero mbs ga recompute ckpt_offload "
                    "opt_offload param_offload tiled_loss tiled_mlp mask packing precision order pp vpp; default: " +
                        std::string(kDefaultPlan) + ")");
     app.add_option("--plan-file", a.plan_file, "plan.json (may also carry model, cluster, seq, runtime, attention)");

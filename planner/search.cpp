@@ -66,20 +66,34 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
         if (seqs < dp || seqs % dp != 0 || req.global_batch_tokens % req.seq != 0) continue;
         per_dp = seqs / dp;
       }
-      std::vector<std::pair<CpKind, int64_t>> layouts;  // (kind, ulysses degree for usp)
+      struct CpChoice { CpKind kind; int64_t u; CpLayout layout; CpVarlen varlen; };
+      std::vector<CpChoice> layouts;  // (kind, ulysses degree for usp, layout, variable-length strategy)
+      auto add_kind = [&](CpKind k, int64_t u) {
+        Plan named;
+        set_cp_kind(named, k);
+        layouts.push_back({k, u, named.cp_layout, CpVarlen{}});
+        // packed documents: the per-document head-tail layout (TE THD) where the exchange balances a
+        // layout, and the variable-length strategies where K,V pass around a ring
+        const bool docs = req.base.mask == MaskKind::document;
+        if (!docs || named.cp_comm == CpComm::a2a) return;
+        if (k != CpKind::ring) layouts.push_back({k, u, CpLayout::headtail_doc, CpVarlen{}});
+        if (named.cp_comm == CpComm::p2p || named.cp_comm == CpComm::a2a_p2p)
+          for (CpVarlen v : {CpVarlen{CpVarlen::Kind::cycle, 0}, CpVarlen{CpVarlen::Kind::split, 4}})
+            layouts.push_back({k, u, k == CpKind::ring ? named.cp_layout : CpLayout::headtail_doc, v});
+      };
       if (cp == 1) {
-        layouts.push_back({CpKind::zigzag, 0});
+        layouts.push_back({CpKind::zigzag, 0, CpLayout::headtail, CpVarlen{}});
       } else {
         for (CpKind k : kinds) {
           if (k == CpKind::usp) {
             for (int64_t u : divisors(cp))
-              if (u > 1 && u < cp) layouts.push_back({k, u});
+              if (u > 1 && u < cp) add_kind(k, u);
           } else {
-            layouts.push_back({k, 0});
+            add_kind(k, 0);
           }
         }
       }
-      for (auto [kind, u] : layouts) {
+      for (auto [kind, u, layout, varlen] : layouts) {
         for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {  // ZeRO-2/3 do not pipeline (plan_check.cpp)
           if (dp * cp == 1 && zero > 0) continue;
           for (int rec = 0; rec < 3; ++rec) {
@@ -92,7 +106,9 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
                     p.cp = cp;
                     p.dp = dp;
                     p.sp = -1;
-                    p.cp_kind = kind;
+                    set_cp_kind(p, kind);
+                    p.cp_layout = layout;
+                    p.cp_varlen = varlen;
                     p.ulysses = u;
                     p.zero = zero;
                     p.recompute = static_cast<Recompute>(rec);
@@ -158,6 +174,41 @@ std::string seconds(double s) {
   if (s >= 1) std::snprintf(buf, sizeof buf, "%.2f s", s);
   else std::snprintf(buf, sizeof buf, "%.0f ms", s * 1e3);
   return buf;
+}
+
+// Why the plan's CP layout and variable-length strategy (issue 20): its imbalance, and each other
+// layout or strategy the search priced for the same plan, with how much slower it is.
+std::string explain_cp(const std::vector<Candidate>& fitting, size_t i) {
+  const Candidate& a = fitting[i];
+  if (a.plan.cp <= 1) return "";
+  auto family = [](Plan p) {
+    p.cp_layout = CpLayout::headtail;
+    p.cp_varlen = CpVarlen{};
+    return plan_to_string(p);
+  };
+  const std::string key = family(a.plan);
+  std::ostringstream os;
+  os << "; cp_layout=" << to_string(a.plan.cp_layout);
+  if (a.plan.mask == MaskKind::document) os << ",cp_varlen=" << to_string(a.plan.cp_varlen);
+  os.setf(std::ios::fixed);
+  os.precision(1);
+  os << " (imbalance " << 100.0 * a.time.breakdown.imbalance / std::max(1e-30, a.time.step_seconds) << "% of the step)";
+  std::vector<std::string> others;
+  for (const Candidate& c : fitting) {
+    if (&c == &a || (c.plan.cp_layout == a.plan.cp_layout && c.plan.cp_varlen == a.plan.cp_varlen) || family(c.plan) != key) continue;
+    std::ostringstream o;
+    o.setf(std::ios::fixed);
+    o.precision(2);
+    o << "cp_layout=" << to_string(c.plan.cp_layout);
+    if (c.plan.mask == MaskKind::document) o << ",cp_varlen=" << to_string(c.plan.cp_varlen);
+    o << " " << c.time.step_seconds / std::max(1e-30, a.time.step_seconds) << "x the step";
+    others.push_back(o.str());
+  }
+  if (!others.empty()) {
+    os << "; vs ";
+    for (size_t j = 0; j < others.size(); ++j) os << (j ? ", " : "") << others[j];
+  }
+  return os.str();
 }
 
 std::string explain(const Candidate& a, const Candidate* next, Objective obj) {
@@ -247,7 +298,7 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
   // pass 1: count (for progress), pass 2: evaluate
   int64_t total = 0;
   for_each_plan(req, true, [&](const Plan&) { ++total; return true; });
-  std::map<std::tuple<int64_t, int, int64_t, int64_t>, AttentionWork> attention_cache;
+  std::map<std::tuple<int64_t, int, int, int64_t, int64_t>, AttentionWork> attention_cache;
   double best_ratio = 1e300;
   std::vector<Candidate> fitting;
   // Pruning pipeline plans (req.prune_pipeline): the tokens/s of the best `keep` plans priced so
@@ -280,13 +331,13 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
     }
     ++r.fitting;
     {  // time is priced for every fitting plan (the memory objective still breaks ties by it)
-      auto key = std::make_tuple(p.cp, static_cast<int>(p.cp_kind), ulysses_degree(p), p.dp);
+      auto key = std::make_tuple(p.cp, static_cast<int>(p.cp_comm), static_cast<int>(p.cp_layout), ulysses_degree(p), p.dp);
       auto it = attention_cache.find(key);
       if (it == attention_cache.end()) {
         AttentionWork w = attention_work(p, req.seq, false);
         bool equal = true;
         for (auto& v : w.pairs) equal = equal && std::abs(v[0] - w.pairs[0][0]) <= 1e-9 * std::max(1.0, w.pairs[0][0]);
-        if (equal) w.pairs.resize(1);  // every rank alike: price one
+        if (equal && w.calls.empty()) w.pairs.resize(1);  // every rank alike: price one
         it = attention_cache.emplace(key, std::move(w)).first;
       }
       if (prune && p.pp > 1 && best_tps.size() >= keep) {
@@ -362,7 +413,8 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
       r.pareto.push_back(c);
     }
   for (size_t i = 0; i < fitting.size() && i < static_cast<size_t>(std::max(1, req.top_k)); ++i)
-    fitting[i].why = explain(fitting[i], i + 1 < fitting.size() ? &fitting[i + 1] : nullptr, req.objective);
+    fitting[i].why = explain(fitting[i], i + 1 < fitting.size() ? &fitting[i + 1] : nullptr, req.objective) +
+                     explain_cp(fitting, i);
   r.ranked = std::move(fitting);
   if (r.ranked.empty() && !r.cancelled) {
     std::ostringstream os;

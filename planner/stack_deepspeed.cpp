@@ -295,7 +295,7 @@ StackJob import_arctic(const std::string& text, const std::string& where, const 
   p.mbs = k.integer(y, "", "micro_batch_size", 1, 1);
   p.ga = k.integer(y, "", "gradient_accumulation_steps", 1, 1);
   p.cp = k.integer(y, "", "sequence_parallel_size", 1, 1);
-  p.cp_kind = p.cp > 1 ? CpKind::ulysses : CpKind::zigzag;  // UlyssesSPAttentionHF: all-to-all over heads
+  set_cp_kind(p, p.cp > 1 ? CpKind::ulysses : CpKind::zigzag);  // UlyssesSPAttentionHF: all-to-all over heads
   const json* model = k.get(y, "", "model");
   const json m = model ? *model : json::object();
   const bool no_ckpt = k.boolean(m, "model", "disable_activation_checkpoint", false);
@@ -421,8 +421,8 @@ StackExport export_arctic(const ExportJob& job, const Profiles& profiles) {
   const Plan& p = job.plan;
   StackExport e;
   e.default_file = "arctic_job.yml";
-  if (p.cp > 1 && p.cp_kind != CpKind::ulysses)
-    e.cannot_express.push_back(std::string("cp_kind=") + to_string(p.cp_kind) +
+  if (p.cp > 1 && p.cp_comm != CpComm::a2a)
+    e.cannot_express.push_back(std::string("cp_kind=") + to_string(cp_kind_of(p)) +
                                ": ArcticTraining's sequence parallelism is Ulysses (all-to-all); written as cp_kind=ulysses");
   if (p.tp > 1) e.cannot_express.push_back("tp=" + std::to_string(p.tp) + ": ArcticTraining has no tensor parallel; written as tp=1");
   if (p.pp > 1) e.cannot_express.push_back("pp=" + std::to_string(p.pp) + ": ArcticTraining has no pipeline parallel; written as pp=1");

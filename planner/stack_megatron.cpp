@@ -300,11 +300,13 @@ StackJob import_megatron(const std::string& text, const std::string& where, cons
       throw InputError(where, "--cp-comm-type", "one kind per layer (" + join(comm, " ") +
                                                     ") is not modelled; valid: one of p2p, all_gather, a2a, a2a+p2p");
   std::vector<std::string> hier = a.values("hierarchical-context-parallel-sizes");
-  if (kind == "p2p") p.cp_kind = CpKind::zigzag;  // TE's p2p ring splits the sequence in 2*cp chunks (load balanced)
-  else if (kind == "all_gather") p.cp_kind = CpKind::allgather;
-  else if (kind == "a2a") p.cp_kind = CpKind::ulysses;
+  // docs/CONTEXT_PARALLEL.md: Megatron's get_batch_on_this_cp_rank cuts the sequence in 2*cp chunks
+  // (head-tail) for every --cp-comm-type
+  if (kind == "p2p") set_cp_kind(p, CpKind::zigzag);
+  else if (kind == "all_gather") set_cp_kind(p, CpKind::allgather);
+  else if (kind == "a2a") set_cp_kind(p, CpKind::ulysses);
   else if (kind == "a2a+p2p") {
-    p.cp_kind = CpKind::usp;
+    set_cp_kind(p, CpKind::usp);
     int64_t u = 0, r = 0;
     if (hier.size() != 2 || !stacks::parse_whole(hier[0], &u) || !stacks::parse_whole(hier[1], &r) || u < 1 || r < 1 ||
         u * r != p.cp)
@@ -315,7 +317,7 @@ StackJob import_megatron(const std::string& text, const std::string& where, cons
   } else {
     throw InputError(where, "--cp-comm-type", "unknown value '" + kind + "'; valid: p2p (default), all_gather, a2a, a2a+p2p");
   }
-  if (p.cp == 1) p.cp_kind = CpKind::zigzag;
+  if (p.cp == 1) set_cp_kind(p, CpKind::zigzag);
   // Megatron's sequence parallel is off unless asked for (ctxplan's default is on with tp > 1).
   if (p.tp > 1) p.sp = a.has("sequence-parallel") ? 1 : 0;
   else a.has("sequence-parallel");
@@ -482,7 +484,7 @@ StackExport export_megatron(const ExportJob& job, const Profiles& profiles) {
   if (p.vpp > 1) add("--num-layers-per-virtual-pipeline-stage", num(m.layers / (p.pp * p.vpp)));
   add("--context-parallel-size", num(p.cp));
   if (p.cp > 1) {
-    switch (p.cp_kind) {
+    switch (cp_kind_of(p)) {
       case CpKind::zigzag: add("--cp-comm-type", "p2p"); break;
       case CpKind::ring:
         add("--cp-comm-type", "p2p");
@@ -496,6 +498,13 @@ StackExport export_megatron(const ExportJob& job, const Profiles& profiles) {
         add("--hierarchical-context-parallel-sizes", num(ulysses_degree(p)) + " " + num(ring_degree(p)));
         break;
     }
+    // get_batch_on_this_cp_rank places every --cp-comm-type head-tail (docs/CONTEXT_PARALLEL.md)
+    if (p.cp_layout == CpLayout::contiguous && p.cp_comm != CpComm::p2p && p.cp_comm != CpComm::a2a)
+      e.cannot_express.push_back(std::string("cp_layout=contiguous: Megatron places the sequence head-tail for every "
+                                             "--cp-comm-type; written as ") + to_string(p.cp_comm) + " with its head-tail layout");
+    if (p.cp_layout == CpLayout::headtail_doc)
+      e.cannot_express.push_back("cp_layout=headtail-doc is Transformer Engine's THD layout, chosen by the data (packed "
+                                 "sequences with cu_seqlens, each document padded to a multiple of 2*cp), not by a flag");
   }
   if (p.tp > 1 && sp_enabled(p)) add("--sequence-parallel");
   if (p.zero == 1) add("--use-distributed-optimizer");

@@ -172,10 +172,11 @@ StackJob import_torchtitan(const std::string& text, const std::string& where, co
     job.warnings.push_back("parallelism.enable_async_tensor_parallel: the overlap of TP communication is not modelled");
   p.cp = t.integer("parallelism", "context_parallel_degree", 1, 1);
   const std::string rotate = t.str("parallelism", "context_parallel_rotate_method", "allgather");
-  if (rotate == "allgather") p.cp_kind = CpKind::allgather;
-  else if (rotate == "alltoall") p.cp_kind = CpKind::zigzag;  // KV shards passed around the ring, head-tail load balanced
+  // PyTorch's context_parallel load-balances causal attention head-tail by default (docs/CONTEXT_PARALLEL.md)
+  if (rotate == "allgather") set_cp_kind(p, CpKind::allgather);
+  else if (rotate == "alltoall") set_cp_kind(p, CpKind::zigzag);  // KV shards passed around the ring, head-tail load balanced
   else throw InputError(where, "parallelism.context_parallel_rotate_method", "unknown value '" + rotate + "'; valid: allgather, alltoall");
-  if (p.cp == 1) p.cp_kind = CpKind::zigzag;
+  if (p.cp == 1) set_cp_kind(p, CpKind::zigzag);
   const int64_t replicate = t.integer("parallelism", "data_parallel_replicate_degree", 1, 1);
   int64_t shard = t.integer("parallelism", "data_parallel_shard_degree", -1, -1);
   if (shard == 0) throw InputError(where, "parallelism.data_parallel_shard_degree", "0; valid: -1 (the leftover ranks) or >= 1");
@@ -302,11 +303,11 @@ StackExport export_torchtitan(const ExportJob& job, const Profiles& profiles) {
   }
   std::string rotate = "allgather";
   if (p.cp > 1) {
-    if (p.cp_kind == CpKind::zigzag) rotate = "alltoall";
-    else if (p.cp_kind == CpKind::allgather) rotate = "allgather";
+    if (p.cp_comm == CpComm::p2p && p.cp_layout == CpLayout::headtail) rotate = "alltoall";
+    else if (p.cp_comm == CpComm::allgather && p.cp_layout == CpLayout::headtail) rotate = "allgather";
     else {
       rotate = "alltoall";
-      e.cannot_express.push_back(std::string("cp_kind=") + to_string(p.cp_kind) +
+      e.cannot_express.push_back(std::string("cp_kind=") + to_string(cp_kind_of(p)) + ",cp_layout=" + to_string(p.cp_layout) +
                                  ": torchtitan's context parallel is a load-balanced ring (alltoall) or all-gather of KV; "
                                  "written as alltoall (cp_kind=zigzag)");
     }

@@ -68,7 +68,7 @@ Plan layout(int64_t dp, int64_t tp, int64_t cp, CpKind kind, int64_t u, Dim o0, 
   p.dp = dp;
   p.tp = tp;
   p.cp = cp;
-  p.cp_kind = kind;
+  set_cp_kind(p, kind);
   p.ulysses = u;
   p.order[0] = o0;
   p.order[1] = o1;

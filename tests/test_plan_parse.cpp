@@ -30,7 +30,9 @@ void expect_same_plan(const Plan& a, const Plan& b, const std::string& ctx) {
   EXPECT_EQ(a.tp, b.tp);
   EXPECT_EQ(sp_enabled(a), sp_enabled(b));
   EXPECT_EQ(a.cp, b.cp);
-  EXPECT_EQ(a.cp_kind, b.cp_kind);
+  EXPECT_EQ(a.cp_comm, b.cp_comm);
+  EXPECT_EQ(a.cp_layout, b.cp_layout);
+  EXPECT_TRUE(a.cp_varlen == b.cp_varlen);
   EXPECT_EQ(ulysses_degree(a), ulysses_degree(b));
   EXPECT_EQ(a.zero, b.zero);
   EXPECT_EQ(a.mbs, b.mbs);
@@ -43,6 +45,7 @@ void expect_same_plan(const Plan& a, const Plan& b, const std::string& ctx) {
   EXPECT_EQ(std::max<int64_t>(a.tiled_mlp, 1), std::max<int64_t>(b.tiled_mlp, 1));
   EXPECT_EQ(a.mask, b.mask);
   EXPECT_EQ(a.docs.kind, b.docs.kind);
+  EXPECT_EQ(a.docs.token_share, b.docs.token_share);
   EXPECT_EQ(a.docs.tokens, b.docs.tokens);
   ASSERT_EQ(a.docs.weights.size(), b.docs.weights.size());
   for (size_t i = 0; i < a.docs.weights.size(); ++i) EXPECT_NEAR(a.docs.weights[i], b.docs.weights[i], 1e-9);
@@ -119,6 +122,87 @@ TEST(PlanParse, HandWrittenJsonAgreesWithText) {
                    "hand-written");
 }
 
+// Issue 20: every cp_comm x cp_layout x cp_varlen, with and without a Ulysses degree and a document
+// mask, round-trips through the text and the JSON form (exhaustive over the axes).
+TEST(PlanParse, EveryCpAxisCombinationRoundTrips) {
+  int n = 0;
+  for (const char* comm : {"p2p", "allgather", "a2a", "a2a+p2p"})
+    for (const char* layout : {"contiguous", "headtail", "headtail-doc"})
+      for (const char* varlen : {"", "native", "cycle", "split:3"})
+        for (const char* mask : {"", "doc:4096", "doc:tokhist:1k@0.3/64k@0.7"}) {
+          if (*varlen && !*mask) continue;  // cp_varlen needs a document mask (tested below)
+          std::string text = std::string("cp=8,cp_comm=") + comm + ",cp_layout=" + layout;
+          if (std::string(comm) == "a2a+p2p") text += ",ulysses=2";
+          if (*mask) text += std::string(",mask=") + mask;
+          if (*varlen) text += std::string(",cp_varlen=") + varlen;
+          const Plan p = parse_plan(text);
+          EXPECT_STREQ(to_string(p.cp_comm), comm) << text;
+          EXPECT_STREQ(to_string(p.cp_layout), layout) << text;
+          const std::string canon = plan_to_string(p);
+          expect_same_plan(p, parse_plan(canon), text + " -> " + canon);
+          expect_same_plan(p, plan_from_json(plan_to_json(p), "plan.json"), text + " (json)");
+          ++n;
+        }
+  EXPECT_EQ(n, 4 * 3 * (1 + 2 * 4));  // 4 exchanges x 3 layouts x (causal + 2 masks x 4 varlen spellings)
+}
+
+TEST(PlanParse, CpKindIsAShorthandForTheAxes) {
+  struct Want { const char* kind; CpComm comm; CpLayout layout; };
+  for (Want w : {Want{"ring", CpComm::p2p, CpLayout::contiguous}, Want{"zigzag", CpComm::p2p, CpLayout::headtail},
+                 Want{"allgather", CpComm::allgather, CpLayout::headtail}, Want{"ulysses", CpComm::a2a, CpLayout::contiguous},
+                 Want{"usp", CpComm::a2a_p2p, CpLayout::headtail}}) {
+    Plan p = parse_plan(std::string("cp=8,cp_kind=") + w.kind);
+    EXPECT_EQ(p.cp_comm, w.comm) << w.kind;
+    EXPECT_EQ(p.cp_layout, w.layout) << w.kind;
+    EXPECT_TRUE(cp_kind_exact(p)) << w.kind;
+    EXPECT_STREQ(to_string(cp_kind_of(p)), w.kind);
+    // the axis key the shorthand implies may be repeated
+    EXPECT_EQ(parse_plan(std::string("cp=8,cp_kind=") + w.kind + ",cp_comm=" + to_string(w.comm)).cp_layout, w.layout);
+  }
+  // the issue's done-when plan: allgather refined to the layout it meant before issue 20, in either key order
+  EXPECT_EQ(parse_plan("cp=8,cp_kind=allgather,cp_layout=contiguous").cp_layout, CpLayout::contiguous);
+  EXPECT_EQ(parse_plan("cp=8,cp_layout=contiguous,cp_kind=allgather").cp_layout, CpLayout::contiguous);
+  EXPECT_EQ(parse_plan("cp=8,cp_kind=usp,ulysses=2,cp_layout=headtail-doc").cp_layout, CpLayout::headtail_doc);
+}
+
+TEST(PlanParse, ShorthandAndAxisThatDisagreeNameBoth) {
+  for (const char* text : {"cp=8,cp_kind=zigzag,cp_comm=allgather", "cp=8,cp_comm=a2a,cp_kind=ring",
+                           "cp=8,cp_kind=ring,cp_layout=headtail", "cp=8,cp_kind=zigzag,cp_layout=contiguous"}) {
+    try {
+      parse_plan(text);
+      ADD_FAILURE() << text << " parsed";
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("cp_kind="), std::string::npos) << what;
+      EXPECT_TRUE(what.find("cp_comm=") != std::string::npos || what.find("cp_layout=") != std::string::npos) << what;
+      EXPECT_NE(what.find("disagrees"), std::string::npos) << what;
+    }
+  }
+  // cp_varlen without a document mask, and unknown spellings, are input errors naming the field
+  for (const char* text : {"cp=8,cp_varlen=cycle", "cp=8,mask=doc:1k,cp_varlen=split:1", "cp=8,mask=doc:1k,cp_varlen=split",
+                           "cp=8,cp_layout=zigzag", "cp=8,cp_comm=ring"}) {
+    try {
+      parse_plan(text);
+      ADD_FAILURE() << text << " parsed";
+    } catch (const InputError& e) {
+      EXPECT_TRUE(std::string(e.what()).find("cp_varlen") != std::string::npos ||
+                  std::string(e.what()).find("cp_layout") != std::string::npos ||
+                  std::string(e.what()).find("cp_comm") != std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(PlanParse, PlansSavedBeforeTheAxesStillLoad) {
+  // plan.json from before issue 20 carried cp_kind (and a derived ulysses) only; allgather now
+  // means the head-tail layout the stacks run (docs/CONTEXT_PARALLEL.md)
+  json old = {{"dp", 1}, {"tp", 1}, {"cp", 8}, {"cp_kind", "allgather"}, {"ulysses", 1}, {"zero", 3}};
+  Plan p = plan_from_json(old, "old.json");
+  EXPECT_EQ(p.cp_comm, CpComm::allgather);
+  EXPECT_EQ(p.cp_layout, CpLayout::headtail);
+  json usp = {{"cp", 8}, {"cp_kind", "usp"}, {"ulysses", 4}};
+  EXPECT_EQ(ulysses_degree(plan_from_json(usp, "old.json")), 4);
+}
+
 TEST(PlanParse, JsonAndTextRejectTheSameBadValues) {
   for (auto [key, bad] : std::vector<std::pair<std::string, std::string>>{
            {"zero", "5"}, {"cp", "-1"}, {"cp_kind", "foo"}, {"recompute", "some"}, {"tpp", "2"}}) {
@@ -134,7 +218,7 @@ TEST(PlanParse, DefaultsAreDocumented) {
   EXPECT_EQ(p.dp, 0);  // fill
   EXPECT_EQ(p.tp, 1);
   EXPECT_EQ(p.cp, 1);
-  EXPECT_EQ(p.cp_kind, CpKind::zigzag);
+  EXPECT_EQ(cp_kind_of(p), CpKind::zigzag);
   EXPECT_EQ(p.zero, 0);
   EXPECT_EQ(p.recompute, Recompute::none);
   EXPECT_EQ(p.mask, MaskKind::causal);

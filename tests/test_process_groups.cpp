@@ -47,7 +47,7 @@ int64_t expected_size(const Plan& p, Group g) {
     case Group::tp: return p.tp;
     case Group::cp: return p.cp;
     case Group::dp: return p.dp;
-    case Group::ulysses: return p.cp_kind == CpKind::ulysses ? p.cp : p.cp_kind == CpKind::usp ? p.ulysses : 1;
+    case Group::ulysses: return p.cp_comm == CpComm::a2a ? p.cp : p.cp_comm == CpComm::a2a_p2p ? p.ulysses : 1;
     case Group::ring: return p.cp / expected_size(p, Group::ulysses);
     case Group::zero: return p.dp * p.cp;
   }

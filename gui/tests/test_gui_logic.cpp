@@ -404,7 +404,7 @@ TEST(GuiStacks, OpensAStackConfigAndExportsTheSelectedPlanBack) {
   ASSERT_TRUE(app.have_prediction);
   EXPECT_EQ(app.state.inputs.model, "Llama-3.1-8B");
   EXPECT_EQ(app.state.inputs.seq_tokens, 500000);
-  EXPECT_EQ(app.prediction.plan.cp_kind, CpKind::ulysses);
+  EXPECT_EQ(cp_kind_of(app.prediction.plan), CpKind::ulysses);
   EXPECT_EQ(app.prediction.plan.cp, 8);
   const std::string out = (std::filesystem::temp_directory_path() / ("gui_stack_" + std::to_string(::getpid()) + ".yml")).string();
   std::vector<std::string> lines = app.export_to_stack("arctic", out);
