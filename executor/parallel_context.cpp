@@ -61,6 +61,19 @@ std::string executor_plan_problem(const ModelSpec& m, const Plan& p, int64_t seq
   if (p.pp > 1 || p.vpp > 1)
     return "ctxrun does not run pipeline parallelism yet (pp=" + std::to_string(p.pp) + ", vpp=" + std::to_string(p.vpp) +
            "); valid: pp=1 (ctxplan predicts pp>1 plans; spread the layers with tp, cp or zero=3 to run them here)";
+  if (p.mask == MaskKind::document && p.cp > 1 && !(p.cp_varlen == CpVarlen{}))
+    return "ctxrun runs packed documents as one varlen ring (cp_varlen=native); cp_varlen=" + to_string(p.cp_varlen) +
+           " (the ring per document or per sub-pack) is priced by ctxplan but not executed yet; valid: cp_varlen=native";
+  if (p.cp > 1 && p.cp_layout == CpLayout::headtail_doc && p.cp_comm != CpComm::a2a) {
+    // every rank holds seq/cp rows only when 2*cp divides every document (Transformer Engine pads them)
+    const int64_t g = 2 * p.cp;
+    const bool fixed = p.mask == MaskKind::document && p.docs.kind == DocLengths::Kind::fixed && !p.docs.tokens.empty();
+    const int64_t len = fixed ? std::min(p.docs.tokens[0], seq) : 0;
+    if (!fixed || len % g != 0 || (seq % len) % g != 0)
+      return "cp_layout=headtail-doc cuts every document in 2*cp = " + std::to_string(g) +
+             " chunks; ctxrun runs it with mask=doc:<len> where 2*cp divides len and the last document (seq % len), got mask=" +
+             mask_to_string(p) + " at seq " + std::to_string(seq);
+  }
   const int64_t tokens = seq / p.cp;
   if (seq % p.cp != 0) return "the sequence (" + std::to_string(seq) + ") must split evenly over cp=" + std::to_string(p.cp);
   if (sp_enabled(p) && p.tp > 1 && tokens % p.tp != 0)

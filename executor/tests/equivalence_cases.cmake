@@ -26,3 +26,13 @@ ctxrun_equivalence(EquivOptimizerOffloadZero1MatchesSingleRank 2 tiny     64  "d
 ctxrun_equivalence(EquivParamOffloadZero3MatchesSingleRank    2 tiny      64  "dp=2,zero=3,opt_offload=1,param_offload=1")
 # sorted packing moves sequences between data-parallel ranks; the global batch stays the same
 ctxrun_equivalence(EquivSortedPackingMatchesSingleRank        2 tiny      64  "dp=2,ga=2,mask=doc:12/40,packing=sorted")
+# issue 20: every exchange x layout (docs/CONTEXT_PARALLEL.md); headtail-doc cuts every document in 2*cp chunks
+# (document lengths a multiple of 2*cp, as Transformer Engine pads them)
+ctxrun_equivalence(EquivAllGatherContiguousDocsMatchesSingleRank 4 tiny   128 "cp=4,cp_comm=allgather,cp_layout=contiguous,mask=doc:24")
+ctxrun_equivalence(EquivAllGatherHeadTailMatchesSingleRank     4 tiny     128 "cp=4,cp_kind=allgather")
+ctxrun_equivalence(EquivAllGatherHeadTailDocMatchesSingleRank  4 tiny     128 "cp=4,cp_comm=allgather,cp_layout=headtail-doc,mask=doc:32")
+ctxrun_equivalence(EquivP2pHeadTailDocMatchesSingleRank        4 tiny     128 "cp=4,cp_comm=p2p,cp_layout=headtail-doc,mask=doc:32")
+ctxrun_equivalence(EquivP2pContiguousDocsMatchesSingleRank     4 tiny     128 "cp=4,cp_kind=ring,mask=doc:40")
+ctxrun_equivalence(EquivUlyssesHeadTailMatchesSingleRank       4 tiny     128 "cp=4,cp_comm=a2a,cp_layout=headtail,mask=doc:24")
+ctxrun_equivalence(EquivUspHeadTailDocMatchesSingleRank        4 tiny     128 "cp=4,cp_comm=a2a+p2p,ulysses=2,cp_layout=headtail-doc,mask=doc:16")
+ctxrun_equivalence(EquivUspContiguousMatchesSingleRank         4 tiny     128 "cp=4,cp_comm=a2a+p2p,ulysses=2,cp_layout=contiguous")

@@ -182,6 +182,19 @@ TEST(ExecCli, PlanWorldMismatchIsRefusedBeforeAllocating) {
   EXPECT_NE(r.out.find("2 GPUs"), std::string::npos) << r.out;
 }
 
+// Issue 20: cycle and split:k are priced but not executed: refused naming the key, the value and
+// what runs; a headtail-doc document that 2*cp does not divide is refused naming both.
+TEST(ExecCli, VarlenStrategiesCtxrunDoesNotRunAreRefusedNamingTheKey) {
+  Result r = sh(ctxrun(2, "--model tiny --seq 64 --steps 1 --plan cp=2,mask=doc:16,cp_varlen=cycle"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("cp_varlen=cycle"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cp_varlen=native"), std::string::npos) << r.out;
+  r = sh(ctxrun(2, "--model tiny --seq 64 --steps 1 --plan cp=2,cp_comm=p2p,cp_layout=headtail-doc,mask=doc:10"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("cp_layout=headtail-doc"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("mask=doc:10"), std::string::npos) << r.out;
+}
+
 TEST(ExecCli, PlanTheMemoryModelRejectsIsRefusedWithExitCode3) {
   Result r = sh(ctxrun(1, "--model Llama-3.1-70B --seq 1m --steps 1 --plan recompute=none"));
   EXPECT_EQ(r.code, 3) << r.out;
