@@ -12,6 +12,7 @@
 //     the band of the other points at a rate checked against its expectation (see the test).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -244,6 +245,36 @@ TEST(CalibrationRuns, AMegatronLogIsTheRunsMeasurement) {
                                   "{\"schema\": \"ctxplan.runs/1\", \"runs\": [{\"model\": \"Llama-3.1-8B\", \"cluster\": \"8xh100\", "
                                   "\"plan\": \"tp=8,ga=4\", \"seq\": 8192, \"measurement\": \"" + log + "\"}]}");
   EXPECT_THROW(read_calibration_runs(profiles(), other), InputError);
+}
+
+TEST(CalibrationRuns, ATorchtitanLogIsTheRunsMeasurement) {
+  // torchtitan logs tokens per second per GPU ("tps", with thousands separators) after the first
+  // (warm-up) step; the run's step is its global tokens over the cluster's token rate: seq x dp x
+  // mbs x ga / (mean tps x GPUs). The mean is read here line by line as a reference.
+  const std::string log = std::string(CTXPLAN_TEST_DATA) + "/stacks/torchtitan_train.log";
+  std::ifstream in(log);
+  std::string line;
+  std::vector<double> tps;
+  while (std::getline(in, line)) {
+    const auto at = line.find("tps: ");
+    if (at == std::string::npos) continue;
+    std::string digits;
+    for (size_t i = at + 5; i < line.size() && (std::isdigit(static_cast<unsigned char>(line[i])) || line[i] == ','); ++i)
+      if (line[i] != ',') digits += line[i];
+    tps.push_back(std::stod(digits));
+  }
+  ASSERT_GE(tps.size(), 2u);
+  double sum = 0;
+  for (size_t i = 1; i < tps.size(); ++i) sum += tps[i];
+  const double mean_tps = sum / static_cast<double>(tps.size() - 1);
+  const double expected = 8192.0 * 8 / (mean_tps * 8);  // dp=8 on 8 GPUs, one 8K sequence each
+  const std::string runs = write("ctxplan_cal_torchtitan.json",
+                                 "{\"schema\": \"ctxplan.runs/1\", \"runs\": [{\"model\": \"Llama-3.1-8B\", \"cluster\": \"8xh100\", "
+                                 "\"plan\": \"dp=8\", \"seq\": 8192, \"measurement\": \"" + log + "\"}]}");
+  const std::vector<CalibrationRun> r = read_calibration_runs(profiles(), runs);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_NEAR(r[0].measured_step_seconds, expected, 1e-12 * expected);
+  EXPECT_NE(r[0].measured_from.find("torchtitan log"), std::string::npos);
 }
 
 TEST(CalibrateCli, BadRunsNameTheFileTheLineAndTheField) {
