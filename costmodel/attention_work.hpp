@@ -63,7 +63,8 @@ double effective_document_length(const Plan& p, int64_t seq);
 // `kv_share` of the pack's per-step K,V block per ring hop.
 //   cycle:   the ring is run once per document, its document cut over the ranks by the layout
 //            (contiguous, else head-tail within the document): one call per document and step at
-//            the efficiency of the document's block (its length / ring degree)
+//            the efficiency of the document's block (its length / ring degree); lengths within
+//            2^(1/8) of each other share one entry (pairs and hop bytes summed exactly)
 //   split:k: the pack's documents dealt round-robin into k sub-packs (document i to sub-pack
 //            i mod k), each placed by the plan's layout and run as one native varlen ring
 // Empty for native (one varlen call per step over the whole pack: attention_pairs_per_step) and
