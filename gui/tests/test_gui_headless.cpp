@@ -40,7 +40,7 @@ struct Reference {
   Profiles profiles = load_profiles(std::string(CTXPLAN_SOURCE_DIR) + "/profiles");
   ModelSpec model(const std::string& name = "Llama-3.1-8B") const { return resolve_model(profiles, name); }
   ClusterSpec cluster(const std::string& name = "8xh100") const { return resolve_cluster(profiles, name); }
-  const RuntimeProfile& runtime(const std::string& name = "ctxrun-cuda") const { return resolve_runtime(profiles, name); }
+  RuntimeProfile runtime(const std::string& name = "ctxrun-cuda") const { return resolve_runtime(profiles, name); }
   SearchRequest request(int64_t seq = 131072) const {
     SearchRequest r;
     r.model = model();
