@@ -134,6 +134,11 @@ class Backend {
   virtual void attention_backward_block(View dq, View dk, View dv, View q, TokenRefs qt, View k, View v,
                                         const KeyBlock& kb, View dout, View lse, View delta, const AttnShape& s) = 0;
   virtual void attention_delta(View delta, View dout, View o, const AttnShape& s) = 0;  // delta f32 [tq, q_heads]
+  // The query-key pairs the mask keeps that attention_forward_block has evaluated since construction,
+  // counted by the kernel itself (each pair once, however many heads it is evaluated for), so a run
+  // reports the attention work it really did; -1 where the backend does not count (CUDA). Read after
+  // synchronize().
+  virtual int64_t attention_forward_pairs() const { return -1; }
 
   // ---- vocab-parallel cross-entropy over an f32 [rows, cols] logits shard whose first `valid`
   // columns are vocabulary entries v0..v0+valid. target i32 [rows], -1 = ignored.

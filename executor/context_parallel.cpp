@@ -348,6 +348,7 @@ void ContextAttention::gradients(const DeviceBatch& b, View q, View k, View v, V
 }
 
 void ContextAttention::forward(const DeviceBatch& b, View q, View k, View v, Tensor& o, Tensor& lse) {
+  ++forward_calls_;
   const int64_t Ta = l_.attn_tokens, hqa = l_.attn_q_heads, d = l_.head_dim;
   lse = be_.alloc(Ta, hqa, DType::f32, Mem::activations);
   be_.fill(lse, -std::numeric_limits<float>::infinity());

@@ -66,6 +66,9 @@ class ContextAttention {
   void forward(const DeviceBatch& b, View q, View k, View v, Tensor& o, Tensor& lse);
   // Gradients in sequence layout, overwritten (dtype of q).
   void backward(const DeviceBatch& b, View q, View k, View v, View o, View lse, View dout, View dq, View dk, View dv);
+  // forward() calls so far: one per layer and micro-batch, plus one per recomputed layer (the
+  // denominator of the report's attention pairs per layer forward)
+  int64_t forward_calls() const { return forward_calls_; }
 
  private:
   Tensor to_heads(View x, int64_t heads, bool kv, Mem cat);
@@ -89,6 +92,7 @@ class ContextAttention {
   Backend& be_;
   ParallelContext& pc_;
   Layout l_;
+  int64_t forward_calls_ = 0;
 };
 
 }  // namespace ctx::exec

@@ -6,6 +6,7 @@
 // (every op on a worker thread, in order).
 #include <Eigen/Core>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -280,6 +281,7 @@ class CpuBackend : public Backend {
     const int32_t* k_doc = i32(kb.keys.doc, "attention");
     const int32_t* range = i32(kb.kv_range, "attention");
     float acc[kMaxHeadDim];
+    int64_t pairs = 0;  // pairs the mask keeps, counted once (on the first head) as they are evaluated
     for (int64_t i = 0; i < tq; ++i) {
       const int64_t lo = range[2 * i], hi = range[2 * i + 1];
       if (lo >= hi) continue;  // no visible key in this block
@@ -290,6 +292,7 @@ class CpuBackend : public Backend {
         std::fill(acc, acc + d, 0.0f);
         for (int64_t j = lo; j < hi; ++j) {
           if (k_idx[j] > qi_idx[i] || k_doc[j] != qi_doc[i]) continue;
+          pairs += (h == 0);
           const float* kj = K + (j * hkv + kvh) * d;
           float sc = 0;
           for (int64_t e = 0; e < d; ++e) sc += qv[e] * kj[e];
@@ -323,7 +326,9 @@ class CpuBackend : public Backend {
       }
     }
     commit(o, O);
+    attention_pairs_.fetch_add(pairs, std::memory_order_relaxed);
   }
+  int64_t attention_forward_pairs() const override { return attention_pairs_.load(std::memory_order_relaxed); }
 
   void attention_delta(View delta, View dout, View o, const AttnShape& s) override {
     const int64_t d = s.head_dim, n = dout.rows() * s.q_heads;
@@ -549,6 +554,7 @@ class CpuBackend : public Backend {
   std::ptrdiff_t off_ = 0;
   std::vector<float> scratch_[kScratchSlots];
   std::vector<double> times_;
+  std::atomic<int64_t> attention_pairs_{0};  // attention_forward_pairs (the deferred worker adds to it)
 };
 
 // Every op is queued and run by one worker thread in issue order; the host continues at once.

@@ -39,6 +39,7 @@ class Model {
   void forward_backward(const DeviceBatch& b, float token_weight, View stats, int time_slot0, bool last);
   // Fault injection for the NaN tests: poison this layer's output on the next forward.
   void inject_nan_at_layer(int layer) { inject_nan_layer_ = layer; }
+  const ContextAttention& attention() const { return attn_; }
 
  private:
   enum class Keep { all, selective, checkpoint };

@@ -5,8 +5,29 @@
 namespace ctx::exec {
 namespace {
 constexpr int kSnap = kMemCategories;
-// one rank's numbers, flat: peak snapshot, peak phase, per-phase snapshots, host peaks, phase seconds
-constexpr int kFields = kSnap + 1 + kPhases * kSnap + kHostCategories + kPhases;
+// one rank's numbers, flat: peak snapshot, peak phase, per-phase snapshots, host peaks, phase seconds,
+// attention work (kAttention entries)
+constexpr int kAttention = 4;  // pairs counted by the kernel, layer forwards, query heads in attention, of the TP rank
+constexpr int kFields = kSnap + 1 + kPhases * kSnap + kHostCategories + kPhases + kAttention;
+constexpr int kAttention0 = kFields - kAttention;
+
+// The attention work this rank's kernels counted (Backend::attention_forward_pairs): query-key
+// pairs the mask keeps, each evaluated for `attention_query_heads` heads (all of the TP rank's query
+// heads, or 1/u of them after a Ulysses all-to-all), summed over every layer forward (recomputed
+// ones included) and divided by their number. The cost model's per-rank work
+// (costmodel/attention_work.hpp, attention_pairs_per_rank) is in pairs times the share of the TP
+// rank's heads: attention_pairs_per_layer_forward * attention_query_heads /
+// attention_query_heads_per_tp_rank. null where the backend does not count (CUDA).
+void add_attention(json& j, const double* f) {
+  const double pairs = f[kAttention0], forwards = f[kAttention0 + 1];
+  const bool counted = pairs >= 0 && forwards > 0;
+  auto whole = [](double x) { return static_cast<int64_t>(x); };  // counts, exact in a double below 2^53
+  j["attention_pairs_total"] = counted ? json(whole(pairs)) : json(nullptr);
+  j["attention_layer_forwards"] = whole(forwards);
+  j["attention_pairs_per_layer_forward"] = counted ? json(pairs / forwards) : json(nullptr);
+  j["attention_query_heads"] = whole(f[kAttention0 + 2]);
+  j["attention_query_heads_per_tp_rank"] = whole(f[kAttention0 + 3]);
+}
 
 json snapshot(const double* b) {
   json j = json::object();
@@ -58,6 +79,11 @@ json measurement_json(Trainer& t, Backend& be, const RunRecord& r) {
   for (int i = 0; i < kHostCategories; ++i)
     f[kSnap + 1 + kPhases * kSnap + i] = static_cast<double>(led.host_peak(static_cast<HostMem>(i)));
   for (int p = 0; p < kPhases; ++p) f[kSnap + 1 + kPhases * kSnap + kHostCategories + p] = r.phase_seconds[p];
+  be.synchronize();  // the pair count is stream-ordered
+  f[kAttention0] = static_cast<double>(be.attention_forward_pairs());
+  f[kAttention0 + 1] = static_cast<double>(t.model().attention().forward_calls());
+  f[kAttention0 + 2] = static_cast<double>(t.layout().attn_q_heads);
+  f[kAttention0 + 3] = static_cast<double>(t.layout().q_heads);
   pc.world_comm->host_allreduce_sum(all.data(), static_cast<int64_t>(all.size()));
 
   const double div = static_cast<double>(std::max<int64_t>(1, r.measured_steps));
@@ -66,6 +92,7 @@ json measurement_json(Trainer& t, Backend& be, const RunRecord& r) {
   for (int64_t k = 0; k < pc.world; ++k) {
     json rj = rank_json(all.data() + k * kFields, pc.world, div);
     rj["rank"] = k;
+    add_attention(rj, all.data() + k * kFields);
     ranks.push_back(rj);
     if (total(all.data() + k * kFields) > total(all.data() + worst * kFields)) worst = static_cast<int>(k);
   }
@@ -96,7 +123,9 @@ json measurement_json(Trainer& t, Backend& be, const RunRecord& r) {
   j["grad_norms"] = r.grad_norms;
   j["step_seconds"] = r.step_seconds;
   j["notes"] = {"bytes are what the accounting allocator handed out, by category, at the rank's peak instant",
-                "time.phases are mean seconds per step; the first step is included (warm-up)"};
+                "time.phases are mean seconds per step; the first step is included (warm-up)",
+                "ranks[].attention_pairs_per_layer_forward: query-key pairs the rank's attention kernel evaluated (counted by "
+                "the CPU backend; null on others) per layer forward, each for attention_query_heads heads"};
   return j;
 }
 
