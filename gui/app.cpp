@@ -63,6 +63,21 @@ void App::select_plan(const std::string& text) {
   plan_dirty_ = true;
 }
 
+void App::choose_cp(const CpChoice& c) {
+  cp_choice = c;
+  Plan base;
+  bool parsed = false;
+  if (job) {
+    try {
+      base = selected_plan(*job, state.plan);
+      parsed = true;
+    } catch (const InputError&) {  // its reason is already in errors["plan"]
+    }
+  }
+  if (!parsed && have_prediction) base = prediction.plan;  // keep the last plan's other keys
+  select_plan(plan_text_with(base, c));
+}
+
 void App::predict_selected() {
   plan_dirty_ = false;
   if (!job) return;
@@ -73,6 +88,7 @@ void App::predict_selected() {
     set_error("plan", e);
     return;
   }
+  cp_choice = cp_choice_of(p);
   const PlanCheck check = check_plan(p, job->model, job->cluster, job->seq_tokens);
   if (!check.ok()) {
     // the same words predict() uses
@@ -91,6 +107,7 @@ void App::predict_selected() {
   prediction.plan = p;
   prediction.warnings = check.warnings;
   prediction.memory = predict_memory(job->model, job->cluster, job->runtime, p, job->seq_tokens);
+  rank_work = cp_work(p, job->seq_tokens);
   have_prediction = true;
   time_pending = true;
   predict_key_ = job->key + "|" + plan_to_string(p);

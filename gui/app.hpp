@@ -12,6 +12,8 @@
 
 #include "costmodel/prediction.hpp"
 #include "gui/background_job.hpp"
+#include "gui/cp_choice.hpp"
+#include "gui/cp_work.hpp"
 #include "gui/gui_state.hpp"
 #include "gui/maxseq_curve.hpp"
 #include "gui/measured.hpp"
@@ -40,6 +42,8 @@ class App {
   bool have_prediction = false;
   Prediction prediction;                // of the selected plan under `job`
   SimResult sim;                        // its simulated step (the timeline)
+  CpWork rank_work;                     // its attention pairs per CP rank (the CP work tab)
+  CpChoice cp_choice;                   // the CP axes the header's controls show: the selected plan's, or the last pick
   // The memory part is predicted within the frame (nanoseconds); the simulated step runs on a
   // worker (seconds for large ring plans). Until it is back, prediction.time and sim are stale.
   bool time_pending = false;
@@ -59,6 +63,9 @@ class App {
   void inputs_changed(double now);
   void plan_changed() { plan_dirty_ = true; }
   void select_plan(const std::string& text);
+  // The header's CP controls: the selected plan (or, when its text does not parse, the last plan
+  // predicted) with these axes becomes the selected plan; the cost model judges it as typed text.
+  void choose_cp(const CpChoice& c);
   void start_search();
   void cancel_search() { search_.cancel(); }
   void start_maxseq();

@@ -11,7 +11,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const kTabs[] = {"memory", "plans", "pareto", "timeline", "maxseq", "measured"};
+const char* const kTabs[] = {"memory", "cpwork", "plans", "pareto", "timeline", "maxseq", "measured"};
 
 void read_cluster_edit(const JsonReader& r, ClusterEdit& e) {
   e.enabled = r.boolean_or("enabled", e.enabled);
@@ -87,7 +87,7 @@ void read_view(const JsonReader& r, View& v) {
   v.tab = r.string_or("tab", v.tab);
   bool known = false;
   for (const char* t : kTabs) known |= v.tab == t;
-  if (!known) r.fail("tab", "unknown tab '" + v.tab + "'; valid: memory, plans, pareto, timeline, maxseq, measured");
+  if (!known) r.fail("tab", "unknown tab '" + v.tab + "'; valid: memory, cpwork, plans, pareto, timeline, maxseq, measured");
   v.left_width = static_cast<float>(r.number_or("left_width", v.left_width));
   if (r.has("window")) {
     const json& w = r.raw("window");
@@ -135,10 +135,13 @@ std::string mask_text(const Inputs& in) {
   if (in.docs == DocMode::fixed) return "doc:" + std::to_string(in.doc_tokens);
   std::string s = "doc:hist:";
   for (size_t i = 0; i < in.doc_bins.size(); ++i) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%s%lld@%.17g", i ? "/" : "", static_cast<long long>(in.doc_bins[i].tokens),
-                  in.doc_bins[i].fraction);
-    s += buf;
+    // the shortest fraction that reads back as the same double (0.6, not 0.59999999999999998)
+    char frac[32];
+    for (int digits = 15; digits <= 17; ++digits) {
+      std::snprintf(frac, sizeof frac, "%.*g", digits, in.doc_bins[i].fraction);
+      if (std::strtod(frac, nullptr) == in.doc_bins[i].fraction) break;
+    }
+    s += (i ? "/" : "") + std::to_string(in.doc_bins[i].tokens) + "@" + frac;
   }
   return s;
 }

@@ -54,7 +54,7 @@ struct Inputs {
 };
 
 struct View {
-  std::string tab = "memory";      // memory | plans | pareto | timeline | maxseq | measured
+  std::string tab = "memory";      // memory | cpwork | plans | pareto | timeline | maxseq | measured
   float left_width = 420;
   int window_width = 1600, window_height = 1000;
   std::string table_filter;

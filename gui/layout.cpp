@@ -69,7 +69,8 @@ void draw_main_window(App& app, double now, bool force_tab, FrameRequests& req) 
       const char* label;
       void (*draw)(App&);
     };
-    static const Tab tabs[] = {{"memory", "Memory", draw_memory_tab},       {"plans", "Plans", draw_plans_tab},
+    static const Tab tabs[] = {{"memory", "Memory", draw_memory_tab},       {"cpwork", "CP work", draw_cpwork_tab},
+                               {"plans", "Plans", draw_plans_tab},
                                {"pareto", "Pareto", draw_pareto_tab},       {"timeline", "Timeline", draw_timeline_tab},
                                {"maxseq", "Max sequence", draw_maxseq_tab}, {"measured", "Measured vs predicted", draw_measured_tab}};
     std::string active = view.tab;

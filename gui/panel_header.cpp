@@ -1,4 +1,4 @@
-// Above the tabs: the selected plan (editable), its headline numbers, the search's progress with
+// Above the tabs: the selected plan (editable as text, its CP axes with controls), its headline numbers, the search's progress with
 // a cancel button, the actions (export plan.json, copy the ctxplan command line, save a PNG),
 // and the error panel.
 #include <imgui.h>
@@ -9,6 +9,72 @@
 #include "gui/panels.hpp"
 
 namespace ctx::gui {
+namespace {
+
+// A combo over an enum's values, named by the cost model's to_string.
+template <typename E, size_t N>
+bool enum_combo(const char* label, E* value, const E (&values)[N], float width) {
+  bool changed = false;
+  ImGui::SetNextItemWidth(width);
+  if (ImGui::BeginCombo(label, to_string(*value))) {
+    for (E v : values)
+      if (ImGui::Selectable(to_string(v), v == *value)) *value = v, changed = true;
+    ImGui::EndCombo();
+  }
+  return changed;
+}
+
+// The selected plan's CP axes (plan.hpp: cp_comm, cp_layout, cp_varlen with split:k's k, a2a+p2p's
+// Ulysses degree). A pick becomes the plan's text; the cost model's parser and plan_check judge it,
+// and a combination they refuse shows their reason here (and in the error panel).
+void cp_controls(App& app) {
+  static const CpComm kComms[] = {CpComm::p2p, CpComm::allgather, CpComm::a2a, CpComm::a2a_p2p};
+  static const CpLayout kLayouts[] = {CpLayout::contiguous, CpLayout::headtail, CpLayout::headtail_doc};
+  static const CpVarlen::Kind kVarlens[] = {CpVarlen::Kind::native, CpVarlen::Kind::cycle, CpVarlen::Kind::split};
+  static const char* const kVarlenNames[] = {"native", "cycle", "split:k"};
+  CpChoice c = app.cp_choice;
+  bool changed = false;
+  ImGui::BeginGroup();
+  ImGui::TextUnformatted("CP");
+  ImGui::SameLine();
+  changed |= enum_combo("exchange", &c.comm, kComms, 100);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("cp_comm: how K,V travel (p2p ring, all-gather, Ulysses all-to-all, Ulysses x ring)");
+  ImGui::SameLine();
+  changed |= enum_combo("layout", &c.layout, kLayouts, 120);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("cp_layout: chunk c of cp | chunks c and 2cp-1-c of 2cp | every document cut in 2cp chunks, head-tail");
+  ImGui::SameLine();
+  int v = static_cast<int>(c.varlen);
+  ImGui::SetNextItemWidth(90);
+  if (ImGui::Combo("varlen", &v, kVarlenNames, 3)) c.varlen = kVarlens[v], changed = true;
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("cp_varlen (document masks under a ring): one varlen call per ring step | the ring once per document | "
+                      "k sub-packs, native in each");
+  if (c.varlen == CpVarlen::Kind::split) {
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(80);
+    changed |= ImGui::InputScalar("k", ImGuiDataType_S64, &c.split_k, nullptr, nullptr, nullptr, ImGuiInputTextFlags_EnterReturnsTrue);
+  }
+  if (c.comm == CpComm::a2a_p2p) {
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(80);
+    changed |= ImGui::InputScalar("ulysses", ImGuiDataType_S64, &c.ulysses, nullptr, nullptr, nullptr, ImGuiInputTextFlags_EnterReturnsTrue);
+  }
+  ImGui::EndGroup();
+  record_last_item(app, "header.cp");
+  if (changed) app.choose_cp(c);
+  const auto err = app.errors.find("plan");
+  if (err != app.errors.end()) ImGui::TextColored(ImVec4(0.95f, 0.45f, 0.45f, 1), "not valid: %s", err->second.message.c_str());
+  app.shown["cp_controls"] = {{"cp_comm", to_string(app.cp_choice.comm)},
+                              {"cp_layout", to_string(app.cp_choice.layout)},
+                              {"cp_varlen", kVarlenNames[static_cast<int>(app.cp_choice.varlen)]},
+                              {"split_k", app.cp_choice.split_k},
+                              {"ulysses", app.cp_choice.ulysses},
+                              {"valid", err == app.errors.end()},
+                              {"reason", err == app.errors.end() ? std::string() : err->second.message}};
+}
+
+}  // namespace
 
 void draw_selected_plan_header(App& app, FrameRequests& req) {
   ImGui::TextUnformatted("Selected plan");
@@ -17,6 +83,7 @@ void draw_selected_plan_header(App& app, FrameRequests& req) {
   if (ImGui::InputText("##plan", &app.state.plan, ImGuiInputTextFlags_EnterReturnsTrue) || ImGui::IsItemDeactivatedAfterEdit())
     app.plan_changed();
   record_last_item(app, "header.plan");
+  cp_controls(app);
 
   if (app.have_prediction) {
     const Prediction& p = app.prediction;

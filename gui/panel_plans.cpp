@@ -68,8 +68,9 @@ void draw_plans_tab(App& app) {
   json first = json::array();
   if (ImGui::BeginTable("plans", ncols, flags, ImVec2(0, 0))) {
     ImGui::TableSetupScrollFreeze(0, 1);
-    for (int c = 0; c < ncols; ++c) {
-      ImGuiTableColumnFlags cf = c == static_cast<int>(PlanColumn::plan) ? ImGuiTableColumnFlags_WidthStretch : 0;
+    for (PlanColumn column : kColumnDisplayOrder) {
+      const int c = static_cast<int>(column);
+      ImGuiTableColumnFlags cf = column == PlanColumn::plan ? ImGuiTableColumnFlags_WidthStretch : 0;
       if (c == v.sort_column) cf |= ImGuiTableColumnFlags_DefaultSort | (v.sort_descending ? ImGuiTableColumnFlags_PreferSortDescending : 0);
       ImGui::TableSetupColumn(column_name(static_cast<PlanColumn>(c)), cf, 0, static_cast<ImGuiID>(c));
     }
@@ -95,6 +96,10 @@ void draw_plans_tab(App& app) {
         ImGui::PopID();
         ImGui::TableNextColumn();
         ImGui::TextUnformatted(r.text.c_str());
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(layout_cell(r.plan).c_str());
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(varlen_cell(r.plan).c_str());
         ImGui::TableNextColumn();
         ImGui::TextColored(fit_color(r.fits), "%s", r.fits ? "yes" : "no");
         ImGui::TableNextColumn();

@@ -23,6 +23,7 @@ void draw_inputs_panel(App& app, double now);
 void draw_selected_plan_header(App& app, FrameRequests& req);
 void draw_error_panel(App& app);
 void draw_memory_tab(App& app);
+void draw_cpwork_tab(App& app);
 void draw_plans_tab(App& app);
 void draw_pareto_tab(App& app);
 void draw_timeline_tab(App& app);

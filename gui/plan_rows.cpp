@@ -84,9 +84,14 @@ const char* column_name(PlanColumn c) {
     case PlanColumn::peak: return "peak GiB";
     case PlanColumn::headroom: return "headroom GiB";
     case PlanColumn::host: return "host GiB/node";
+    case PlanColumn::cp_layout: return "CP layout";
+    case PlanColumn::cp_varlen: return "varlen";
     default: return "?";
   }
 }
+
+std::string layout_cell(const Plan& p) { return p.cp > 1 ? to_string(p.cp_layout) : "-"; }
+std::string varlen_cell(const Plan& p) { return p.mask == MaskKind::document ? to_string(p.cp_varlen) : "-"; }
 
 namespace {
 
@@ -131,10 +136,12 @@ std::vector<int> table_order(const PlanTable& t, const std::string& filter, bool
     if (ok) order.push_back(static_cast<int>(i));
   }
   // "ascending" means best first for the time columns (fast, high tokens/s and MFU)
-  if (sort_by == PlanColumn::plan) {
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-      return descending ? t.rows[a].text > t.rows[b].text : t.rows[a].text < t.rows[b].text;
-    });
+  if (sort_by == PlanColumn::plan || sort_by == PlanColumn::cp_layout || sort_by == PlanColumn::cp_varlen) {
+    auto text = [&](int i) {
+      const PlanRow& r = t.rows[static_cast<size_t>(i)];
+      return sort_by == PlanColumn::plan ? r.text : sort_by == PlanColumn::cp_layout ? layout_cell(r.plan) : varlen_cell(r.plan);
+    };
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return descending ? text(a) > text(b) : text(a) < text(b); });
   } else {
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
       const double ka = sort_key(t.rows[a], sort_by), kb = sort_key(t.rows[b], sort_by);

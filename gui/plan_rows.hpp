@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -37,9 +38,17 @@ struct PlanTable {
 
 PlanTable build_plan_table(const SearchRequest& req, const std::function<bool(double)>& progress);
 
-// Columns of the table, in display order (also the sort keys).
-enum class PlanColumn : int { rank, plan, fits, step, tokens_per_second, mfu, peak, headroom, host, count };
+// Columns of the table (also the sort keys; a state file's view.sort_column is this number, so new
+// columns go at the end). kColumnDisplayOrder: the order they are drawn in.
+enum class PlanColumn : int { rank, plan, fits, step, tokens_per_second, mfu, peak, headroom, host, cp_layout, cp_varlen, count };
+constexpr PlanColumn kColumnDisplayOrder[] = {PlanColumn::rank,      PlanColumn::plan, PlanColumn::cp_layout, PlanColumn::cp_varlen,
+                                              PlanColumn::fits,      PlanColumn::step, PlanColumn::tokens_per_second,
+                                              PlanColumn::mfu,       PlanColumn::peak, PlanColumn::headroom, PlanColumn::host};
+static_assert(std::size(kColumnDisplayOrder) == static_cast<size_t>(PlanColumn::count), "every column is drawn once");
 const char* column_name(PlanColumn c);
+// The CP layout and variable-length strategy cells: "-" where they do not apply (cp = 1; no document mask).
+std::string layout_cell(const Plan& p);
+std::string varlen_cell(const Plan& p);
 // Row indices in display order: filtered by `filter` (substring of the plan text, case-insensitive;
 // several words separated by spaces must all match) and fits_only, sorted by the column.
 std::vector<int> table_order(const PlanTable& t, const std::string& filter, bool fits_only, PlanColumn sort_by,

@@ -98,12 +98,22 @@ ResolvedJob resolve_inputs(const Profiles& profiles, const Inputs& in) {
 }
 
 Plan selected_plan(const ResolvedJob& job, const std::string& text) {
-  Plan p = parse_plan(text, "selected plan");
+  // the inputs' mask goes first unless the text names one (replaced below either way), so keys that
+  // need a document mask (cp_varlen) parse when the inputs give one
+  bool names_mask = false;
+  std::stringstream items(text);
+  for (std::string item; std::getline(items, item, ',');) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    names_mask = names_mask || item.rfind("mask=", 0) == 0;
+  }
+  Plan p = parse_plan(names_mask ? text : "mask=" + mask_to_string(job.base) + "," + text, "selected plan");
   p.mask = job.base.mask;
   p.docs = job.base.docs;
   p.sorted_packing = job.base.sorted_packing;
   p.precision = job.base.precision;
-  return p;
+  // the plan text's keys with the job's mask: parsed once more so the parser's rules that join keys
+  // (cp_varlen needs a document mask) judge the combination, not only the text as typed
+  return parse_plan(plan_to_string(p), "selected plan");
 }
 
 }  // namespace ctx::gui

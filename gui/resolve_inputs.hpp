@@ -25,7 +25,8 @@ constexpr const char* kInputsWhere = "inputs";
 
 ResolvedJob resolve_inputs(const Profiles& profiles, const Inputs& in);
 
-// The selected plan: `text` parsed, with the job's mask/documents/packing/precision applied.
+// The selected plan: `text` parsed, with the job's mask/documents/packing/precision applied; a
+// combination the parser refuses (cp_varlen without a document mask) throws its InputError.
 Plan selected_plan(const ResolvedJob& job, const std::string& text);
 
 // "1,2,4" -> {1,2,4}; errors name the field.

@@ -11,6 +11,7 @@
 #include <set>
 #include <fstream>
 
+#include "costmodel/attention_work.hpp"
 #include "costmodel/exit_codes.hpp"
 #include "costmodel/prediction.hpp"
 #include "gui_run.hpp"
@@ -29,6 +30,7 @@ constexpr std::array<int, 3> kGreen{89, 204, 102};    // backward pass
 constexpr std::array<int, 3> kCyan{64, 204, 217};     // ring p2p
 constexpr std::array<int, 3> kRed{235, 80, 80};       // capacity lines
 constexpr std::array<int, 3> kErrorBg{89, 20, 20};    // the error panel
+constexpr std::array<int, 3> kYellow{255, 230, 90};   // the CP work chart's mean line
 
 #define REQUIRE_HEADLESS()                                                  \
   do {                                                                      \
@@ -191,6 +193,57 @@ TEST(GuiHeadless, TimelineDrawsEverySimulatedRankAndStream) {
   EXPECT_GT(r.image.count_color(reg, kBlue), 500) << "no forward compute";
   EXPECT_GT(r.image.count_color(reg, kGreen), 500) << "no backward compute";
   EXPECT_GT(r.image.count_color(reg, kCyan), 100) << "no ring transfers";
+}
+
+// The CP work tab: one bar per CP rank with the cost model's pairs (attention_pairs_per_rank), for
+// a causal contiguous ring (rising bars) and a document histogram (the expectation over its packs),
+// the mean line and the imbalance max/mean - 1.
+TEST(GuiHeadless, CpWorkTabDrawsTheCostModelsPairsPerRank) {
+  REQUIRE_HEADLESS();
+  struct Case {
+    std::string name, plan, mask;
+    json docs;
+  };
+  const Case cases[] = {{"cpwork_ring", "cp=8,cp_kind=ring,zero=3,recompute=full", "causal", {{"mode", "causal"}}},
+                        {"cpwork_hist", "cp=8,cp_comm=allgather,cp_layout=headtail-doc,zero=3,recompute=full",
+                         "doc:hist:2048@0.8/32768@0.2", {{"mode", "histogram"}, {"bins", {{2048, 0.8}, {32768, 0.2}}}}}};
+  for (const Case& c : cases) {
+    json state = {{"inputs", {{"seq", 131072}, {"docs", c.docs}}}, {"plan", c.plan}, {"view", {{"tab", "cpwork"}}}, {"search", false}};
+    GuiRun r = run_gui(fresh_dir(c.name), c.name, state);
+    expect_clean_picture(r);
+    Plan p = parse_plan(c.plan + ",mask=" + c.mask);
+    p.dp = 1;
+    const std::vector<double> pairs = attention_pairs_per_rank(p, 131072);
+    const json& shown = r.report["shown"]["cpwork"];
+    ASSERT_EQ(shown["pairs"].size(), pairs.size()) << c.name;
+    double sum = 0, max = 0;
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      EXPECT_DOUBLE_EQ(shown["pairs"][i].get<double>(), pairs[i]) << c.name << " rank " << i;
+      sum += pairs[i], max = std::max(max, pairs[i]);
+    }
+    const double mean = sum / static_cast<double>(pairs.size());
+    EXPECT_NEAR(shown["mean"].get<double>(), mean, 1e-12 * mean);
+    EXPECT_NEAR(shown["imbalance"].get<double>(), max / mean - 1, 1e-12);
+    expect_region_drawn(r, "cpwork.bars");
+    EXPECT_GT(r.image.count_color(r.region("cpwork.bars"), kBlue), 2000) << c.name << ": no bars";
+    EXPECT_GT(r.image.count_color(r.region("cpwork.bars"), kYellow), 100) << c.name << ": no mean line";
+  }
+}
+
+// A CP combination the cost model refuses (cp_varlen without a document mask) shows the parser's
+// reason next to the CP controls and in the error panel; the app keeps running and exits 0.
+TEST(GuiHeadless, AnInvalidCpCombinationShowsTheReasonAndExitsCleanly) {
+  REQUIRE_HEADLESS();
+  json state = {{"plan", "cp=8,cp_kind=zigzag,cp_varlen=cycle"}, {"view", {{"tab", "cpwork"}}}, {"search", false}};
+  GuiRun r = run_gui(fresh_dir("cpinvalid"), "cpinvalid", state);
+  expect_clean_picture(r);
+  const json& controls = r.report["shown"]["cp_controls"];
+  EXPECT_FALSE(controls["valid"].get<bool>());
+  EXPECT_NE(controls["reason"].get<std::string>().find("needs a document mask"), std::string::npos) << controls;
+  ASSERT_EQ(r.report["errors"].size(), 1u);
+  EXPECT_EQ(r.report["errors"][0]["field"], "cp_varlen");
+  EXPECT_TRUE(r.report["error_panel_open"].get<bool>());
+  EXPECT_GT(r.image.count_color(r.region("errors"), kErrorBg), 500) << "no error panel";
 }
 
 TEST(GuiHeadless, MaxSeqCurveMatchesTheLibraryPerGpuCount) {

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "app_settle.hpp"
 #include "gui/app.hpp"
 #include "gui/background_job.hpp"
 #include "gui/gui_state.hpp"
@@ -20,15 +21,7 @@ namespace {
 using namespace ctx;
 using namespace ctx::gui;
 
-// Updates until nothing is left to compute (the simulated step runs on a worker).
-void settle(App& app, double now) {
-  for (int i = 0; i < 20000; ++i) {
-    app.update(now);
-    if (app.idle()) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  FAIL() << "the app did not settle";
-}
+using ctx::gui::test::settle;
 
 const Profiles& profiles() {
   static Profiles p = load_profiles(std::string(CTXPLAN_SOURCE_DIR) + "/profiles");
