@@ -107,7 +107,6 @@ void App::predict_selected() {
   prediction.plan = p;
   prediction.warnings = check.warnings;
   prediction.memory = predict_memory(job->model, job->cluster, job->runtime, p, job->seq_tokens);
-  rank_work = cp_work(p, job->seq_tokens);
   have_prediction = true;
   time_pending = true;
   predict_key_ = job->key + "|" + plan_to_string(p);
@@ -140,6 +139,8 @@ void App::start_simulation() {
       // of at most kTimelineMaxTasks (a 128-rank plain ring has 9.4M: seconds and 2 GB to record)
       // (the numbers shown are the streaming sweep's, the same as ctxplan predict's; the recording
       // sweeps every task and can differ from them by rounding, ~1e-15)
+      // the per-rank attention work (0.6 s for headtail-doc over 16M tokens at cp=128: not in the frame)
+      s.rank_work = cp_work(p, seq);
       s.prediction = predict(m, c, rt, p, seq, &s.sim, SimRecord::none);
       if (s.sim.stats.tasks <= kTimelineMaxTasks) predict(m, c, rt, p, seq, &s.sim, SimRecord::tasks);
       s.ok = true;
@@ -162,6 +163,7 @@ void App::poll_simulation() {
     if (s.ok) {
       prediction = std::move(s.prediction);
       sim = std::move(s.sim);
+      rank_work = std::move(s.rank_work);
       ++sim_generation;
       time_pending = false;
       if (measured) comparison = compare_to_prediction(*measured, prediction);

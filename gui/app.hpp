@@ -42,7 +42,7 @@ class App {
   bool have_prediction = false;
   Prediction prediction;                // of the selected plan under `job`
   SimResult sim;                        // its simulated step (the timeline)
-  CpWork rank_work;                     // its attention pairs per CP rank (the CP work tab)
+  CpWork rank_work;                     // its attention pairs per CP rank (the CP work tab; with the simulated step)
   CpChoice cp_choice;                   // the CP axes the header's controls show: the selected plan's, or the last pick
   // The memory part is predicted within the frame (nanoseconds); the simulated step runs on a
   // worker (seconds for large ring plans). Until it is back, prediction.time and sim are stale.
@@ -123,6 +123,7 @@ class App {
     std::string error;
     Prediction prediction;
     SimResult sim;
+    CpWork rank_work;
   };
   std::string cluster_arg(const std::string& cluster_file) const;
   bool inputs_dirty_ = true, plan_dirty_ = true;

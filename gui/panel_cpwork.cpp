@@ -35,6 +35,10 @@ void draw_cpwork_tab(App& app) {
     ImGui::TextDisabled("no prediction: fix the inputs or the plan (see the error panel)");
     return;
   }
+  if (app.time_pending) {
+    ImGui::TextDisabled("computing the per-rank work with the simulated step...");
+    return;
+  }
   const Plan& p = app.prediction.plan;
   const CpWork& w = app.rank_work;
   const std::string varlen = p.mask == MaskKind::document ? ", cp_varlen=" + to_string(p.cp_varlen) : "";
