@@ -132,7 +132,7 @@ std::function<int()> add_import_command(CLI::App& app, CommonOptions& common) {
                  "the cluster the job runs on (profile or <nodes>x<gpus>x<gpu>): fixes dp and turns a global batch into "
                  "gradient accumulation (default: the file's torchrun/srun launch line, else not stated)");
   app.add_option("--model,-m", a->model, "name the model (profile, alias or config.json) instead of the file's model fields");
-  app.add_option("--runtime,-r", a->runtime, "runtime profile for the plan file (default: the stack's: megatron, hf-deepspeed, ctxrun-cuda)");
+  app.add_option("--runtime,-r", a->runtime, "runtime profile for the plan file (default: the stack's: megatron, torchtitan, hf-deepspeed)");
   app.add_option("--set", a->set, "plan keys to set after reading, e.g. \"recompute=full,mask=doc:8192\"");
   app.add_flag("--quiet,-q", a->quiet, "do not list the options that have no effect on memory or time");
   app.footer(

@@ -138,8 +138,7 @@ StackJob import_torchtitan(const std::string& text, const std::string& where, co
 #else
   TomlJob t(text, where);
   StackJob job;
-  job.runtime = "ctxrun-cuda";  // no torchtitan runtime profile: FSDP2 + SDPA is priced with ctxrun-cuda's constants
-  job.warnings.push_back("no torchtitan runtime profile: predictions use ctxrun-cuda's constants (FSDP2, bf16, flash attention)");
+  job.runtime = "torchtitan";  // profiles/runtimes/torchtitan.json: FSDP2 mixed precision, SDPA, PyTorch's context_parallel
   job.world = o.world;
   Plan& p = job.plan;
 

@@ -210,6 +210,10 @@ TEST(StackImport, TorchtitanTomlMapsToDocumentedPlan) {
   EXPECT_EQ(j.model, "Llama-3.1-8B");
   EXPECT_EQ(j.seq, 131072);
   EXPECT_TRUE(any_contains(j.warnings, "float8.enable_fsdp_float8_all_gather"));
+  // priced with torchtitan's own runtime profile (profiles/runtimes/torchtitan.json), no stand-in
+  EXPECT_EQ(j.runtime, "torchtitan");
+  EXPECT_NO_THROW(resolve_runtime(profiles(), j.runtime));
+  EXPECT_FALSE(any_contains(j.warnings, "runtime profile"));
 }
 
 TEST(StackImport, DeepSpeedJsonMapsToDocumentedPlan) {
