@@ -196,8 +196,11 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
     fwd_ws += q_fp32 + (fp32_acts || rt.attention_merges_in_place ? 0.0 : lse);
   }
   // native varlen ring: the padded fp32 LSE of the step and of the running merge (attention_work.hpp,
-  // varlen_padded_lse_rows: why it grows when document lengths differ widely)
-  const double varlen_lse = 2.0 * varlen_padded_lse_rows(p, seq) * static_cast<double>(p.mbs) * S.q_heads * fp32;
+  // varlen_padded_lse_rows: why it grows when document lengths differ widely), where the runtime's
+  // kernel pads it (varlen_lse_padded: flash-attn 2's varlen LSE; ctxrun's is [query rows, heads])
+  const double varlen_lse = rt.varlen_lse_padded
+                                ? 2.0 * varlen_padded_lse_rows(p, seq) * static_cast<double>(p.mbs) * S.q_heads * fp32
+                                : 0.0;
   fwd_ws += varlen_lse;
   if (u > 1) {
     fwd_comm += q + kv + o;                               // all-to-all staging of q,k,v in and of the output back

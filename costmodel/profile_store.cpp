@@ -362,7 +362,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
   rt.name = r.string("name");
   rt.description = r.string_or("description", "");
   JsonReader c = r.object("constants");
-  struct Field { const char* key; double* num; bool* flag; std::string* str = nullptr; };
+  struct Field { const char* key; double* num; bool* flag; std::string* str = nullptr; bool optional = false; };
   Field fields[] = {
       {"weight_bytes", &rt.weight_bytes, nullptr},
       {"grad_bytes", &rt.grad_bytes, nullptr},
@@ -387,6 +387,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"attention_merges_in_place", nullptr, &rt.attention_merges_in_place},
       {"unit_grads_fp32", nullptr, &rt.unit_grads_fp32},
       {"ring_dkv_fp32_buffers", &rt.ring_dkv_fp32_buffers, nullptr},
+      {"varlen_lse_padded", nullptr, &rt.varlen_lse_padded, nullptr, true},  // absent: runtime_profile.hpp's default
       {"allgather_dkv_full_sequence", nullptr, &rt.allgather_dkv_full_sequence},
       {"allgather_dkv_fp32", nullptr, &rt.allgather_dkv_fp32},
       {"reduce_bucket_mib", &rt.reduce_bucket_bytes, nullptr},
@@ -415,6 +416,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
   for (auto& f : fields) {
     JsonReader e = c.object(f.key);  // every constant is {"value": ..., "source": "..."}
     std::string src = e.string("source");
+    if (f.optional && !c.has(f.key)) continue;
     if (src.empty()) e.fail("source", "every runtime constant needs a source or reason");
     rt.sources[f.key] = src;
     if (f.str) {

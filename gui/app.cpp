@@ -65,6 +65,7 @@ void App::select_plan(const std::string& text) {
 
 void App::choose_cp(const CpChoice& c) {
   cp_choice = c;
+  cp_choice_from = CpChoiceFrom::pick;
   Plan base;
   bool parsed = false;
   if (job) {
@@ -86,9 +87,15 @@ void App::predict_selected() {
     p = selected_plan(*job, state.plan);
   } catch (const InputError& e) {
     set_error("plan", e);
+    // typed text that does not parse: the controls show the last valid plan's axes (the header says so)
+    if (cp_choice_from != CpChoiceFrom::pick && have_prediction) {
+      cp_choice = cp_choice_of(prediction.plan);
+      cp_choice_from = CpChoiceFrom::last_valid;
+    }
     return;
   }
   cp_choice = cp_choice_of(p);
+  cp_choice_from = CpChoiceFrom::plan;
   const PlanCheck check = check_plan(p, job->model, job->cluster, job->seq_tokens);
   if (!check.ok()) {
     // the same words predict() uses

@@ -44,6 +44,9 @@ class App {
   SimResult sim;                        // its simulated step (the timeline)
   CpWork rank_work;                     // its attention pairs per CP rank (the CP work tab; with the simulated step)
   CpChoice cp_choice;                   // the CP axes the header's controls show: the selected plan's, or the last pick
+  // where cp_choice comes from: the selected plan's text, a pick with the controls, or (typed text
+  // that does not parse) the last valid plan
+  enum class CpChoiceFrom { plan, pick, last_valid } cp_choice_from = CpChoiceFrom::plan;
   // The memory part is predicted within the frame (nanoseconds); the simulated step runs on a
   // worker (seconds for large ring plans). Until it is back, prediction.time and sim are stale.
   bool time_pending = false;

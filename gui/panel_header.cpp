@@ -64,6 +64,12 @@ void cp_controls(App& app) {
   record_last_item(app, "header.cp");
   if (changed) app.choose_cp(c);
   const auto err = app.errors.find("plan");
+  // the controls show the plan's axes, the pick, or (typed text that does not parse) the last valid plan's
+  const bool last_valid = app.cp_choice_from == App::CpChoiceFrom::last_valid;
+  if (last_valid) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("(the last valid plan's axes)");
+  }
   if (err != app.errors.end()) ImGui::TextColored(ImVec4(0.95f, 0.45f, 0.45f, 1), "not valid: %s", err->second.message.c_str());
   app.shown["cp_controls"] = {{"cp_comm", to_string(app.cp_choice.comm)},
                               {"cp_layout", to_string(app.cp_choice.layout)},
@@ -71,6 +77,7 @@ void cp_controls(App& app) {
                               {"split_k", app.cp_choice.split_k},
                               {"ulysses", app.cp_choice.ulysses},
                               {"valid", err == app.errors.end()},
+                              {"of_last_valid_plan", last_valid},
                               {"reason", err == app.errors.end() ? std::string() : err->second.message}};
 }
 

@@ -47,6 +47,20 @@ const Case kCases[] = {
     {2, "tiny", 512, "dp=2,zero=3,mbs=2,ga=2"},
     {4, "tiny", 512, "tp=2,cp=2,cp_kind=zigzag,recompute=full"},
     {8, "tiny", 512, "dp=2,tp=2,cp=2,zero=3,recompute=selective"},
+    // issue 20: every CP exchange x layout over packed documents of very different lengths (928 and
+    // 96 tokens, multiples of 2*cp as headtail-doc needs), attention-heavy as the cp=4 rows above
+    {4, "tiny", 1024, "cp=4,cp_comm=p2p,cp_layout=contiguous,mask=doc:928,tiled_mlp=8"},
+    {4, "tiny", 1024, "cp=4,cp_comm=p2p,cp_layout=headtail,mask=doc:928,tiled_mlp=8"},
+    {4, "tiny", 1024, "cp=4,cp_comm=p2p,cp_layout=headtail-doc,mask=doc:928,tiled_mlp=8"},
+    {4, "tiny", 1024, "cp=4,cp_comm=allgather,cp_layout=contiguous,mask=doc:928,tiled_mlp=8"},
+    {4, "tiny", 1024, "cp=4,cp_comm=allgather,cp_layout=headtail,mask=doc:928,tiled_mlp=8"},
+    {4, "tiny", 1024, "cp=4,cp_comm=allgather,cp_layout=headtail-doc,mask=doc:928,tiled_mlp=8"},
+    {4, "tiny", 1024, "cp=4,cp_comm=a2a,cp_layout=contiguous,mask=doc:928,tiled_mlp=8"},
+    {4, "tiny", 1024, "cp=4,cp_comm=a2a,cp_layout=headtail,mask=doc:928,tiled_mlp=8"},
+    {4, "tiny", 1024, "cp=4,cp_comm=a2a,cp_layout=headtail-doc,mask=doc:928,tiled_mlp=8"},
+    {4, "tiny", 1024, "cp=4,cp_comm=a2a+p2p,ulysses=2,cp_layout=contiguous,mask=doc:928,tiled_mlp=8"},
+    {4, "tiny", 1024, "cp=4,cp_comm=a2a+p2p,ulysses=2,cp_layout=headtail,mask=doc:928,tiled_mlp=8"},
+    {4, "tiny", 1024, "cp=4,cp_comm=a2a+p2p,ulysses=2,cp_layout=headtail-doc,mask=doc:928,tiled_mlp=8"},
 };
 
 double sum(const json& cats) {

@@ -239,6 +239,7 @@ TEST(CpControls, AnInvalidCombinationShowsTheCostModelsReason) {
   EXPECT_EQ(app.errors["plan"].message, reason);
   EXPECT_EQ(app.errors["plan"].field, "cp_varlen");
   EXPECT_EQ(app.cp_choice.varlen, CpVarlen::Kind::cycle);
+  EXPECT_EQ(app.cp_choice_from, App::CpChoiceFrom::pick) << "the controls keep showing the pick";
   EXPECT_EQ(plan_to_string(app.prediction.plan), before) << "the last valid plan's prediction stays";
   c.varlen = CpVarlen::Kind::native;
   app.choose_cp(c);
@@ -295,6 +296,9 @@ TEST(CpControls, AnInvalidCombinationShowsTheCostModelsReason) {
   App& causal = *causal_owner;
   ASSERT_EQ(causal.errors.count("plan"), 1u);
   EXPECT_EQ(causal.errors["plan"].field, "cp_varlen");
+  // typed text that does not parse: the controls show the last valid plan's axes (and say so)
+  EXPECT_EQ(causal.cp_choice_from, App::CpChoiceFrom::last_valid);
+  EXPECT_EQ(causal.cp_choice.varlen, causal.prediction.plan.cp_varlen.kind);
 }
 
 // A state file written before the CP axes (the format of gui_state.cpp before issue 20: plan with

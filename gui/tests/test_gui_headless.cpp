@@ -240,6 +240,9 @@ TEST(GuiHeadless, AnInvalidCpCombinationShowsTheReasonAndExitsCleanly) {
   const json& controls = r.report["shown"]["cp_controls"];
   EXPECT_FALSE(controls["valid"].get<bool>());
   EXPECT_NE(controls["reason"].get<std::string>().find("needs a document mask"), std::string::npos) << controls;
+  // the typed text does not parse: the controls show the last valid plan's axes and say so
+  EXPECT_TRUE(controls["of_last_valid_plan"].get<bool>());
+  EXPECT_EQ(controls["cp_varlen"], "native");
   ASSERT_EQ(r.report["errors"].size(), 1u);
   EXPECT_EQ(r.report["errors"][0]["field"], "cp_varlen");
   EXPECT_TRUE(r.report["error_panel_open"].get<bool>());
