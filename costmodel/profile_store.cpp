@@ -385,9 +385,9 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"backward_grad_tensors", &rt.backward_grad_tensors, nullptr},
       {"attention_backward_extra_q_tensors", &rt.attention_backward_extra_q_tensors, nullptr},
       {"attention_merges_in_place", nullptr, &rt.attention_merges_in_place},
+      {"varlen_lse_padded", nullptr, &rt.varlen_lse_padded, nullptr, true},  // absent: runtime_profile.hpp's default
       {"unit_grads_fp32", nullptr, &rt.unit_grads_fp32},
       {"ring_dkv_fp32_buffers", &rt.ring_dkv_fp32_buffers, nullptr},
-      {"varlen_lse_padded", nullptr, &rt.varlen_lse_padded, nullptr, true},  // absent: runtime_profile.hpp's default
       {"allgather_dkv_full_sequence", nullptr, &rt.allgather_dkv_full_sequence},
       {"allgather_dkv_fp32", nullptr, &rt.allgather_dkv_fp32},
       {"reduce_bucket_mib", &rt.reduce_bucket_bytes, nullptr},
@@ -414,9 +414,9 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
     }
   }
   for (auto& f : fields) {
+    if (f.optional && !c.has(f.key)) continue;
     JsonReader e = c.object(f.key);  // every constant is {"value": ..., "source": "..."}
     std::string src = e.string("source");
-    if (f.optional && !c.has(f.key)) continue;
     if (src.empty()) e.fail("source", "every runtime constant needs a source or reason");
     rt.sources[f.key] = src;
     if (f.str) {

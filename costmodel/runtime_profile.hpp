@@ -51,8 +51,8 @@ struct RuntimeProfile {
   bool allgather_dkv_fp32 = true;           // all-gather CP: those dK,dV accumulators are fp32 (else the activation dtype)
   bool unit_grads_fp32 = false;  // ZeRO-2/3's transient full gradient of a unit is fp32 (else the weights' dtype)
   bool attention_merges_in_place = false;  // ring steps merge into the output accumulator and saved LSE (no per-step copies)
-  double reduce_bucket_bytes = 0;     // gradient reduce/reduce-scatter bucket
   bool varlen_lse_padded = true;  // native varlen ring: the kernel's LSE is padded to [documents, heads, longest] (flash-attn 2; optional key)
+  double reduce_bucket_bytes = 0;     // gradient reduce/reduce-scatter bucket
   double reserved_bytes = 0;          // NCCL buffers, cuBLAS workspace, allocator slack (fixed)
   double fragmentation = 0;           // fraction added to activations and transients
   double host_bytes_per_rank = 0;     // host memory a rank's process takes besides offload
