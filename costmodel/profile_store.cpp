@@ -10,6 +10,7 @@
 
 #include "costmodel/attention_kernels.hpp"
 #include "costmodel/limits.hpp"
+#include "costmodel/runtime_capabilities.hpp"
 #include "costmodel/suggest.hpp"
 
 #ifndef CTXPLAN_PROFILES_DIR
@@ -361,6 +362,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
   RuntimeProfile rt;
   rt.name = r.string("name");
   rt.description = r.string_or("description", "");
+  if (r.has("capabilities")) rt.capabilities = capabilities_from_json(r.object("capabilities"));
   JsonReader c = r.object("constants");
   struct Field { const char* key; double* num; bool* flag; std::string* str = nullptr; bool optional = false; };
   Field fields[] = {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "costmodel/plan.hpp"
+#include "costmodel/runtime_capabilities.hpp"
 
 namespace ctx {
 
@@ -81,6 +82,8 @@ struct RuntimeProfile {
   // (leave-one-out), or the published points `ctxplan validate` predicts for a built-in one
   std::vector<TimeResidual> time_residuals;
   std::map<std::string, std::string> sources;  // field -> where the value comes from
+  // what the stack can run (runtime_capabilities.hpp); undeclared: every plan
+  RuntimeCapabilities capabilities;
 };
 
 // The profile as a plan of this precision runs on it. A profile states its stack's bf16 sizes; a

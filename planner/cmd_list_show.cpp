@@ -169,6 +169,14 @@ std::function<int()> add_show_command(CLI::App& app, CommonOptions& common) {
       std::string runs;
       for (auto& k : r.attention_kernels) runs += (runs.empty() ? "" : ", ") + k;
       std::cout << "attention: default " << r.attention_kernel << "; --attention may name: " << runs << "\n";
+      if (r.capabilities.declared) {  // what the stack runs: the search proposes only these plans
+        Table ct;
+        ct.header = {"capability", "runs", "source"};
+        for (auto& row : capability_rows(r.capabilities)) ct.rows.push_back(row);
+        std::cout << "what the stack can run (plan, maxseq, sweep, budget and the GUI propose only these plans):\n" << ct.render() << "\n";
+      } else {
+        std::cout << "capabilities: not stated (every plan the cost model prices is proposed)\n";
+      }
       Table t;
       t.header = {"constant", "source"};
       for (auto& [key, src] : r.sources) t.rows.push_back({key, src});

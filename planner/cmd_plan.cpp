@@ -105,6 +105,12 @@ SearchRequest make_request(const SearchArgs& a, const Job& job) {
   req.runtime = job.runtime;
   req.seq = job.seq;
   req.base = a.job.plan.empty() ? Plan{} : job.plan;
+  // constraints, not seeds: every key --plan gives is kept in every plan tried (issue 21)
+  if (!a.job.plan.empty()) req.fixed_fields = fixed_plan_fields(a.job.plan, "--plan");
+  if (a.no_offload)
+    for (const char* f : {"opt_offload", "ckpt_offload", "param_offload"})
+      if (req.fixed_fields.contains(f) && req.fixed_fields[f] == true)
+        throw InputError("--plan", f, std::string(f) + "=1 contradicts --no-offload; drop one of them");
   if (!a.gbt.empty()) {
     req.global_batch_tokens = parse_tokens(a.gbt, "--global-batch-tokens");
     if (req.global_batch_tokens % req.seq != 0)
@@ -156,11 +162,15 @@ std::function<int()> add_plan_command(CLI::App& app, CommonOptions& common) {
   return [a, &common]() {
     Job job = resolve_job(a->job, common);
     SearchRequest req = make_request(*a, job);
+    check_constraints(req, "--plan");
     SearchResult r;
     {
       Progress prog("searching plans");
       r = search_plans(req, prog.fn());
     }
+    // a batch that no layout divides is a bad input, with what would divide (search.cpp batch_advice)
+    if (r.valid == 0 && !r.cancelled && r.no_fit_reason.rfind("the global batch", 0) == 0)
+      throw InputError("--global-batch-tokens", "", r.no_fit_reason);
     std::string advice;
     if (r.ranked.empty() && !r.cancelled && r.valid > 0) advice = no_fit_advice(req);
     if (!a->csv.empty()) {
@@ -256,7 +266,11 @@ std::function<int()> add_maxseq_command(CLI::App& app, CommonOptions& common) {
     }
     a->job.seq = "4096";
     SearchRequest req = make_request(*a, job);
-    if (!a->job.plan.empty()) req.fixed_fields = fixed_plan_fields(a->job.plan, "--plan");
+    {
+      SearchRequest any_seq = req;
+      any_seq.seq = 0;  // the sequence is what maxseq searches: the keys are checked without one
+      check_constraints(any_seq, "--plan");
+    }
     std::vector<int64_t> counts;
     if (a->gpus.empty()) {
       counts.push_back(1);
@@ -319,6 +333,11 @@ std::function<int()> add_sweep_command(CLI::App& app, CommonOptions& common) {
       for (int64_t n = std::min<int64_t>(8, job.cluster.gpus_per_node); n <= world_size(job.cluster); n *= 2) counts.push_back(n);
     else counts = parse_gpu_counts(a->gpus);
     a->refine = 30;
+    {
+      SearchRequest any_seq = make_request(*a, job);
+      any_seq.seq = 0;  // every sequence of --seqs: the keys are checked without one
+      check_constraints(any_seq, "--plan");
+    }
     std::ostringstream csv;
     csv << "seq,gpus,fits,plan,step_seconds,tokens_per_second,mfu,peak_gib\n";
     json rows = json::array();
@@ -365,6 +384,11 @@ std::function<int()> add_budget_command(CLI::App& app, CommonOptions& common) {
   app.footer("Example:\n  ctxplan budget --model Llama-3.1-8B --cluster 4x8xh100 --stages 8k:50e9,64k:5e9,256k:1e9 -g 4m\n");
   return [a, &common]() {
     Job job = resolve_job(a->job, common);
+    {
+      SearchRequest any_seq = make_request(*a, job);
+      any_seq.seq = 0;  // every stage's sequence: the keys are checked without one
+      check_constraints(any_seq, "--plan");
+    }
     json rows = json::array();
     Table t;
     t.header = {"stage", "seq", "tokens", "plan", "tokens/s", "wall h", "GPU h"};
@@ -401,12 +425,15 @@ std::function<int()> add_budget_command(CLI::App& app, CommonOptions& common) {
                       {"wall_hours", hours}, {"gpu_hours", gpu_h}});
     }
     t.rows.push_back({"total", "", "", "", "", fixed(total_h, 1), fixed(total_gpu_h, 0)});
+    std::string why;  // each stage that has no plan: why (the batch, the memory, ...)
+    for (auto& row : rows)
+      if (!row.at("fits").get<bool>()) why += "stage " + std::to_string(row.at("stage").get<int>()) + ": " + row.at("no_fit").get<std::string>() + "\n";
     if (a->json)
       std::cout << json_dump(json{{"schema", "ctxplan.budget/1"}, {"model", job.model.name}, {"cluster", job.cluster.name}, {"stages", rows},
                         {"wall_hours", total_h}, {"gpu_hours", total_gpu_h}}) << "\n";
     else
       std::cout << "ctxplan budget: " << job.model.name << " on " << job.cluster.name << " (" << world_size(job.cluster) << " GPUs)\n"
-                << t.render();
+                << t.render() << why;
     return ok ? kExitOk : kExitDoesNotFit;
   };
 }

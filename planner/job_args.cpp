@@ -1,5 +1,7 @@
 #include "planner/job_args.hpp"
 
+#include <iostream>
+
 #include "costmodel/attention_kernels.hpp"
 #include "planner/format.hpp"
 #include "planner/validation_points.hpp"
@@ -12,12 +14,16 @@ void add_job_options(CLI::App& app, JobArgs& a, bool with_plan) {
   a.cluster_opt = app.add_option("--cluster,-c", a.cluster,
                                  "cluster profile, or <nodes>x<gpus per node>x<gpu> such as 8xh100, 16x8xh200 (default 8xh100)");
   a.seq_opt = app.add_option("--seq,-s", a.seq, "sequence length in tokens: 131072, 128k, 1m (default 131072)");
-  a.runtime_opt = app.add_option("--runtime,-r", a.runtime, "runtime profile: ctxrun-cuda | ctxrun-cpu | hf-deepspeed | megatron (default ctxrun-cuda)");
+  a.runtime_opt = app.add_option("--runtime,-r", a.runtime, "runtime profile: ctxrun-cuda | ctxrun-cpu | hf-deepspeed | megatron | torchtitan, or a runtime profile JSON file (default ctxrun-cuda)");
   a.attention_opt = app.add_option("--attention", a.attention,
                                    "attention implementation: " + attention_choices() +
                                        " (default: the runtime's, e.g. fa2 for hf-deepspeed, cudnn for megatron; "
                                        "`ctxplan show runtime NAME` lists what a runtime runs)");
+  a.with_plan = with_plan;
   if (with_plan) {
+    app.add_flag("--any-runtime", a.any_runtime,
+                 "price a plan the runtime's stack cannot run (its capabilities: `ctxplan show runtime NAME`) with a warning "
+                 "instead of refusing it");
     app.add_option("--plan,-p", a.plan,
                    "plan as key=value,... (keys: dp tp sp cp cp_kind cp_comm cp_layout cp_varlen ulysses zero mbs ga recompute ckpt_offload "
                    "opt_offload param_offload tiled_loss tiled_mlp mask packing precision order pp vpp; default: " +
@@ -54,6 +60,12 @@ Job resolve_job(const JobArgs& a, const CommonOptions& common) {
   job.cluster = resolve_cluster(job.profiles, cluster_arg);
   job.runtime = runtime_with_job_attention(resolve_runtime(job.profiles, runtime_arg), a, a.plan_file.empty() ? nullptr : &j);
   job.runtime = with_time_residuals(job.profiles, std::move(job.runtime));  // the error band's residuals (validation_points.hpp)
+  if (a.with_plan) {  // a plan the stack cannot run is no prediction of anything (issue 21)
+    const std::string missing = missing_capability(job.runtime.capabilities, job.runtime.name, job.plan);
+    if (!missing.empty() && !a.any_runtime)
+      throw InputError(a.plan_file.empty() ? "--plan" : a.plan_file, "", missing + "; --any-runtime prices it anyway");
+    if (!missing.empty()) std::cerr << "ctxplan: warning: " << missing << " (priced anyway: --any-runtime)\n";
+  }
   return job;
 }
 

@@ -21,6 +21,8 @@ struct JobArgs {
   std::string model = kDefaultModel, cluster = kDefaultCluster, seq = kDefaultSeq, plan, plan_file;
   std::string runtime = kDefaultRuntime;
   std::string attention;  // --attention: empty = the runtime's default kernel
+  bool with_plan = false;    // the command takes one plan (predict, simulate, launch): checked against the runtime
+  bool any_runtime = false;  // --any-runtime: a plan the runtime cannot run is priced with a warning, not refused
   CLI::Option *model_opt = nullptr, *cluster_opt = nullptr, *seq_opt = nullptr, *runtime_opt = nullptr, *attention_opt = nullptr;
 };
 

@@ -4,10 +4,13 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <queue>
+#include <set>
 #include <sstream>
 #include <tuple>
 
+#include "costmodel/errors.hpp"
 #include "costmodel/pipeline_time.hpp"
 #include "costmodel/plan_check.hpp"
 #include "costmodel/simulator.hpp"
@@ -35,12 +38,24 @@ constexpr int64_t kMaxSearchedPp = 16;
 std::vector<int64_t> pipeline_search_degrees(const SearchRequest& req) {
   std::vector<int64_t> out;
   const int64_t world = world_size(req.cluster);
+  if (req.fixed_fields.contains("pp")) {  // the user's pp, whatever the search would try
+    if (world % req.base.pp == 0) out.push_back(req.base.pp);
+    return out;
+  }
   for (int64_t pp : divisors(std::max<int64_t>(1, req.model.layers)))
     if (pp <= kMaxSearchedPp && world % pp == 0 && allowed(req.pp_values, pp)) out.push_back(pp);
   if (out.empty() || out.front() != 1) {
     if (allowed(req.pp_values, 1)) out.insert(out.begin(), 1);
   }
   return out;
+}
+
+// The values the search tries on one axis: the user's value when --plan fixes the field
+// (req.fixed_fields; req.base holds the parsed --plan), else `searched`.
+template <class T>
+std::vector<T> axis(const SearchRequest& req, const char* field, T given, std::vector<T> searched) {
+  if (req.fixed_fields.contains(field)) return {given};
+  return searched;
 }
 
 // Calls f(plan) for every plan of the search space, in a fixed order. `with_batch` enumerates
@@ -52,15 +67,23 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
   std::vector<CpKind> kinds = req.cp_kinds;
   if (kinds.empty()) kinds = {CpKind::zigzag, CpKind::ring, CpKind::allgather, CpKind::ulysses, CpKind::usp};
   const bool offload = req.allow_offload;
+  // Constraints (--plan): every field the user gave is kept in every plan (fixed_plan_fields). An
+  // axis the user fixed is enumerated at the user's value only; plan_to_json's check at the end
+  // (keeps_fixed_fields) catches what the axes cannot (a shorthand that fixes several fields).
+  const json& fx = req.fixed_fields;
+  const Plan& g = req.base;
+  auto has = [&](const char* f) { return fx.contains(f); };
   // pipeline stages: 1, then divisors of the layers up to kMaxSearchedPp (pipeline_search_degrees)
   for (int64_t pp : pipeline_search_degrees(req)) {
-  for (int64_t tp : divisors(std::min(world / pp, c.gpus_per_node))) {
+  for (int64_t tp : axis(req, "tp", g.tp, divisors(std::min(world / pp, c.gpus_per_node)))) {
     if (!allowed(req.tp_values, tp) || world % (tp * pp) != 0) continue;
-    for (int64_t cp : divisors(world / (tp * pp))) {
-      if (!allowed(req.cp_values, cp)) continue;
+    for (int64_t cp : axis(req, "cp", g.cp, divisors(world / (tp * pp)))) {
+      if (!allowed(req.cp_values, cp) || world % (tp * pp * cp) != 0) continue;
       const int64_t dp = world / (tp * cp * pp);
+      if (has("dp") && g.dp > 0 && dp != g.dp) continue;  // dp=0 (fill the GPUs) constrains nothing
       // sequences per data-parallel rank per step
       int64_t per_dp = 1;
+      if (req.global_batch_tokens == 0 && (has("mbs") || has("ga"))) per_dp = g.mbs * g.ga;  // the user's batch
       if (req.global_batch_tokens > 0) {
         int64_t seqs = req.global_batch_tokens / req.seq;
         if (seqs < dp || seqs % dp != 0 || req.global_batch_tokens % req.seq != 0) continue;
@@ -82,7 +105,10 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
             layouts.push_back({k, u, k == CpKind::ring ? named.cp_layout : CpLayout::headtail_doc, v});
       };
       if (cp == 1) {
-        layouts.push_back({CpKind::zigzag, 0, CpLayout::headtail, CpVarlen{}});
+        // no CP: the CP fields are the user's where given (they are moot at cp=1 and keep it)
+        const bool cp_given = has("cp_kind") || has("cp_comm") || has("cp_layout");
+        layouts.push_back({cp_given ? cp_kind_of(g) : CpKind::zigzag, 0, cp_given ? g.cp_layout : CpLayout::headtail,
+                           has("cp_varlen") ? g.cp_varlen : CpVarlen{}});
       } else {
         for (CpKind k : kinds) {
           if (k == CpKind::usp) {
@@ -93,19 +119,44 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
           }
         }
       }
+      if (has("ulysses") || has("cp_layout") || has("cp_varlen")) {  // the user's CP fields replace the searched ones
+        for (CpChoice& ch : layouts) {
+          if (has("ulysses") && ch.kind == CpKind::usp) ch.u = g.ulysses;
+          if (has("cp_layout")) ch.layout = g.cp_layout;
+          if (has("cp_varlen")) ch.varlen = g.cp_varlen;
+        }
+        std::vector<CpChoice> unique;
+        for (const CpChoice& ch : layouts)
+          if (std::none_of(unique.begin(), unique.end(), [&](const CpChoice& o) {
+                return o.kind == ch.kind && o.u == ch.u && o.layout == ch.layout && o.varlen == ch.varlen;
+              }))
+            unique.push_back(ch);
+        layouts = std::move(unique);
+      }
+      // p keeps every key the user gave (fx): true when nothing is fixed, else plan_to_json's fields,
+      // and the runtime can run it (its capabilities, runtime_capabilities.hpp)
+      auto keeps = [&](const Plan& p) {
+        return missing_capability(req.runtime.capabilities, req.runtime.name, p).empty() && (fx.empty() || keeps_fixed_fields(p, fx));
+      };
+      auto bits = [](bool both) { return both ? std::vector<int>{0, 1} : std::vector<int>{0}; };  // off, or off and on
       for (auto [kind, u, layout, varlen] : layouts) {
-        for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {  // ZeRO-2/3 do not pipeline (plan_check.cpp)
-          if (dp * cp == 1 && zero > 0) continue;
-          for (int rec = 0; rec < 3; ++rec) {
-            for (int opt_off = 0; opt_off <= (offload ? 1 : 0); ++opt_off) {
-              for (int ckpt_off = 0; ckpt_off <= (offload && rec == 2 ? 1 : 0); ++ckpt_off) {
-                for (int param_off = 0; param_off <= (offload && zero == 3 ? 1 : 0); ++param_off) {
-                  for (int tiled = 0; tiled < 4; ++tiled) {
+        for (int zero : axis(req, "zero", g.zero, std::vector<int>{0, 1, 2, 3})) {
+          if (pp > 1 && zero > 1) continue;  // ZeRO-2/3 do not pipeline (plan_check.cpp)
+          for (int rec : axis(req, "recompute", static_cast<int>(g.recompute), std::vector<int>{0, 1, 2})) {
+            for (int opt_off : axis(req, "opt_offload", static_cast<int>(g.opt_offload), bits(offload))) {
+              // checkpoint offload holds full-recompute checkpoints; parameter offload, ZeRO-3 shards
+              for (int ckpt_off : axis(req, "ckpt_offload", static_cast<int>(g.ckpt_offload), bits(offload && rec == 2))) {
+                for (int param_off : axis(req, "param_offload", static_cast<int>(g.param_offload), bits(offload && zero == 3))) {
+                  // ZeRO on one rank shards nothing: only with parameter or optimizer offload (ALST's
+                  // single-GPU plan: ZeRO-3 with both in host memory), where it is what DeepSpeed runs
+                  if (dp * cp == 1 && zero > 0 && !has("zero") && !(zero == 3 && (param_off || opt_off))) continue;
+                  for (int64_t tm : axis(req, "tiled_mlp", g.tiled_mlp, std::vector<int64_t>{0, -1})) {
+                  for (int64_t tl : axis(req, "tiled_loss", g.tiled_loss, std::vector<int64_t>{0, 4096})) {
                     Plan p = req.base;
                     p.tp = tp;
                     p.cp = cp;
                     p.dp = dp;
-                    p.sp = -1;
+                    p.sp = has("sp") ? g.sp : -1;
                     set_cp_kind(p, kind);
                     p.cp_layout = layout;
                     p.cp_varlen = varlen;
@@ -115,32 +166,40 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
                     p.opt_offload = opt_off;
                     p.ckpt_offload = ckpt_off;
                     p.param_offload = param_off;
-                    p.tiled_loss = (tiled & 1) ? 4096 : 0;
-                    p.tiled_mlp = (tiled & 2) ? -1 : 0;
+                    p.tiled_loss = tl;
+                    p.tiled_mlp = tm;
                     p.pp = pp;
                     p.vpp = 1;
                     std::vector<int64_t> mbs_values{1};
-                    if (with_time_knobs)
+                    if (has("mbs")) mbs_values = {g.mbs};
+                    else if (with_time_knobs)
                       for (int64_t m : divisors(per_dp))
                         if (m > 1 && m <= 8) mbs_values.push_back(m);
                     for (int64_t mbs : mbs_values) {
+                      if (mbs < 1 || per_dp % mbs != 0) continue;
                       p.mbs = mbs;
                       p.ga = per_dp / mbs;
-                      p.vpp = 1;
+                      if (has("ga") && p.ga != g.ga) continue;
+                      std::vector<int64_t> vpps{1};
                       // interleaved 1F1B with two chunks where Megatron runs it (ga divisible by pp)
-                      if (with_time_knobs && pp > 1 && p.ga % pp == 0 && req.model.layers % (2 * pp) == 0) {
-                        p.vpp = 2;
+                      if (has("vpp")) vpps = {g.vpp};
+                      else if (with_time_knobs && pp > 1 && p.ga % pp == 0 && req.model.layers % (2 * pp) == 0) vpps = {2, 1};
+                      for (int64_t vpp : vpps) {
+                        p.vpp = vpp;
+                        if (has("order")) {
+                          std::copy(std::begin(g.order), std::end(g.order), std::begin(p.order));
+                          if (keeps(p) && !f(p)) return;
+                          continue;
+                        }
                         p.order[0] = Dim::tp; p.order[1] = Dim::cp; p.order[2] = Dim::dp;
-                        if (!f(p)) return;
-                        p.vpp = 1;
-                      }
-                      p.order[0] = Dim::tp; p.order[1] = Dim::cp; p.order[2] = Dim::dp;
-                      if (!f(p)) return;
-                      if (with_time_knobs && tp > 1 && cp > 1) {  // CP innermost: ring hops on NVLink, TP across
-                        p.order[0] = Dim::cp; p.order[1] = Dim::tp;
-                        if (!f(p)) return;
+                        if (keeps(p) && !f(p)) return;
+                        if (vpp == 1 && with_time_knobs && tp > 1 && cp > 1) {  // CP innermost: ring hops on NVLink, TP across
+                          p.order[0] = Dim::cp; p.order[1] = Dim::tp;
+                          if (keeps(p) && !f(p)) return;
+                        }
                       }
                     }
+                  }
                   }
                 }
               }
@@ -284,6 +343,45 @@ void reprice_pareto_candidates(const SearchRequest& req, std::vector<Candidate>&
     std::stable_sort(ranked.begin() + static_cast<std::ptrdiff_t>(first_unsimulated), ranked.end(), better);
 }
 
+// When the global batch leaves no plan: dp = world / (tp * cp * pp) must divide the batch's
+// sequences, so tp * cp * pp must be a multiple of r = world / gcd(world, sequences); tp and cp are
+// powers of two in practice (tp divides a node, 2*cp the sequence), so an odd factor of r leaves only
+// pipeline stages to take it. "" when r is a power of two (the batch is not the cause). Else says so,
+// with the nearest batches that divide over one node's worth of tp * cp per replica and the nearest
+// GPU counts (whole nodes) where r is a power of two.
+std::string batch_advice(const SearchRequest& req) {
+  const int64_t world = world_size(req.cluster);
+  if (req.global_batch_tokens <= 0 || req.seq <= 0) return "";
+  const int64_t seqs = req.global_batch_tokens / req.seq;
+  auto pow2 = [](int64_t x) { return x > 0 && (x & (x - 1)) == 0; };
+  const int64_t r = world / std::gcd(world, seqs);
+  if (pow2(r)) return "";
+  std::ostringstream os;
+  os << "the global batch of " << seqs << " sequences (" << req.global_batch_tokens << " / " << req.seq << " tokens) does not divide over "
+     << world << " GPUs: dp = GPUs / (tp*cp*pp) must divide " << seqs << ", so tp*cp*pp must be a multiple of " << r;
+  const int64_t node = std::max<int64_t>(1, std::min(world, req.cluster.gpus_per_node));
+  const int64_t dp = world / node;
+  if (dp > 1 && seqs % dp != 0) {
+    const int64_t lo = seqs / dp * dp, hi = lo + dp;
+    os << "; with one node's tp*cp per replica (dp=" << dp << "), batches of " << (lo > 0 ? std::to_string(lo) + " or " : std::string())
+       << hi << " sequences divide";
+  }
+  int64_t below = 0, above = 0;
+  for (int64_t g = node; g < world; g += node)
+    if (pow2(g / std::gcd(g, seqs))) below = g;
+  for (int64_t g = world + node; g <= 64 * world; g += node)
+    if (pow2(g / std::gcd(g, seqs))) {
+      above = g;
+      break;
+    }
+  if (below || above) {
+    os << "; or plan on " << (below ? std::to_string(below) : std::string()) << (below && above ? " or " : "")
+       << (above ? std::to_string(above) : std::string()) << " GPUs";
+  }
+  os << " (the stacks give every data-parallel rank whole sequences)";
+  return os.str();
+}
+
 }  // namespace
 
 std::vector<Plan> enumerate_plans(const SearchRequest& req) {
@@ -307,6 +405,7 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
   const size_t keep = static_cast<size_t>(std::max({req.refine, req.top_k + 1, 1}));
   const bool prune = req.prune_pipeline && req.objective == Objective::time;
   std::priority_queue<double, std::vector<double>, std::greater<double>> best_tps;
+  std::string first_invalid;  // when no plan is valid: the first one's reason
   for_each_plan(req, true, [&](const Plan& plan) {
     ++r.enumerated;
     if (progress && (r.enumerated & 4095) == 0 && !progress(static_cast<double>(r.enumerated) / static_cast<double>(total))) {
@@ -315,7 +414,10 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
     }
     Plan p = plan;
     PlanCheck check = check_plan(p, req.model, req.cluster, req.seq);
-    if (!check.ok()) return true;
+    if (!check.ok()) {
+      if (first_invalid.empty()) first_invalid = plan_to_string(p) + ": " + check.message();
+      return true;
+    }
     ++r.valid;
     MemoryPrediction mem = predict_memory(req.model, req.cluster, req.runtime, p, req.seq);
     Candidate c;
@@ -418,9 +520,11 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
   r.ranked = std::move(fitting);
   if (r.ranked.empty() && !r.cancelled) {
     std::ostringstream os;
-    if (r.valid == 0) {
-      os << "no plan is valid for " << req.model.name << " at " << req.seq << " tokens on " << world_size(req.cluster)
-         << " GPUs (degrees must divide the heads and the sequence); try a sequence length divisible by 2*cp";
+    if (r.valid == 0 && !batch_advice(req).empty()) {
+      os << batch_advice(req);
+    } else if (r.valid == 0) {
+      os << "no plan is valid for " << req.model.name << " at " << req.seq << " tokens on " << world_size(req.cluster) << " GPUs";
+      if (!first_invalid.empty()) os << "; e.g. " << first_invalid;
     } else {
       const double gib = 1024.0 * 1024 * 1024;
       os << "no plan fits. Tightest constraint: device memory; the closest plan (" << plan_to_string(r.closest.plan) << ") needs "
@@ -438,6 +542,8 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
 json fixed_plan_fields(const std::string& text, const std::string& where) {
   json fixed = json::object();
   const json defaults = plan_to_json(Plan{});
+  // values from the whole text (a key's value can depend on another: ulysses=2 with cp_kind=usp)
+  const json whole = plan_to_json(parse_plan(text, where));
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -445,13 +551,19 @@ json fixed_plan_fields(const std::string& text, const std::string& where) {
     item.erase(item.find_last_not_of(" \t") + 1);
     if (item.empty()) continue;
     const std::string key = item.substr(0, item.find('='));
-    const json one = plan_to_json(parse_plan(item, where));
-    if (one.contains(key)) {
-      fixed[key] = one[key];
+    if (whole.contains(key)) {
+      fixed[key] = whole[key];
       continue;
     }
+    // a shorthand (cp_kind, mask's documents): the fields it moves from the defaults on its own
+    json one;
+    try {
+      one = plan_to_json(parse_plan(item, where));
+    } catch (const InputError&) {
+      continue;  // valid only with the other keys: the whole text's fields above carry it
+    }
     for (auto& [f, v] : one.items())
-      if (!defaults.contains(f) || defaults[f] != v) fixed[f] = v;
+      if ((!defaults.contains(f) || defaults[f] != v) && whole.contains(f)) fixed[f] = whole[f];
   }
   return fixed;
 }
@@ -462,6 +574,67 @@ bool keeps_fixed_fields(const Plan& p, const json& fixed) {
   for (auto& [f, v] : fixed.items())
     if (!j.contains(f) || j[f] != v) return false;
   return true;
+}
+
+void check_constraints(const SearchRequest& req, const std::string& where) {
+  const json& fx = req.fixed_fields;
+  if (fx.empty()) return;
+  const int64_t world = world_size(req.cluster);
+  auto any_plan = [](const SearchRequest& r, std::string* invalid) {
+    bool any = false, valid = false;
+    for_each_plan(r, true, [&](const Plan& plan) {
+      any = true;
+      if (r.seq <= 0) return false;
+      Plan p = plan;
+      const PlanCheck chk = check_plan(p, r.model, r.cluster, r.seq);
+      if (chk.ok()) valid = true;
+      else if (invalid && invalid->empty()) *invalid = plan_to_string(p) + ": " + chk.message();
+      return !valid;
+    });
+    return r.seq <= 0 ? any : valid;
+  };
+  std::string invalid;
+  if (any_plan(req, &invalid)) return;
+  // which key alone leaves no plan: that key, with the values the search can give it
+  for (auto& item : fx.items()) {
+    const std::string f = item.key();  // named copies: lambdas below capture them
+    const json v = item.value();
+    SearchRequest one = req;
+    one.fixed_fields = json{{f, v}};
+    std::string dummy;
+    if (any_plan(one, &dummy)) continue;
+    if (req.runtime.capabilities.declared) {  // plans with the key that the runtime cannot run: say why
+      SearchRequest any = one;
+      any.runtime.capabilities = RuntimeCapabilities{};
+      std::string why;
+      for_each_plan(any, true, [&](const Plan& p) {
+        why = missing_capability(req.runtime.capabilities, req.runtime.name, p);
+        return why.empty();
+      });
+      if (!why.empty()) throw InputError(where, f, why + "; choose another runtime (--runtime) or drop the key");
+    }
+    SearchRequest free = req;
+    free.fixed_fields = json::object();
+    std::set<std::string> values;
+    for_each_plan(free, true, [&](const Plan& p) {
+      const json j = plan_to_json(p);
+      if (j.contains(f)) values.insert(j[f].is_string() ? j[f].get<std::string>() : j[f].dump());
+      return values.size() < 64;
+    });
+    std::string list;
+    for (const std::string& x : values) list += (list.empty() ? "" : ", ") + x;
+    const std::string given = v.is_string() ? v.get<std::string>() : v.dump();
+    throw InputError(where, f,
+                     f + "=" + given + ": no plan " + (req.seq > 0 ? "valid at " + std::to_string(req.seq) + " tokens " : "") + "on " +
+                         std::to_string(world) + " GPUs (" + req.model.name + ", the search's other options) has it" +
+                         (list.empty() ? "" : "; the search's plans have " + f + " = " + list) +
+                         (invalid.empty() ? "" : "; e.g. " + invalid));
+  }
+  std::string keys;
+  for (auto& [f, v] : fx.items()) keys += (keys.empty() ? "" : ",") + f + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+  throw InputError(where, "", "no plan " + (req.seq > 0 ? "valid at " + std::to_string(req.seq) + " tokens " : std::string()) + "on " +
+                                  std::to_string(world) + " GPUs keeps all of " + keys + " together" +
+                                  (invalid.empty() ? "" : "; e.g. " + invalid));
 }
 
 int64_t max_trainable_seq_any(const SearchRequest& req, int64_t hi, Plan* best) {

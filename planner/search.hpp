@@ -27,7 +27,8 @@ struct SearchRequest {
   int64_t global_batch_tokens = 0;  // 0: one sequence per data-parallel rank (mbs = ga = 1)
   Objective objective = Objective::time;
   Plan base;                        // mask, documents, packing and precision are taken from here
-  json fixed_fields = json::object(); // plan_to_json fields every plan tried must keep (maxseq --plan; fixed_plan_fields)
+  json fixed_fields = json::object(); // plan_to_json fields every plan tried keeps (--plan of every search command;
+                                      // fixed_plan_fields); base holds their values
   // constraints (empty = all allowed)
   std::vector<CpKind> cp_kinds;
   bool allow_offload = true;
@@ -84,6 +85,10 @@ int64_t max_trainable_seq_any(const SearchRequest& req, int64_t hi, Plan* best);
 json fixed_plan_fields(const std::string& text, const std::string& where);
 // Whether the plan has every one of those fields at its value.
 bool keeps_fixed_fields(const Plan& p, const json& fixed);
+// Throws InputError(where, field, ...) when no plan of the search space keeps req.fixed_fields
+// (valid at req.seq when req.seq > 0): the first key that alone leaves no plan, with the values the
+// search's plans give it, else the keys no plan has together; with a plan check's reason.
+void check_constraints(const SearchRequest& req, const std::string& where);
 
 }  // namespace ctx
 

@@ -120,7 +120,8 @@ TEST(Search, PruningPipelinePlansKeepsTheRankingTheFrontierAndMaxSeq) {
   for (const Case& k : {Case{"8xh100", 131072, 0, 5, 3}, Case{"2x8xh100", 65536, 2097152, 5, 3}, Case{"2x8xh100", 65536, 2097152, 200, 10},
                         Case{"2x8xh100", 262144, 0, 20, 10}}) {
     const std::string name = std::string(k.cluster) + " seq " + std::to_string(k.seq) + " refine " + std::to_string(k.refine);
-    SearchRequest req = request("Llama-3.1-8B", k.cluster, k.seq);
+    // megatron: a stack that runs pipelines (ctxrun-cuda's capabilities have pp=1 only)
+    SearchRequest req = request("Llama-3.1-8B", k.cluster, k.seq, "megatron");
     req.global_batch_tokens = k.gbt;
     req.refine = k.refine;
     req.top_k = k.top;

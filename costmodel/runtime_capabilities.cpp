@@ -1,0 +1,184 @@
+#include "costmodel/runtime_capabilities.hpp"
+
+#include <algorithm>
+
+namespace ctx {
+namespace {
+
+const char* const kKeys[] = {"stack",     "tp",        "sp",   "pp",        "vpp",         "cp_comm",       "cp_layout",
+                             "cp_varlen", "zero",      "recompute", "opt_offload", "param_offload", "ckpt_offload",
+                             "tiled_loss", "tiled_mlp"};
+
+// {"value": ..., "source": "..."} with a non-empty source
+const json& statement(const JsonReader& r, const std::string& key, RuntimeCapabilities& c) {
+  const JsonReader e = r.object(key);
+  const std::string src = e.string("source");
+  if (src.empty()) e.fail("source", "every capability needs its source (the stack's flag, file or doc that says it)");
+  c.sources[key] = src;
+  return e.raw("value");
+}
+
+bool flag(const JsonReader& r, const std::string& key, RuntimeCapabilities& c) {
+  const json& v = statement(r, key, c);
+  if (!v.is_boolean()) r.object(key).fail("value", "expected true or false");
+  return v.get<bool>();
+}
+
+int64_t largest(const JsonReader& r, const std::string& key, RuntimeCapabilities& c) {
+  const json& v = statement(r, key, c);
+  if (v.is_string() && v.get<std::string>() == "any") return 0;
+  if (!v.is_number_integer() || v.get<int64_t>() < 1) r.object(key).fail("value", "expected \"any\" or the largest degree (an integer >= 1)");
+  return v.get<int64_t>();
+}
+
+// A list of names, each one of `valid` (their printed names); returns the indices.
+std::vector<int> names(const JsonReader& r, const std::string& key, RuntimeCapabilities& c, const std::vector<std::string>& valid) {
+  const json& v = statement(r, key, c);
+  std::string all;
+  for (auto& n : valid) all += (all.empty() ? "" : ", ") + n;
+  if (!v.is_array()) r.object(key).fail("value", "expected a list of: " + all + " ([] for none)");
+  std::vector<int> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    auto it = v[i].is_string() ? std::find(valid.begin(), valid.end(), v[i].get<std::string>()) : valid.end();
+    if (it == valid.end()) r.object(key).fail("value[" + std::to_string(i) + "]", "expected one of: " + all);
+    out.push_back(static_cast<int>(it - valid.begin()));
+  }
+  return out;
+}
+
+template <class T>
+bool listed(const std::vector<T>& v, T x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+template <class T, class F>
+std::string list_text(const std::vector<T>& v, F name) {
+  std::string s;
+  for (const T& x : v) s += (s.empty() ? "" : ", ") + std::string(name(x));
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace
+
+RuntimeCapabilities capabilities_from_json(const JsonReader& r) {
+  RuntimeCapabilities c;
+  c.declared = true;
+  for (auto& item : r.self().items()) {
+    const std::string key = item.key();
+    if (std::none_of(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; })) {
+      std::string all;
+      for (const char* k : kKeys) all += (all.empty() ? "" : ", ") + std::string(k);
+      r.fail(key, "unknown capability; valid: " + all);
+    }
+  }
+  {
+    const json& v = statement(r, "stack", c);
+    if (!v.is_string() || v.get<std::string>().empty()) r.object("stack").fail("value", "expected the stack and its version");
+    c.stack = v.get<std::string>();
+  }
+  c.max_tp = largest(r, "tp", c);
+  c.max_pp = largest(r, "pp", c);
+  {
+    const json& v = statement(r, "sp", c);
+    if (!v.is_array() || v.empty()) r.object("sp").fail("value", "expected a non-empty list of true (on) and false (off)");
+    c.sp_on = c.sp_off = false;
+    for (auto& x : v) {
+      if (!x.is_boolean()) r.object("sp").fail("value", "expected a list of true (on) and false (off)");
+      (x.get<bool>() ? c.sp_on : c.sp_off) = true;
+    }
+  }
+  c.interleaved = flag(r, "vpp", c);
+  for (int i : names(r, "cp_comm", c, {"p2p", "allgather", "a2a", "a2a+p2p"})) c.cp_comm.push_back(static_cast<CpComm>(i));
+  for (int i : names(r, "cp_layout", c, {"contiguous", "headtail", "headtail-doc"})) c.cp_layout.push_back(static_cast<CpLayout>(i));
+  for (int i : names(r, "cp_varlen", c, {"native", "cycle", "split"})) c.cp_varlen.push_back(static_cast<CpVarlen::Kind>(i));
+  {
+    const json& v = statement(r, "zero", c);
+    if (!v.is_array()) r.object("zero").fail("value", "expected a list of ZeRO stages 0..3");
+    for (size_t i = 0; i < v.size(); ++i) {
+      // a stage as a number (0) or as plan text spells it ("0")
+      int64_t z = -1;
+      if (v[i].is_number_integer()) z = v[i].get<int64_t>();
+      else if (v[i].is_string() && v[i].get<std::string>().size() == 1) z = v[i].get<std::string>()[0] - '0';
+      if (z < 0 || z > 3) r.object("zero").fail("value[" + std::to_string(i) + "]", "expected a ZeRO stage 0, 1, 2 or 3");
+      c.zero.push_back(static_cast<int>(z));
+    }
+  }
+  for (int i : names(r, "recompute", c, {"none", "selective", "full"})) c.recompute.push_back(static_cast<Recompute>(i));
+  c.opt_offload = flag(r, "opt_offload", c);
+  c.param_offload = flag(r, "param_offload", c);
+  c.ckpt_offload = flag(r, "ckpt_offload", c);
+  c.tiled_loss = flag(r, "tiled_loss", c);
+  c.tiled_mlp = flag(r, "tiled_mlp", c);
+  return c;
+}
+
+std::vector<std::vector<std::string>> capability_rows(const RuntimeCapabilities& c) {
+  std::vector<std::vector<std::string>> rows;
+  if (!c.declared) return rows;
+  auto src = [&](const char* k) {
+    auto it = c.sources.find(k);
+    return it == c.sources.end() ? std::string() : it->second;
+  };
+  auto yes = [](bool b) { return std::string(b ? "yes" : "no"); };
+  auto degree = [](int64_t m) { return m == 0 ? std::string("any") : "up to " + std::to_string(m); };
+  rows.push_back({"stack", c.stack, src("stack")});
+  rows.push_back({"tp", degree(c.max_tp), src("tp")});
+  rows.push_back({"sp", std::string(c.sp_on ? "on" : "") + (c.sp_on && c.sp_off ? ", " : "") + (c.sp_off ? "off" : ""), src("sp")});
+  rows.push_back({"pp", degree(c.max_pp), src("pp")});
+  rows.push_back({"vpp", c.interleaved ? "interleaved too" : "1 only", src("vpp")});
+  rows.push_back({"cp_comm", list_text(c.cp_comm, [](CpComm x) { return to_string(x); }), src("cp_comm")});
+  rows.push_back({"cp_layout", list_text(c.cp_layout, [](CpLayout x) { return to_string(x); }), src("cp_layout")});
+  rows.push_back({"cp_varlen", list_text(c.cp_varlen, [](CpVarlen::Kind k) {
+                    return k == CpVarlen::Kind::native ? "native" : k == CpVarlen::Kind::cycle ? "cycle" : "split:<k>";
+                  }),
+                  src("cp_varlen")});
+  rows.push_back({"zero", list_text(c.zero, [](int z) { return std::to_string(z); }), src("zero")});
+  rows.push_back({"recompute", list_text(c.recompute, [](Recompute x) { return to_string(x); }), src("recompute")});
+  rows.push_back({"opt_offload", yes(c.opt_offload), src("opt_offload")});
+  rows.push_back({"param_offload", yes(c.param_offload), src("param_offload")});
+  rows.push_back({"ckpt_offload", yes(c.ckpt_offload), src("ckpt_offload")});
+  rows.push_back({"tiled_loss", yes(c.tiled_loss), src("tiled_loss")});
+  rows.push_back({"tiled_mlp", yes(c.tiled_mlp), src("tiled_mlp")});
+  return rows;
+}
+
+std::string missing_capability(const RuntimeCapabilities& c, const std::string& runtime, const Plan& p) {
+  if (!c.declared) return "";
+  auto no = [&](const std::string& key, const std::string& value, const std::string& runs) {
+    auto it = c.sources.find(key);
+    return runtime + " (" + c.stack + ") cannot run " + key + "=" + value + ": it runs " + runs +
+           (it == c.sources.end() ? "" : " (" + it->second + ")");
+  };
+  if (c.max_tp > 0 && p.tp > c.max_tp) return no("tp", std::to_string(p.tp), "tp up to " + std::to_string(c.max_tp));
+  if (p.tp > 1) {
+    const bool sp = sp_enabled(p);
+    if (sp && !c.sp_on) return no("sp", "1", "tensor parallelism without Megatron sequence parallelism (sp=0)");
+    if (!sp && !c.sp_off) return no("sp", "0", "tensor parallelism with sequence parallelism always on");
+  }
+  if (c.max_pp > 0 && p.pp > c.max_pp) return no("pp", std::to_string(p.pp), "pp up to " + std::to_string(c.max_pp));
+  if (p.vpp > 1 && !c.interleaved) return no("vpp", std::to_string(p.vpp), "non-interleaved pipeline schedules only (vpp=1)");
+  if (p.cp > 1) {
+    if (!listed(c.cp_comm, p.cp_comm))
+      return no("cp_comm", to_string(p.cp_comm),
+                c.cp_comm.empty() ? "no context parallelism (cp=1)" : "cp_comm " + list_text(c.cp_comm, [](CpComm x) { return to_string(x); }));
+    if (!listed(c.cp_layout, p.cp_layout))
+      return no("cp_layout", to_string(p.cp_layout), "cp_layout " + list_text(c.cp_layout, [](CpLayout x) { return to_string(x); }));
+    if (p.mask == MaskKind::document && !listed(c.cp_varlen, p.cp_varlen.kind)) {
+      return no("cp_varlen", to_string(p.cp_varlen),
+                c.cp_varlen.empty() ? "no packed documents under context parallelism"
+                                    : "cp_varlen " + list_text(c.cp_varlen, [](CpVarlen::Kind k) {
+                                        return k == CpVarlen::Kind::native ? "native" : k == CpVarlen::Kind::cycle ? "cycle" : "split:<k>";
+                                      }));
+    }
+  }
+  if (!listed(c.zero, p.zero)) return no("zero", std::to_string(p.zero), "zero " + list_text(c.zero, [](int z) { return std::to_string(z); }));
+  if (!listed(c.recompute, p.recompute))
+    return no("recompute", to_string(p.recompute), "recompute " + list_text(c.recompute, [](Recompute x) { return to_string(x); }));
+  if (p.opt_offload && !c.opt_offload) return no("opt_offload", "1", "optimizer states on the device only");
+  if (p.param_offload && !c.param_offload) return no("param_offload", "1", "parameters on the device only");
+  if (p.ckpt_offload && !c.ckpt_offload) return no("ckpt_offload", "1", "activation checkpoints on the device only");
+  if (p.tiled_loss != 0 && !c.tiled_loss) return no("tiled_loss", p.tiled_loss < 0 ? "auto" : std::to_string(p.tiled_loss), "an untiled loss only");
+  if (p.tiled_mlp != 0 && p.tiled_mlp != 1 && !c.tiled_mlp)
+    return no("tiled_mlp", p.tiled_mlp < 0 ? "auto" : std::to_string(p.tiled_mlp), "an untiled MLP only");
+  return "";
+}
+
+}  // namespace ctx

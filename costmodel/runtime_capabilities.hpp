@@ -1,0 +1,57 @@
+// What a training stack can run (issue 21): the plan values a runtime profile allows, each
+// statement with the stack version it holds for and its source. The search commands propose only
+// plans their runtime can run; `predict` refuses the others naming the missing capability.
+//
+// In a runtime profile (profiles/runtimes/*.json), beside "constants":
+//   "capabilities": {
+//     "stack":     {"value": "<stack and version>", "source": "..."},
+//     "tp":        {"value": "any" | <largest tp>, "source": "..."},
+//     "sp":        {"value": [true, false]},          Megatron sequence parallel with tp > 1: on, off
+//     "pp":        {"value": "any" | <largest pp>},
+//     "vpp":       {"value": true | false},           interleaved pipeline schedules (vpp > 1)
+//     "cp_comm":   {"value": ["p2p", "allgather", "a2a", "a2a+p2p"]},   [] = no context parallelism
+//     "cp_layout": {"value": ["contiguous", "headtail", "headtail-doc"]},
+//     "cp_varlen": {"value": ["native", "cycle", "split"]},   packed documents under CP; [] = none
+//     "zero":      {"value": [0, 1, 2, 3]},
+//     "recompute": {"value": ["none", "selective", "full"]},
+//     "opt_offload", "param_offload", "ckpt_offload", "tiled_loss", "tiled_mlp": {"value": true | false}
+//   }
+// Every key is required and carries a source. A profile without "capabilities" (a user's own file)
+// states nothing: every plan the cost model prices is allowed.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "costmodel/json_util.hpp"
+#include "costmodel/plan.hpp"
+
+namespace ctx {
+
+struct RuntimeCapabilities {
+  bool declared = false;           // false: no statement, anything the cost model prices runs
+  std::string stack;               // the stack and version the statements hold for
+  int64_t max_tp = 0, max_pp = 0;  // 0: any
+  bool sp_on = true, sp_off = true;
+  bool interleaved = true;         // vpp > 1
+  std::vector<CpComm> cp_comm;
+  std::vector<CpLayout> cp_layout;
+  std::vector<CpVarlen::Kind> cp_varlen;
+  std::vector<int> zero;
+  std::vector<Recompute> recompute;
+  bool opt_offload = true, param_offload = true, ckpt_offload = true, tiled_loss = true, tiled_mlp = true;
+  std::map<std::string, std::string> sources;  // key -> the source of its statement
+};
+
+// Reads the "capabilities" object (`r` is it); errors name the file, the key and the valid values.
+RuntimeCapabilities capabilities_from_json(const JsonReader& r);
+
+// One row per capability: {key, what the stack allows, source} (`ctxplan show runtime`).
+std::vector<std::vector<std::string>> capability_rows(const RuntimeCapabilities& caps);
+
+// "" when the stack can run the plan; else the first capability it lacks, as
+// "<runtime> cannot run <key>=<value>: <what it runs> (<source>)".
+std::string missing_capability(const RuntimeCapabilities& caps, const std::string& runtime, const Plan& p);
+
+}  // namespace ctx
