@@ -54,10 +54,10 @@ struct RankWork {
 };
 
 // Runs the plan on kRanks ranks for kSteps steps and returns every rank's counted attention work.
-std::vector<RankWork> run_ctxrun(const std::string& plan) {
+std::vector<RankWork> run_ctxrun(const std::string& plan, const std::string& backend = "cpu") {
   fs::path report = ctx::exec::testing::scratch("ctxrun_cp_work", "r") / "run.json";
   const std::string cmd = ctx::exec::testing::ctxrun(kRanks, "--model tiny --seq " + std::to_string(kSeq) + " --steps " +
-                                                                 std::to_string(kSteps) + " --plan " + plan +
+                                                                 std::to_string(kSteps) + " --backend " + backend + " --plan " + plan +
                                                                  " --report " + report.string());
   const auto r = ctx::exec::testing::sh(cmd);
   EXPECT_EQ(r.code, 0) << cmd << "\n" << r.out;
@@ -184,6 +184,24 @@ TEST(CpAttentionWorkByHand, ContiguousDocumentsAndHeadTailCausal) {
       EXPECT_EQ(w.pairs_total / w.layer_forwards, h.pairs[static_cast<size_t>(k)]) << h.plan << ", rank " << k;
       EXPECT_EQ(w.query_heads, w.query_heads_per_tp_rank) << h.plan << ": without Ulysses a rank holds all its heads";
     }
+  }
+}
+
+// The count is stream-ordered (the deferred backend runs every kernel on a worker thread and the
+// report reads the count after synchronising) and covers recomputed forwards: under recompute=full
+// each layer's forward runs twice per micro-batch, so the layer forwards double and the pairs per
+// layer forward stay the hand-derived contiguous ones above.
+TEST(CpAttentionWorkByHand, DeferredBackendAndFullRecompute) {
+  const std::string plan = "cp=4,cp_comm=p2p,cp_layout=contiguous,mask=doc:232,recompute=full";
+  const int64_t layers = ctx::resolve_model(ctx::load_profiles(ctx::default_profiles_dir()), "tiny").layers;
+  const std::vector<RankWork> run = run_ctxrun(plan, "cpu-deferred");
+  ASSERT_EQ(run.size(), static_cast<size_t>(kRanks)) << plan;
+  const int64_t hand[kRanks] = {2080, 6176, 10272, 8800};
+  for (int k = 0; k < kRanks; ++k) {
+    const RankWork& w = run[static_cast<size_t>(k)];
+    EXPECT_EQ(w.layer_forwards, 2 * layers * kSteps) << plan << ", rank " << k;
+    ASSERT_GT(w.layer_forwards, 0) << plan;
+    EXPECT_EQ(w.pairs_total, hand[k] * w.layer_forwards) << plan << ", rank " << k;
   }
 }
 
