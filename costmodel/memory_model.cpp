@@ -82,7 +82,7 @@ double ring_kv_bytes_per_step(const ModelSpec& m, const LocalShapes& s, double e
 }
 
 LossWorkingSet loss_working_set(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, const LocalShapes& s) {
-  if (precision_changes_runtime(rt, p.precision)) return loss_working_set(m, runtime_for_precision(rt, p.precision), p, s);
+  if (plan_changes_runtime(rt, p)) return loss_working_set(m, runtime_for_plan(rt, p), p, s);
   // rows = tokens after the SP gather; columns = this rank's vocabulary shard
   LossWorkingSet w;
   const double fp32 = 4.0;
@@ -101,9 +101,10 @@ LossWorkingSet loss_working_set(const ModelSpec& m, const RuntimeProfile& rt, co
 
 MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p,
                                       int64_t seq, const PipelineStage& stage) {
-  // the plan's dtypes: precision=fp32 stores weights, activations and logits in 4 bytes (runtime_profile.hpp)
-  if (precision_changes_runtime(rt, p.precision))
-    return predict_stage_memory(m, c, runtime_for_precision(rt, p.precision), p, seq, stage);
+  // the plan's dtypes: precision=fp32 stores weights, activations and logits in 4 bytes; master,
+  // grads and moments set the model states' bytes per parameter (runtime_profile.hpp runtime_for_plan)
+  if (plan_changes_runtime(rt, p))
+    return predict_stage_memory(m, c, runtime_for_plan(rt, p), p, seq, stage);
   const LocalShapes S = local_shapes(m, p, seq);
   const double a = rt.activation_bytes;
   const double h = static_cast<double>(m.hidden), d = static_cast<double>(m.head_dim);
@@ -388,7 +389,7 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   if (p.opt_offload) {
     hb[static_cast<int>(HostMem::optimizer)] = rpn * rt.optimizer_bytes * P / opt_shard;
     hb[static_cast<int>(HostMem::master_weights)] = rpn * rt.master_bytes * P / opt_shard;
-    if (grads_on_host) hb[static_cast<int>(HostMem::grads)] = rpn * fp32 * P / (p.zero >= 2 ? Z : 1.0);
+    if (grads_on_host) hb[static_cast<int>(HostMem::grads)] = rpn * rt.grad_bytes * P / (p.zero >= 2 ? Z : 1.0);
   }
   if (p.param_offload) hb[static_cast<int>(HostMem::weights)] = rpn * rt.weight_bytes * P / Z;
   if (full && p.ckpt_offload) hb[static_cast<int>(HostMem::checkpoints)] = rpn * (L + others) * saved_per_layer;

@@ -40,7 +40,7 @@ StepTime run(const StepCosts& k, const Plan& p, bool simulate) {
 
 StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt0, const Plan& p,
                             int64_t seq, bool simulate, const AttentionWork* pre, PipelineStepDetail* detail) {
-  const RuntimeProfile& rt = precision_changes_runtime(rt0, p.precision) ? runtime_for_precision(rt0, p.precision) : rt0;
+  const RuntimeProfile& rt = plan_changes_runtime(rt0, p) ? runtime_for_plan(rt0, p) : rt0;
   const int64_t P = std::max<int64_t>(1, p.pp), C = std::max<int64_t>(1, p.vpp), V = P * C;
   const int64_t M = std::max<int64_t>(1, p.ga);
   // one stage as a plan of its own: the same tp, cp, dp and layout, one micro-batch, no pipeline
@@ -194,7 +194,7 @@ StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const Runt
 
 double pipeline_step_lower_bound_s(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt0, const Plan& p,
                                    int64_t seq, const AttentionWork* pre) {
-  const RuntimeProfile& rt = precision_changes_runtime(rt0, p.precision) ? runtime_for_precision(rt0, p.precision) : rt0;
+  const RuntimeProfile& rt = plan_changes_runtime(rt0, p) ? runtime_for_plan(rt0, p) : rt0;
   const double P = static_cast<double>(std::max<int64_t>(1, p.pp)), C = static_cast<double>(std::max<int64_t>(1, p.vpp));
   const double M = static_cast<double>(std::max<int64_t>(1, p.ga));
   Plan ps = p;  // one micro-batch through every layer, no pipeline (as pipeline_step_time prices a stage)

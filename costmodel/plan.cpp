@@ -102,6 +102,16 @@ const char* to_string(Precision x) {
   }
   return "?";
 }
+const char* to_string(StateDtype x) {
+  switch (x) {
+    case StateDtype::runtime: return "runtime";
+    case StateDtype::none: return "none";
+    case StateDtype::fp32: return "fp32";
+    case StateDtype::bf16: return "bf16";
+    case StateDtype::q8: return "8bit";
+  }
+  return "?";
+}
 const char* to_string(Dim d) {
   switch (d) {
     case Dim::tp: return "tp";
@@ -163,7 +173,13 @@ const std::vector<std::pair<std::string, std::string>>& plan_key_help() {
                "up to <len>) | doc:tokhist:<len>@<frac>/... (frac = share of tokens, as published length statistics "
                "usually are) (default causal)"},
       {"packing", "greedy|sorted: how documents are packed into sequences; sorted balances attention work over DP ranks (default greedy)"},
-      {"precision", "fp32|bf16|fp8: dtype of weights, activations, logits and communication; master weights, grads and optimizer as the runtime profile says (default bf16)"},
+      {"precision", "fp32|bf16|fp8: dtype of weights, activations, logits and communication; master weights, grads and optimizer as the runtime profile says unless master, grads or moments set them (default bf16)"},
+      {"master", "fp32|none: the optimizer's fp32 copy of the weights, or none (the optimizer updates the compute weights; "
+                 "default: the runtime's, `ctxplan show runtime NAME` lists what it allows)"},
+      {"grads", "fp32|bf16: the gradient accumulation buffer and its reduction (Megatron --main-grads-dtype, FSDP2 "
+                "reduce_dtype; default: the runtime's)"},
+      {"moments", "fp32|bf16|8bit: Adam's m and v (Megatron --exp-avg-dtype/--exp-avg-sq-dtype; 8bit = block-wise, "
+                  "torchao AdamW8bit's 256-element blocks with an fp32 scale each; default: the runtime's)"},
       {"order", "rank order, innermost first, e.g. tp-cp-dp (default); pp is always outermost"},
   };
   return keys;
@@ -373,6 +389,13 @@ void set_key(Plan& p, const std::string& where, const std::string& key, const st
     p.sorted_packing = parse_enum<bool>(where, key, v, {{"greedy", false}, {"sorted", true}});
   else if (key == "precision") p.precision = parse_enum<Precision>(where, key, v,
                                         {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}, {"fp8", Precision::fp8}});
+  else if (key == "master") p.master = parse_enum<StateDtype>(where, key, v,
+                                        {{"fp32", StateDtype::fp32}, {"none", StateDtype::none}, {"runtime", StateDtype::runtime}});
+  else if (key == "grads") p.grads = parse_enum<StateDtype>(where, key, v,
+                                        {{"fp32", StateDtype::fp32}, {"bf16", StateDtype::bf16}, {"runtime", StateDtype::runtime}});
+  else if (key == "moments") p.moments = parse_enum<StateDtype>(where, key, v,
+                                        {{"fp32", StateDtype::fp32}, {"bf16", StateDtype::bf16}, {"8bit", StateDtype::q8},
+                                         {"runtime", StateDtype::runtime}});
   else if (key == "order") parse_order(where, v, p);
   else {
     std::string msg = "unknown plan key";
@@ -470,6 +493,10 @@ std::string plan_to_string(const Plan& p) {
   if (!(p.cp_varlen == d.cp_varlen)) os << ",cp_varlen=" << to_string(p.cp_varlen);
   if (p.sorted_packing) os << ",packing=sorted";
   if (p.precision != d.precision) os << ",precision=" << to_string(p.precision);
+  // optimizer precision: only what the plan sets (unset = the runtime's own, which the plan does not know)
+  if (p.master != StateDtype::runtime) os << ",master=" << to_string(p.master);
+  if (p.grads != StateDtype::runtime) os << ",grads=" << to_string(p.grads);
+  if (p.moments != StateDtype::runtime) os << ",moments=" << to_string(p.moments);
   if (order_to_string(p) != order_to_string(d)) os << ",order=" << order_to_string(p);
   return os.str();
 }
@@ -501,6 +528,9 @@ json plan_to_json(const Plan& p) {
   j["mask"] = mask_to_string(p);
   j["packing"] = p.sorted_packing ? "sorted" : "greedy";
   j["precision"] = to_string(p.precision);
+  if (p.master != StateDtype::runtime) j["master"] = to_string(p.master);  // unset: the runtime's own
+  if (p.grads != StateDtype::runtime) j["grads"] = to_string(p.grads);
+  if (p.moments != StateDtype::runtime) j["moments"] = to_string(p.moments);
   j["order"] = order_to_string(p);
   return j;
 }

@@ -29,6 +29,11 @@ enum class CpKind { ring, zigzag, allgather, ulysses, usp };
 enum class Recompute { none, selective, full };
 enum class MaskKind { causal, document, explicit_mask };
 enum class Precision { fp32, bf16, fp8 };
+// Optimizer and gradient precision (issue 21): the optimizer's copy of the weights (master=fp32|none),
+// the gradient accumulation buffer (grads=fp32|bf16) and Adam's moments m and v (moments=fp32|bf16|8bit,
+// 8bit = block-wise quantised with one fp32 scale per block). `runtime` (unset): the runtime profile's
+// own; runtime_for_plan (runtime_profile.hpp) resolves them, the runtime's capabilities allow them.
+enum class StateDtype { runtime, none, fp32, bf16, q8 };
 enum class Dim { tp, cp, dp };
 
 // Lengths of the documents packed into a sequence (intra-document masking).
@@ -63,6 +68,9 @@ struct Plan {
   DocLengths docs;                // with mask=document
   bool sorted_packing = false;    // packing=sorted: balance attention work (sum of squared document lengths) over DP ranks
   Precision precision = Precision::bf16;
+  StateDtype master = StateDtype::runtime;   // master=fp32|none
+  StateDtype grads = StateDtype::runtime;    // grads=fp32|bf16
+  StateDtype moments = StateDtype::runtime;  // moments=fp32|bf16|8bit
   Dim order[3] = {Dim::tp, Dim::cp, Dim::dp};  // innermost first: consecutive ranks differ in order[0]; pp outside all three
 };
 
@@ -87,6 +95,7 @@ std::string to_string(const CpVarlen& v);
 const char* to_string(Recompute r);
 const char* to_string(Dim d);
 const char* to_string(Precision x);
+const char* to_string(StateDtype x);  // runtime, none, fp32, bf16, 8bit
 std::string mask_to_string(const Plan& p);
 std::string order_to_string(const Plan& p);
 

@@ -500,6 +500,20 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
   if (rt.memory_traffic_factor <= 0 || (rt.memory_traffic_factor < 1 && !r.has("calibration")))
     c.object("memory_traffic_factor").fail("value", "must be >= 1 (1 = fused kernels; below 1 only in a calibrated profile)");
   if (rt.cpu_adam_params_per_second <= 0) c.object("cpu_adam_gparams_per_s").fail("value", "must be positive");
+  // optimizer precision: the runtime runs its own values (its constants) whatever its capabilities list
+  if (rt.capabilities.declared) {
+    const StateDtypes own = runtime_state_dtypes(rt);
+    const std::pair<std::vector<StateDtype>*, std::pair<StateDtype, const char*>> keys[] = {
+        {&rt.capabilities.master, {own.master, "master"}},
+        {&rt.capabilities.grads, {own.grads, "grads"}},
+        {&rt.capabilities.moments, {own.moments, "moments"}}};
+    for (auto& [allowed, own_key] : keys) {
+      if (std::find(allowed->begin(), allowed->end(), own_key.first) != allowed->end()) continue;
+      allowed->insert(allowed->begin(), own_key.first);
+      auto& src = rt.capabilities.sources[own_key.second];
+      if (src.empty()) src = "the runtime's own (its constants' model-state bytes); no other value stated";
+    }
+  }
   return rt;
 }
 

@@ -7,7 +7,7 @@ namespace {
 
 const char* const kKeys[] = {"stack",     "tp",        "sp",   "pp",        "vpp",         "cp_comm",       "cp_layout",
                              "cp_varlen", "zero",      "recompute", "opt_offload", "param_offload", "ckpt_offload",
-                             "tiled_loss", "tiled_mlp"};
+                             "tiled_loss", "tiled_mlp", "master", "grads", "moments"};
 
 // {"value": ..., "source": "..."} with a non-empty source
 const json& statement(const JsonReader& r, const std::string& key, RuntimeCapabilities& c) {
@@ -107,6 +107,17 @@ RuntimeCapabilities capabilities_from_json(const JsonReader& r) {
   c.ckpt_offload = flag(r, "ckpt_offload", c);
   c.tiled_loss = flag(r, "tiled_loss", c);
   c.tiled_mlp = flag(r, "tiled_mlp", c);
+  const std::vector<std::pair<const char*, std::vector<StateDtype>>> precision = {
+      {"master", {StateDtype::fp32, StateDtype::none}},
+      {"grads", {StateDtype::fp32, StateDtype::bf16}},
+      {"moments", {StateDtype::fp32, StateDtype::bf16, StateDtype::q8}}};
+  for (auto& [key, valid] : precision) {
+    if (!r.has(key)) continue;  // the runtime's own value only (added by the profile reader)
+    std::vector<std::string> names_of;
+    for (StateDtype x : valid) names_of.push_back(to_string(x));
+    std::vector<StateDtype>& out = std::string(key) == "master" ? c.master : std::string(key) == "grads" ? c.grads : c.moments;
+    for (int i : names(r, key, c, names_of)) out.push_back(valid[static_cast<size_t>(i)]);
+  }
   return c;
 }
 
@@ -137,6 +148,10 @@ std::vector<std::vector<std::string>> capability_rows(const RuntimeCapabilities&
   rows.push_back({"ckpt_offload", yes(c.ckpt_offload), src("ckpt_offload")});
   rows.push_back({"tiled_loss", yes(c.tiled_loss), src("tiled_loss")});
   rows.push_back({"tiled_mlp", yes(c.tiled_mlp), src("tiled_mlp")});
+  auto dtypes = [](const std::vector<StateDtype>& v) { return list_text(v, [](StateDtype x) { return to_string(x); }); };
+  rows.push_back({"master", dtypes(c.master), src("master")});
+  rows.push_back({"grads", dtypes(c.grads), src("grads")});
+  rows.push_back({"moments", dtypes(c.moments), src("moments")});
   return rows;
 }
 
@@ -178,6 +193,13 @@ std::string missing_capability(const RuntimeCapabilities& c, const std::string& 
   if (p.tiled_loss != 0 && !c.tiled_loss) return no("tiled_loss", p.tiled_loss < 0 ? "auto" : std::to_string(p.tiled_loss), "an untiled loss only");
   if (p.tiled_mlp != 0 && p.tiled_mlp != 1 && !c.tiled_mlp)
     return no("tiled_mlp", p.tiled_mlp < 0 ? "auto" : std::to_string(p.tiled_mlp), "an untiled MLP only");
+  const std::pair<const char*, std::pair<StateDtype, const std::vector<StateDtype>*>> precision[] = {
+      {"master", {p.master, &c.master}}, {"grads", {p.grads, &c.grads}}, {"moments", {p.moments, &c.moments}}};
+  for (auto& [key, given] : precision) {
+    auto [value, allowed] = given;
+    if (value != StateDtype::runtime && !listed(*allowed, value))
+      return no(key, to_string(value), std::string(key) + " " + list_text(*allowed, [](StateDtype x) { return to_string(x); }));
+  }
   return "";
 }
 

@@ -15,8 +15,11 @@
 //     "zero":      {"value": [0, 1, 2, 3]},
 //     "recompute": {"value": ["none", "selective", "full"]},
 //     "opt_offload", "param_offload", "ckpt_offload", "tiled_loss", "tiled_mlp": {"value": true | false}
+//     "master":    {"value": ["fp32", "none"]},       optimizer precision (plan keys master, grads, moments);
+//     "grads":     {"value": ["fp32", "bf16"]},       optional: absent = only the runtime's own (its
+//     "moments":   {"value": ["fp32", "bf16", "8bit"]}  constants' master/grad/optimizer_bytes)
 //   }
-// Every key is required and carries a source. A profile without "capabilities" (a user's own file)
+// Every other key is required; every key carries a source. A profile without "capabilities" (a user's own file)
 // states nothing: every plan the cost model prices is allowed.
 #pragma once
 #include <cstdint>
@@ -41,6 +44,9 @@ struct RuntimeCapabilities {
   std::vector<int> zero;
   std::vector<Recompute> recompute;
   bool opt_offload = true, param_offload = true, ckpt_offload = true, tiled_loss = true, tiled_mlp = true;
+  // optimizer precision a plan may set (Plan::master, grads, moments); the profile reader adds the
+  // runtime's own value (runtime_state_dtypes), so an absent key allows only that
+  std::vector<StateDtype> master, grads, moments;
   std::map<std::string, std::string> sources;  // key -> the source of its statement
 };
 

@@ -4,7 +4,55 @@ namespace ctx {
 
 namespace {
 constexpr double kFp32Bytes = 4;  // IEEE 754 binary32
+constexpr double kBf16Bytes = 2;  // bfloat16
+// 8-bit Adam: torchao/optim/README.md "block size is 256 for 8-bit ... optimizers" (AdamW8bit), each
+// block's scale one fp32 (torchao/optim/subclass_8bit.py OptimState8bit.scale)
+constexpr double kQ8BlockElements = 256;
+constexpr double kQ8MomentBytes = 1 + kFp32Bytes / kQ8BlockElements;  // one moment, per element
+
+double master_bytes_of(StateDtype x) { return x == StateDtype::none ? 0.0 : kFp32Bytes; }
+double grad_bytes_of(StateDtype x) { return x == StateDtype::bf16 ? kBf16Bytes : kFp32Bytes; }
+double moment_bytes_of(StateDtype x) {  // m and v together
+  return 2.0 * (x == StateDtype::bf16 ? kBf16Bytes : x == StateDtype::q8 ? kQ8MomentBytes : kFp32Bytes);
+}
+bool overrides(StateDtype planned, StateDtype own) { return planned != StateDtype::runtime && planned != own; }
 }  // namespace
+
+StateDtypes runtime_state_dtypes(const RuntimeProfile& rt) {
+  StateDtypes d;
+  d.master = rt.master_bytes == 0 ? StateDtype::none : StateDtype::fp32;
+  d.grads = rt.grad_bytes <= kBf16Bytes ? StateDtype::bf16 : StateDtype::fp32;
+  d.moments = rt.optimizer_bytes >= 2 * kFp32Bytes ? StateDtype::fp32
+              : rt.optimizer_bytes >= 2 * kBf16Bytes ? StateDtype::bf16
+                                                     : StateDtype::q8;
+  return d;
+}
+
+bool plan_changes_runtime(const RuntimeProfile& rt, const Plan& p) {
+  if (precision_changes_runtime(rt, p.precision)) return true;
+  if (p.master == StateDtype::runtime && p.grads == StateDtype::runtime && p.moments == StateDtype::runtime) return false;
+  const StateDtypes own = runtime_state_dtypes(rt);
+  return overrides(p.master, own.master) || overrides(p.grads, own.grads) || overrides(p.moments, own.moments);
+}
+
+RuntimeProfile runtime_for_plan(const RuntimeProfile& rt, const Plan& p) {
+  RuntimeProfile out = runtime_for_precision(rt, p.precision);
+  const StateDtypes own = runtime_state_dtypes(rt);
+  if (overrides(p.master, own.master)) {
+    out.master_bytes = master_bytes_of(p.master);
+    out.sources["master_bytes"] = std::string("the plan's master=") + to_string(p.master);
+  }
+  if (overrides(p.grads, own.grads)) {
+    out.grad_bytes = grad_bytes_of(p.grads);
+    out.sources["grad_bytes"] = std::string("the plan's grads=") + to_string(p.grads);
+  }
+  if (overrides(p.moments, own.moments)) {
+    out.optimizer_bytes = moment_bytes_of(p.moments);
+    out.sources["optimizer_bytes"] = std::string("the plan's moments=") + to_string(p.moments) +
+                                     (p.moments == StateDtype::q8 ? " (int8 m and v, an fp32 scale per 256 elements: torchao AdamW8bit)" : "");
+  }
+  return out;
+}
 
 bool precision_changes_runtime(const RuntimeProfile& rt, Precision precision) {
   return precision == Precision::fp32 &&

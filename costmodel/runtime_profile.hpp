@@ -94,6 +94,24 @@ RuntimeProfile runtime_for_precision(const RuntimeProfile& rt, Precision precisi
 // True when runtime_for_precision(rt, precision) differs from rt; lets the hot path skip the copy.
 bool precision_changes_runtime(const RuntimeProfile& rt, Precision precision);
 
+// The optimizer-precision values the profile's model-state sizes stand for (Plan's master, grads,
+// moments when unset): master_bytes 0 = none, else fp32 (torchtitan counts 2, the fp32 shard beyond
+// the bf16 weights); grad_bytes 2 or less = bf16, else fp32; optimizer_bytes 8 or more = fp32,
+// 4 or more = bf16, less = 8bit.
+struct StateDtypes {
+  StateDtype master = StateDtype::fp32, grads = StateDtype::fp32, moments = StateDtype::fp32;
+};
+StateDtypes runtime_state_dtypes(const RuntimeProfile& rt);
+
+// The profile as the plan runs on it: runtime_for_precision, then each of master, grads, moments
+// that the plan sets to a value other than the runtime's own replaces master_bytes, grad_bytes,
+// optimizer_bytes (master fp32 4, none 0; grads fp32 4, bf16 2; moments fp32 8, bf16 4, 8bit
+// 2 + 2 x 4 / 256 = 2.03125: one int8 per element of m and of v plus an fp32 scale per 256-element
+// block, torchao AdamW8bit's default block). The one place the cost model resolves a plan's dtypes.
+RuntimeProfile runtime_for_plan(const RuntimeProfile& rt, const Plan& p);
+// True when runtime_for_plan(rt, p) differs from rt; lets the hot path skip the copy.
+bool plan_changes_runtime(const RuntimeProfile& rt, const Plan& p);
+
 // The runtime profile (profiles/runtimes/) that describes a ctxrun backend: "ctxrun-cuda" for the
 // CUDA backend and its emulation (cuda, cuda-emulated), "ctxrun-cpu" for the CPU backends (cpu, cpu-*).
 std::string ctxrun_runtime_for_backend(const std::string& backend);

@@ -87,8 +87,9 @@ AttentionWork attention_work(const Plan& p, int64_t seq, bool per_step) {
 
 StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p, int64_t seq,
                      bool per_step, const AttentionWork* pre) {
-  // the plan's dtypes: precision=fp32 moves and sends 4-byte weights and activations (runtime_profile.hpp)
-  if (precision_changes_runtime(rt, p.precision)) return step_costs(m, c, runtime_for_precision(rt, p.precision), p, seq, per_step, pre);
+  // the plan's dtypes: precision=fp32 moves and sends 4-byte weights and activations; master, grads and
+  // moments set the bytes the optimizer and the gradient reduction move (runtime_profile.hpp runtime_for_plan)
+  if (plan_changes_runtime(rt, p)) return step_costs(m, c, runtime_for_plan(rt, p), p, seq, per_step, pre);
   // a calibrated communication efficiency: the same links at the fitted fraction of their bandwidth
   // (latencies as the cluster profile says); only calibrated profiles pay for the copies
   if (rt.comm_efficiency_scale != 1.0) {
@@ -335,8 +336,11 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
     k.opt_d2h = pcie_seconds(shard * rt.grad_bytes, c);
     k.opt_h2d = pcie_seconds(shard * rt.weight_bytes, c);
   } else {
-    // read grad, master, m, v; write master, m, v, bf16 weight
-    double bytes = shard * (rt.grad_bytes + 2.0 * rt.master_bytes + 2.0 * rt.optimizer_bytes + rt.weight_bytes);
+    // read grad, master, m, v; write master, m, v, bf16 weight. Without a master copy (master=none)
+    // the update reads and writes the compute weight itself: 2 x weight_bytes in place of
+    // 2 x master + 1 x weight
+    const double param_rw = rt.master_bytes > 0 ? 2.0 * rt.master_bytes + rt.weight_bytes : 2.0 * rt.weight_bytes;
+    double bytes = shard * (rt.grad_bytes + param_rw + 2.0 * rt.optimizer_bytes);
     k.opt_device = price.memory(bytes);
   }
   if ((p.zero == 1 || p.zero == 2) && zdeg > 1)

@@ -464,10 +464,12 @@ class CpuBackend : public Backend {
     const double norm = std::sqrt(static_cast<double>(st[kStatGradNorm2]));
     if (st[kStatNonFinite] != 0.0f || !std::isfinite(norm)) return;  // the step is skipped
     const float gscale = (a.clip > 0 && norm > a.clip) ? static_cast<float>(a.clip / (norm + 1e-6)) : 1.0f;
-    float* P = f32(master, "adamw");
-    float* M = f32(mv, "adamw");
-    float* Vv = f32(vv, "adamw");
-    const float* G = f32(grad, "adamw");
+    // the weights stepped (master, or the compute weights with master=none), m and v (moments=bf16)
+    // and the gradient may be bf16: widened into scratch, updated in fp32, each rounded once on store
+    float* P = out(master, 0, true);
+    float* M = out(mv, 1, true);
+    float* Vv = out(vv, 2, true);
+    const float* G = in(grad, 3);
     const double bc1 = 1.0 - std::pow(static_cast<double>(a.beta1), static_cast<double>(a.step));
     const double bc2 = 1.0 - std::pow(static_cast<double>(a.beta2), static_cast<double>(a.step));
     for (int64_t i = 0; i < master.numel(); ++i) {
@@ -477,6 +479,9 @@ class CpuBackend : public Backend {
       float mhat = static_cast<float>(M[i] / bc1), vhat = static_cast<float>(Vv[i] / bc2);
       P[i] -= a.lr * (mhat / (std::sqrt(vhat) + a.eps) + a.weight_decay * a.decay * P[i]);
     }
+    commit(master, P);
+    commit(mv, M);
+    commit(vv, Vv);
   }
 
   void mark_time(int slot) override {

@@ -87,6 +87,8 @@ std::string executor_plan_problem(const ModelSpec& m, const Plan& p, int64_t seq
     if (k == PositionKind::alibi) return "ctxrun does not implement ALiBi (model " + m.name + ")";
   if (m.head_dim > 1024) return "head_dim above 1024 is not supported by the CPU attention kernel";
   if (p.precision == Precision::fp8) return "ctxrun runs precision=bf16 or fp32; fp8 is not implemented";
+  if (p.moments == StateDtype::q8) return "ctxrun stores Adam's moments in fp32 or bf16; moments=8bit is priced, not executed; valid: moments=fp32|bf16";
+  if (p.grads == StateDtype::bf16) return "ctxrun accumulates gradients in fp32; grads=bf16 is priced, not executed; valid: grads=fp32";
   if (p.mask == MaskKind::explicit_mask) return "ctxrun never materialises an s x s mask; use mask=causal or mask=doc:...";
   return "";
 }

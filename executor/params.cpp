@@ -134,13 +134,18 @@ ParamStore::ParamStore(Backend& be, ParallelContext& pc, const ModelSpec& m, con
       auto full = init_full(p, m.layers, seed);
       slice_local(p, full.data(), local.data() + p.offset, t, kv_head0_of(l, t), d);
     }
-    auto opt_tensor = [&](HostMem hc, Mem dc) {
-      return host_opt ? be_.alloc_host(1, u.shard, DType::f32, hc) : be_.alloc(1, u.shard, DType::f32, dc);
+    auto opt_tensor = [&](HostMem hc, Mem dc, DType dt) {
+      return host_opt ? be_.alloc_host(1, u.shard, dt, hc) : be_.alloc(1, u.shard, dt, dc);
     };
-    u.master = opt_tensor(HostMem::master_weights, Mem::master_weights);
-    u.m = opt_tensor(HostMem::optimizer, Mem::optimizer);
-    u.v = opt_tensor(HostMem::optimizer, Mem::optimizer);
-    be_.upload(u.master, local.data() + u.shard_offset);
+    // optimizer precision (plan keys master, moments; ctxrun's own: fp32): master=none keeps no
+    // copy (the update steps the compute weights), moments=bf16 stores m and v in bf16
+    if (plan.master != StateDtype::none) {
+      u.master = opt_tensor(HostMem::master_weights, Mem::master_weights, DType::f32);
+      be_.upload(u.master, local.data() + u.shard_offset);
+    }
+    const DType moments = plan.moments == StateDtype::bf16 ? DType::bf16 : DType::f32;
+    u.m = opt_tensor(HostMem::optimizer, Mem::optimizer, moments);
+    u.v = opt_tensor(HostMem::optimizer, Mem::optimizer, moments);
     be_.zero(u.m);
     be_.zero(u.v);
     if (zero_ == 3) {
@@ -287,10 +292,16 @@ void ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, View sta
       if (hi <= lo) continue;
       const int64_t o = lo - u.shard_offset, n = hi - lo;
       a.decay = p.decay ? 1.0f : 0.0f;
-      be_.adamw(u.master.flat(o, n), u.m.flat(o, n), u.v.flat(o, n), g.flat(o, n), stats, a);
+      be_.adamw(master_shard(u).flat(o, n), u.m.flat(o, n), u.v.flat(o, n), g.flat(o, n), stats, a);
     }
   }
   refresh_weights();
+}
+
+View ParamStore::master_shard(ParamUnit& u) {
+  if (u.master) return u.master.view();
+  // master=none: this rank's shard of the compute weights (ZeRO-3's own shard; else its slice of the full copy)
+  return zero_ == 3 ? u.w_shard.view() : u.w.flat(u.shard_offset, u.shard);
 }
 
 Tensor ParamStore::upload_flat(const float* src, int64_t n, DType dt, Mem cat) {
@@ -329,6 +340,7 @@ std::map<std::string, std::vector<float>> ParamStore::gather_full(const std::str
     std::vector<float> flat;
     if (kind == "weights") flat = zero_ == 3 ? from_shards(u.w_shard) : download(u.w);
     else if (kind == "grads") flat = zero_ >= 2 ? from_shards(u.g_shard) : download(u.g);
+    else if (kind == "master" && !u.master) flat = zero_ == 3 ? from_shards(u.w_shard) : download(u.w);  // master=none
     else if (kind == "master") flat = from_shards(u.master);
     else if (kind == "m") flat = from_shards(u.m);
     else if (kind == "v") flat = from_shards(u.v);
@@ -373,7 +385,7 @@ void ParamStore::load_full(const std::string& kind, const std::map<std::string, 
       slice_local(p, it->second.data(), flat.data() + p.offset, t, kv0, l_.head_dim);
     }
     Tensor* dst = kind == "master" ? &u.master : kind == "m" ? &u.m : &u.v;
-    be_.upload(*dst, flat.data() + u.shard_offset);
+    if (*dst) be_.upload(*dst, flat.data() + u.shard_offset);  // master=none: only the compute weights below
     if (kind == "master") {
       if (zero_ == 3) be_.upload(u.w_shard, flat.data() + u.shard_offset);
       else be_.upload(u.w, flat.data());
@@ -383,7 +395,8 @@ void ParamStore::load_full(const std::string& kind, const std::map<std::string, 
 
 std::vector<float> ParamStore::download_shard(int64_t ui, const std::string& kind) {
   ParamUnit& u = units.at(static_cast<size_t>(ui));
-  const Tensor* src = kind == "master" ? &u.master : kind == "m" ? &u.m : kind == "v" ? &u.v : nullptr;
+  if (kind == "master") return download(master_shard(u));
+  const Tensor* src = kind == "m" ? &u.m : kind == "v" ? &u.v : nullptr;
   if (!src) throw std::logic_error("download_shard: unknown kind " + kind);
   return download(src->flat(0, u.shard));
 }
@@ -395,19 +408,19 @@ void ParamStore::upload_shard(int64_t ui, const std::string& kind, const std::ve
   if (static_cast<int64_t>(data.size()) != u.shard)
     throw std::logic_error("upload_shard: " + u.name + " needs " + std::to_string(u.shard) + " floats, got " +
                            std::to_string(data.size()));
-  be_.upload(dst->flat(0, u.shard), data.data());
+  be_.upload(kind == "master" ? master_shard(u) : dst->flat(0, u.shard), data.data());
 }
 
 void ParamStore::refresh_weights() {
   if (zero_ < 3 && shard_degree_ > 1) pc_.trace.add("param_all_gather", SimStream::dp);
   for (auto& u : units) {
     if (zero_ == 3) {
-      be_.copy(u.w_shard, u.master);
+      if (u.master) be_.copy(u.w_shard, u.master);  // master=none: the update wrote the shard itself
     } else if (shard_degree_ == 1) {
-      be_.copy(u.w.flat(0, u.shard), u.master);
+      if (u.master) be_.copy(u.w.flat(0, u.shard), u.master);
     } else {
       Tensor send = be_.alloc(1, u.shard, l_.act, Mem::comm_buffers);
-      be_.copy(send, u.master);
+      be_.copy(send, master_shard(u));
       pc_.zero->allgather(send, u.w);
     }
   }

@@ -35,7 +35,7 @@ struct ParamUnit {
   Tensor w_shard;  // ZeRO-3: this rank's shard of the weights, plan precision
   Tensor g;        // full fp32 gradients (ZeRO-2/3: only during the unit's backward)
   Tensor g_shard;  // ZeRO-2/3: this rank's accumulated fp32 gradient shard
-  Tensor master, m, v;  // fp32 master weights and Adam moments for this rank's shard
+  Tensor master, m, v;  // fp32 master weights (none with master=none) and Adam moments (fp32, or bf16 with moments=bf16) of this rank's shard
   int find(const std::string& param_name) const;
 };
 
@@ -93,6 +93,8 @@ class ParamStore {
 
  private:
   void tp_fixups(ParamUnit& u, const Tensor& g);
+  // What AdamW steps for this rank's shard: the master copy, or with master=none the compute weights' shard.
+  View master_shard(ParamUnit& u);
   View shard_grad(ParamUnit& u);
   // A host float range of a unit's flat layout onto a device tensor of the given dtype, and back.
   Tensor upload_flat(const float* src, int64_t n, DType dt, Mem cat);

@@ -336,6 +336,42 @@ TEST(ExecKernels, AdamwClipsFromTheNormInTheStatistics) {
   }
 }
 
+// Optimizer precision (plan keys master=none, moments=bf16): AdamW steps bf16 weights (no master
+// copy) and bf16 moments by widening them to fp32, updating as for fp32 and rounding each once on
+// store. Reference: float64 AdamW from the same bf16 inputs, each result rounded to bf16
+// (ref_round_bf16 above). Tolerance: one bf16 ulp, 2^(e-7) for a value in [2^e, 2^(e+1)) (7 stored
+// mantissa bits): the kernel's float32 arithmetic differs from float64 by ~1e-6 relative, which can
+// move a value across a bf16 rounding boundary by at most one ulp, never more.
+TEST(ExecKernels, AdamwStepsBf16WeightsAndMomentsRoundedOnce) {
+  auto be = make_cpu_backend();
+  const int64_t n = 256;
+  auto [w0, m0, v0, g] = adamw_inputs(n, 80);
+  for (auto* x : {&w0, &m0, &v0})
+    for (float& e : *x) e = ref_round_bf16(e);  // what bf16 tensors hold
+  AdamWArgs a;
+  a.lr = 1e-2f;
+  a.weight_decay = 0.1f;
+  a.clip = 0.0f;
+  a.step = 5;
+  Tensor w = upload(*be, w0, 1, n, DType::bf16), m = upload(*be, m0, 1, n, DType::bf16), v = upload(*be, v0, 1, n, DType::bf16),
+         tg = upload(*be, g);
+  Tensor stats = upload(*be, std::vector<float>{0.0f, 0.0f, 1.0f});
+  be->adamw(w, m, v, tg, stats, a);
+  auto gw = download(*be, w), gm = download(*be, m), gv = download(*be, v);
+  int64_t moved = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double rw = w0[i], rm = m0[i], rv = v0[i];
+    adamw_ref(rw, rm, rv, g[i], 1.0, a);
+    auto ulp = [](double x) { return std::ldexp(1.0, std::ilogb(std::fabs(x) + 1e-30) - 7); };
+    EXPECT_NEAR(gw[i], ref_round_bf16(static_cast<float>(rw)), ulp(rw)) << "weight element " << i;
+    EXPECT_NEAR(gm[i], ref_round_bf16(static_cast<float>(rm)), ulp(rm)) << "m element " << i;
+    EXPECT_NEAR(gv[i], ref_round_bf16(static_cast<float>(rv)), ulp(rv)) << "v element " << i;
+    EXPECT_EQ(gw[i], ref_round_bf16(gw[i])) << "stored as bf16, element " << i;
+    moved += gw[i] != w0[i];
+  }
+  EXPECT_GT(moved, n / 2) << "lr 1e-2 moves most bf16 weights of magnitude ~1 by more than half an ulp";
+}
+
 // A flagged non-finite tensor, or a norm that is not finite, skips the step: master weights and
 // both moments stay bit for bit what they were.
 TEST(ExecKernels, AdamwSkipsTheStepWhenFlaggedOrTheNormIsNotFinite) {

@@ -61,6 +61,10 @@ const Case kCases[] = {
     {4, "tiny", 1024, "cp=4,cp_comm=a2a+p2p,ulysses=2,cp_layout=contiguous,mask=doc:928,tiled_mlp=8"},
     {4, "tiny", 1024, "cp=4,cp_comm=a2a+p2p,ulysses=2,cp_layout=headtail,mask=doc:928,tiled_mlp=8"},
     {4, "tiny", 1024, "cp=4,cp_comm=a2a+p2p,ulysses=2,cp_layout=headtail-doc,mask=doc:928,tiled_mlp=8"},
+    // issue 21: optimizer precision, no master copy and bf16 Adam moments, unsharded and under ZeRO-1/3
+    {1, "tiny", 512, "moments=bf16,master=none"},
+    {2, "tiny", 512, "dp=2,zero=1,moments=bf16,master=none"},
+    {2, "tiny", 512, "dp=2,zero=3,moments=bf16,master=none"},
 };
 
 double sum(const json& cats) {
