@@ -23,6 +23,44 @@ double bus_factor(Coll c, int64_t n) {
   return 1.0;
 }
 
+namespace {
+
+// One group's nodes (one entry per member) into `out`: the most nodes a group spans, the fewest
+// members a group has on one node (the slowest group sets the pace of a lockstep collective).
+void fold_group_nodes(std::vector<int64_t>& nodes, GroupPlacement& out) {
+  std::sort(nodes.begin(), nodes.end());
+  int64_t distinct = 0;
+  for (size_t i = 0; i < nodes.size();) {
+    size_t j = i;
+    while (j < nodes.size() && nodes[j] == nodes[i]) ++j;
+    out.per_node = std::min<int64_t>(out.per_node, static_cast<int64_t>(j - i));
+    ++distinct;
+    i = j;
+  }
+  out.nodes = std::max(out.nodes, distinct);
+}
+
+// Groups whose members are no product of two axes (an HSDP shard of n ranks that neither divides cp
+// nor is a multiple of it): each group listed by group_ranks, the worst one decides (allocates).
+GroupPlacement placement_of_listed_groups(const Plan& p, Group g, int64_t gpus_per_node) {
+  const int64_t G = std::max<int64_t>(1, gpus_per_node), world = std::max<int64_t>(1, p.dp) * p.tp * p.cp;
+  GroupPlacement out;
+  out.nodes = 0;
+  for (int64_t r = 0; r < world; ++r) {
+    const std::vector<int64_t> ranks = group_ranks(p, g, r);
+    if (ranks.empty() || ranks.front() != r) continue;  // each group once, from its first member
+    std::vector<int64_t> nodes;
+    for (int64_t x : ranks) nodes.push_back(x / G);
+    out.size = static_cast<int64_t>(ranks.size());
+    if (out.nodes == 0) out.per_node = out.size;
+    fold_group_nodes(nodes, out);
+  }
+  out.nodes = std::max<int64_t>(1, out.nodes);
+  return out;
+}
+
+}  // namespace
+
 GroupPlacement group_placement(const Plan& p, Group g, int64_t gpus_per_node) {
   // strides of each dimension in the rank order (innermost first)
   int64_t stride[3] = {1, 1, 1};  // tp, cp, dp
@@ -43,6 +81,23 @@ GroupPlacement group_placement(const Plan& p, Group g, int64_t gpus_per_node) {
     case Group::dp: n1 = dp; s1 = stride[2]; break;
     case Group::zero: n1 = p.cp; s1 = stride[1]; n2 = dp; s2 = stride[2]; break;
     case Group::pp: n1 = std::max<int64_t>(1, p.pp); s1 = s; break;  // stages outside tp, cp, dp
+    case Group::zero_shard:
+    case Group::zero_replicate: {
+      // blocks of n consecutive zero-group indices k = dp*cp + cp (process_groups.hpp) as axes:
+      // n inside cp, or whole cp rows times n/cp dp rows; another n is enumerated
+      const int64_t n = zero_shard_degree(p);
+      const bool shard = g == Group::zero_shard;
+      if (p.cp % n == 0) {
+        if (shard) n1 = n, s1 = stride[1];
+        else n1 = p.cp / n, s1 = n * stride[1], n2 = dp, s2 = stride[2];
+      } else if (n % p.cp == 0) {
+        if (shard) n1 = p.cp, s1 = stride[1], n2 = n / p.cp, s2 = stride[2];
+        else n1 = dp / (n / p.cp), s1 = n / p.cp * stride[2];
+      } else {
+        return placement_of_listed_groups(p, g, gpus_per_node);
+      }
+      break;
+    }
   }
   GroupPlacement out;
   out.size = n1 * n2;
@@ -70,16 +125,7 @@ GroupPlacement group_placement(const Plan& p, Group g, int64_t gpus_per_node) {
     nodes.clear();
     for (int64_t b = 0; b < n2; ++b)
       for (int64_t a = 0; a < n1; ++a) nodes.push_back((leader + b * s2 + a * s1) / G);
-    std::sort(nodes.begin(), nodes.end());
-    int64_t distinct = 0;
-    for (size_t i = 0; i < nodes.size();) {
-      size_t j = i;
-      while (j < nodes.size() && nodes[j] == nodes[i]) ++j;
-      out.per_node = std::min<int64_t>(out.per_node, static_cast<int64_t>(j - i));
-      ++distinct;
-      i = j;
-    }
-    out.nodes = std::max(out.nodes, distinct);
+    fold_group_nodes(nodes, out);
   }
   return out;
 }
@@ -129,6 +175,14 @@ double collective_seconds(Coll c, double bytes, const GroupPlacement& g, const C
   cross = std::min(cross, steps);
   double latency = (steps - cross) * cl.intra_latency_seconds + cross * cl.inter_latency_seconds;
   return k.launch_seconds + latency + bytes * bus_factor(c, g.size) / bus_bandwidth(c, g, cl);
+}
+
+double inter_node_bytes_per_rank(Coll c, double bytes, const GroupPlacement& g) {
+  if (g.nodes <= 1 || g.size <= 1 || bytes <= 0) return 0;
+  const double n = static_cast<double>(g.size), pn = static_cast<double>(g.per_node);
+  if (c == Coll::p2p) return bytes;
+  if (c == Coll::all_to_all) return bytes * (n - pn) / n;
+  return bytes * bus_factor(c, g.size) / pn;
 }
 
 double pcie_seconds(double bytes, const ClusterSpec& cl) {

@@ -36,6 +36,11 @@ double collective_seconds(Coll c, double bytes, const GroupPlacement& g, const C
 // Bus bandwidth (bytes/s) the model uses for a large message (for reports and tests).
 double bus_bandwidth(Coll c, const GroupPlacement& g, const ClusterSpec& cl);
 
+// Bytes one rank's share of one collective of `bytes` sends between nodes: 0 inside a node; across
+// nodes a ring crosses every node boundary, so a node's NICs carry the bus bytes (bytes x bus_factor)
+// shared by its per_node members (the hierarchical model above); all-to-all: the off-node share.
+double inter_node_bytes_per_rank(Coll c, double bytes, const GroupPlacement& g);
+
 // Seconds for a host<->device copy of `bytes` over PCIe (pinned memory).
 double pcie_seconds(double bytes, const ClusterSpec& cl);
 

@@ -58,7 +58,7 @@ LocalShapes local_shapes(const ModelSpec& m, const Plan& p, int64_t seq) {
   s.layer_params = attn + static_cast<double>(mlp_params_per_layer(m)) / tp + static_cast<double>(norm_params_per_layer(m));
   s.params = static_cast<double>(m.layers) * s.layer_params + s.vocab * h /* embedding */ +
              (m.tied_embeddings ? 0.0 : s.vocab * h) /* head */ + h /* final norm */;
-  s.zero_degree = static_cast<double>(std::max<int64_t>(1, p.dp) * p.cp);
+  s.zero_degree = static_cast<double>(zero_shard_degree(p));  // dp*cp, or HSDP's zero_shard
   return s;
 }
 

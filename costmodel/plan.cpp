@@ -19,7 +19,10 @@ int64_t ulysses_degree(const Plan& p) {
   return 1;
 }
 int64_t ring_degree(const Plan& p) { return p.cp / std::max<int64_t>(1, ulysses_degree(p)); }
-int64_t zero_shard_degree(const Plan& p) { return std::max<int64_t>(1, p.dp) * p.cp; }
+int64_t zero_shard_degree(const Plan& p) { return p.zero_shard > 0 ? p.zero_shard : std::max<int64_t>(1, p.dp) * p.cp; }
+int64_t zero_replicate_degree(const Plan& p) {
+  return std::max<int64_t>(1, std::max<int64_t>(1, p.dp) * p.cp / std::max<int64_t>(1, zero_shard_degree(p)));
+}
 int64_t plan_world(const Plan& p) { return std::max<int64_t>(1, p.dp) * p.tp * p.cp * p.pp; }
 
 CpKind cp_kind_of(const Plan& p) {
@@ -160,7 +163,10 @@ const std::vector<std::pair<std::string, std::string>>& plan_key_help() {
       {"cp_varlen", "native|cycle|split:<k>, with a document mask under a ring: one varlen call per ring step | the ring "
                     "run once per document | k sub-packs, native in each (GLM-4's divide and conquer; default native)"},
       {"ulysses", "Ulysses degree inside cp_comm=a2a+p2p (cp_kind=usp); ring degree = cp/ulysses"},
-      {"zero", "ZeRO stage 0-3 over dp*cp ranks (default 0)"},
+      {"zero", "ZeRO stage 0-3 over dp*cp ranks, or over zero_shard of them (default 0)"},
+      {"zero_shard", "HSDP with zero>=1: ranks that shard the model states, consecutive in the dp x cp grid (cp innermost); "
+                     "the dp*cp/zero_shard groups replicate them and all-reduce the gradient shards (FSDP2 "
+                     "data_parallel_shard_degree, DeepSpeed MiCS shard size); must divide dp*cp (default 0 = all dp*cp)"},
       {"mbs", "sequences per micro-batch (default 1)"},
       {"ga", "gradient-accumulation micro-batches per step (default 1)"},
       {"recompute", "none|selective|full (default none)"},
@@ -373,6 +379,7 @@ void set_key(Plan& p, const std::string& where, const std::string& key, const st
   else if (key == "cp_varlen") p.cp_varlen = parse_varlen(where, v);
   else if (key == "ulysses") p.ulysses = parse_int(where, key, v, 1, kMaxDegree);
   else if (key == "zero") p.zero = static_cast<int>(parse_int(where, key, v, 0, 3));
+  else if (key == "zero_shard") p.zero_shard = parse_int(where, key, v, 0, kMaxDegree);
   else if (key == "mbs") p.mbs = parse_int(where, key, v, 1, 1 << 16);
   else if (key == "ga") p.ga = parse_int(where, key, v, 1, 1 << 20);
   else if (key == "recompute")
@@ -479,6 +486,7 @@ std::string plan_to_string(const Plan& p) {
   if (p.cp_comm == CpComm::a2a_p2p && p.ulysses > 0) os << ",ulysses=" << p.ulysses;  // unset: plan_check asks for it
   if (p.sp >= 0 && sp_enabled(p) != (p.tp > 1)) os << ",sp=" << (sp_enabled(p) ? 1 : 0);
   if (p.zero != d.zero) os << ",zero=" << p.zero;
+  if (p.zero_shard != d.zero_shard) os << ",zero_shard=" << p.zero_shard;
   if (p.mbs != d.mbs) os << ",mbs=" << p.mbs;
   if (p.ga != d.ga) os << ",ga=" << p.ga;
   if (p.recompute != d.recompute) os << ",recompute=" << to_string(p.recompute);
@@ -515,6 +523,7 @@ json plan_to_json(const Plan& p) {
   if (p.mask == MaskKind::document) j["cp_varlen"] = to_string(p.cp_varlen);
   if (!(p.cp_comm == CpComm::a2a_p2p && p.ulysses == 0)) j["ulysses"] = ulysses_degree(p);  // usp's unset degree stays unset
   j["zero"] = p.zero;
+  j["zero_shard"] = p.zero_shard;
   j["mbs"] = p.mbs;
   j["ga"] = p.ga;
   j["recompute"] = to_string(p.recompute);

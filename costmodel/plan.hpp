@@ -56,6 +56,7 @@ struct Plan {
   CpVarlen cp_varlen;             // with mask=document
   int64_t ulysses = 0;            // Ulysses degree inside usp (0 = all of cp for ulysses, required for usp)
   int zero = 0;                   // 0..3, sharded over dp x cp (every rank with the same TP shard)
+  int64_t zero_shard = 0;         // HSDP: ranks of the dp x cp grid that shard the model states (the rest replicate); 0 = all dp*cp
   int64_t mbs = 1;                // sequences per micro-batch
   int64_t ga = 1;                 // micro-batches per step (gradient accumulation)
   Recompute recompute = Recompute::none;
@@ -78,7 +79,8 @@ struct Plan {
 bool sp_enabled(const Plan& p);
 int64_t ulysses_degree(const Plan& p);   // 1 for ring kinds, cp for ulysses, `ulysses` for usp
 int64_t ring_degree(const Plan& p);      // cp / ulysses_degree
-int64_t zero_shard_degree(const Plan& p);  // dp * cp
+int64_t zero_shard_degree(const Plan& p);      // ranks the model states shard over: zero_shard, or dp * cp when 0
+int64_t zero_replicate_degree(const Plan& p);  // HSDP replicas of each shard: dp * cp / zero_shard_degree
 int64_t plan_world(const Plan& p);         // dp * tp * cp * pp (dp 0 counted as 1)
 
 // The shorthand nearest the plan's axes (p2p: ring when contiguous, else zigzag); cp_kind_exact:

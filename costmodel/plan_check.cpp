@@ -127,6 +127,22 @@ PlanCheck check_plan(Plan& p, const ModelSpec& m, const ClusterSpec& c, int64_t 
     }
   }
 
+  // ---- HSDP: zero_shard ranks shard the model states, the dp*cp/zero_shard groups of them replicate
+  if (p.zero_shard > 0) {
+    const int64_t dpcp = std::max<int64_t>(1, p.dp) * p.cp;
+    if (p.zero == 0) {
+      err("zero_shard=" + std::to_string(p.zero_shard) + " says over how many ranks ZeRO shards the model states; it needs zero>=1");
+      alt("zero=3");
+      alt("zero_shard=0");
+    } else if (p.zero_shard == 1 || dpcp % p.zero_shard != 0) {
+      err("zero_shard=" + std::to_string(p.zero_shard) + " must divide dp*cp = " + std::to_string(dpcp) +
+          " and be > 1 (one rank per shard group is zero=0); valid: 0 (all dp*cp ranks) or a divisor > 1 of " + std::to_string(dpcp));
+      for (int64_t v : nearest(divisors(dpcp), p.zero_shard))
+        if (v > 1) alt("zero_shard=" + std::to_string(v));
+      alt("zero_shard=0");
+    }
+  }
+
   // ---- tensor parallel: heads, KV heads and the MLP split evenly
   if (m.heads % p.tp != 0 || m.ffn % p.tp != 0 || (m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0)) {
     err("tp=" + std::to_string(p.tp) + " must divide the query heads (" + std::to_string(m.heads) + "), the MLP width (" +

@@ -19,6 +19,7 @@ Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfil
   p.plan = plan;
   p.warnings = check.warnings;
   p.memory = predict_memory(m, c, rt, plan, seq);
+  p.zero_comm = zero_comm_terms(plan, local_shapes(m, plan, seq), rt, c.gpus_per_node);
   p.time_band = error_band(rt, c.gpu.name);  // from the runtime's residuals on this GPU (error_band.hpp)
   StepCosts costs = step_costs(m, c, rt, plan, seq, true);
   p.attention = costs.attention_kernel;
@@ -156,6 +157,17 @@ json prediction_to_json(const Prediction& p) {
   j["fits"] = mp.fits();
   j["warnings"] = p.warnings;
   if (!p.pipeline.is_null()) j["pipeline"] = p.pipeline;
+  json zc = json::array();
+  double inter = 0;
+  for (const ZeroCommTerm& t : p.zero_comm) {
+    zc.push_back({{"name", t.name}, {"collective", to_string(t.coll)},
+                  {"group", t.group == Group::zero_shard ? "zero_shard" : t.group == Group::zero_replicate ? "zero_replicate" : "zero"},
+                  {"group_size", t.where.size}, {"nodes_spanned", t.where.nodes}, {"message_bytes", t.message_bytes},
+                  {"calls_per_step", t.calls_per_step}, {"inter_node_bytes_per_rank", t.inter_node_bytes_per_rank}});
+    inter += t.inter_node_bytes_per_rank;
+  }
+  j["data_parallel_comm"] = {{"zero_shard", zero_shard_degree(p.plan)}, {"zero_replicate", zero_replicate_degree(p.plan)},
+                             {"terms", zc}, {"inter_node_bytes_per_rank", inter}};
   return j;
 }
 

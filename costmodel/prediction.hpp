@@ -11,6 +11,7 @@
 #include "costmodel/profile_store.hpp"
 #include "costmodel/simulator.hpp"
 #include "costmodel/step_model.hpp"
+#include "costmodel/zero_comm.hpp"
 
 namespace ctx {
 
@@ -25,6 +26,7 @@ struct Prediction {
   StepTime time_closed_form;   // the search's fast estimate, for comparison
   ErrorBand time_band;         // p10-p90 of the step time from the runtime's residuals (error_band.hpp)
   SimStats sim_stats;
+  std::vector<ZeroCommTerm> zero_comm;  // the ZeRO/HSDP collectives of one step and their inter-node bytes (zero_comm.hpp)
   json pipeline;               // pp > 1: the schedule, its bubble and sends (pipeline_time.hpp); null otherwise
   std::vector<std::string> warnings;
 };

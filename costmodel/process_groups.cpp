@@ -73,6 +73,21 @@ std::vector<int64_t> group_ranks(const Plan& p, Group g, int64_t rank) {
       for (int64_t d = 0; d < p.dp; ++d)
         for (int64_t i = 0; i < p.cp; ++i) { c.dp = d; c.ring = i / u; c.ulysses = i % u; push(c); }
       break;
+    case Group::zero_shard:
+    case Group::zero_replicate: {
+      const int64_t n = zero_shard_degree(p), k_me = me.dp * p.cp + me.cp;
+      const int64_t first = g == Group::zero_shard ? k_me / n * n : k_me % n;
+      const int64_t count = g == Group::zero_shard ? n : zero_replicate_degree(p);
+      const int64_t step = g == Group::zero_shard ? 1 : n;
+      for (int64_t j = 0; j < count; ++j) {
+        const int64_t k = first + j * step;
+        c.dp = k / p.cp;
+        c.ring = k % p.cp / u;
+        c.ulysses = k % p.cp % u;
+        push(c);
+      }
+      break;
+    }
   }
   return out;
 }

@@ -21,7 +21,12 @@ int64_t degree_of(const Plan& p, Dim d);
 RankCoord coord_of_rank(const Plan& p, int64_t rank);
 int64_t rank_of_coord(const Plan& p, const RankCoord& c);
 
-enum class Group { tp, cp, dp, ulysses, ring, zero /* dp x cp */, pp /* one rank per stage */ };
+// zero: the dp x cp ranks of one TP shard, indexed k = dp * cp + cp (cp innermost, as Megatron's
+// dp-cp group in its tp-cp-dp order). HSDP (plan key zero_shard = n) cuts that index into blocks:
+// zero_shard = the n consecutive k that shard the model states (one node when n*tp <= GPUs per node
+// in the default order), zero_replicate = the dp*cp/n ranks with the same k mod n (same shard).
+// Without HSDP zero_shard is the zero group and zero_replicate is the rank alone.
+enum class Group { tp, cp, dp, ulysses, ring, zero /* dp x cp */, pp /* one rank per stage */, zero_shard, zero_replicate };
 // The global ranks in `rank`'s group of kind `g`, ordered by their index inside the group.
 std::vector<int64_t> group_ranks(const Plan& p, Group g, int64_t rank);
 // Number of distinct nodes one group of kind `g` spans (groups of one kind are congruent).

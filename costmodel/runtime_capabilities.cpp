@@ -5,7 +5,7 @@
 namespace ctx {
 namespace {
 
-const char* const kKeys[] = {"stack",     "tp",        "sp",   "pp",        "vpp",         "cp_comm",       "cp_layout",
+const char* const kKeys[] = {"stack",     "tp",        "sp",   "pp",        "vpp",         "cp_comm",       "cp_layout", "zero_shard",
                              "cp_varlen", "zero",      "recompute", "opt_offload", "param_offload", "ckpt_offload",
                              "tiled_loss", "tiled_mlp", "master", "grads", "moments"};
 
@@ -101,6 +101,7 @@ RuntimeCapabilities capabilities_from_json(const JsonReader& r) {
       c.zero.push_back(static_cast<int>(z));
     }
   }
+  c.zero_shard = r.has("zero_shard") && flag(r, "zero_shard", c);  // optional: absent = ZeRO over all dp*cp ranks only
   for (int i : names(r, "recompute", c, {"none", "selective", "full"})) c.recompute.push_back(static_cast<Recompute>(i));
   c.opt_offload = flag(r, "opt_offload", c);
   c.param_offload = flag(r, "param_offload", c);
@@ -142,6 +143,7 @@ std::vector<std::vector<std::string>> capability_rows(const RuntimeCapabilities&
                   }),
                   src("cp_varlen")});
   rows.push_back({"zero", list_text(c.zero, [](int z) { return std::to_string(z); }), src("zero")});
+  rows.push_back({"zero_shard", c.zero_shard ? "HSDP: shard within a group, replicate across" : "no (all dp*cp ranks)", src("zero_shard")});
   rows.push_back({"recompute", list_text(c.recompute, [](Recompute x) { return to_string(x); }), src("recompute")});
   rows.push_back({"opt_offload", yes(c.opt_offload), src("opt_offload")});
   rows.push_back({"param_offload", yes(c.param_offload), src("param_offload")});
@@ -185,6 +187,8 @@ std::string missing_capability(const RuntimeCapabilities& c, const std::string& 
     }
   }
   if (!listed(c.zero, p.zero)) return no("zero", std::to_string(p.zero), "zero " + list_text(c.zero, [](int z) { return std::to_string(z); }));
+  if (p.zero >= 1 && zero_replicate_degree(p) > 1 && !c.zero_shard)
+    return no("zero_shard", std::to_string(p.zero_shard), "ZeRO over all dp*cp ranks only (zero_shard=0)");
   if (!listed(c.recompute, p.recompute))
     return no("recompute", to_string(p.recompute), "recompute " + list_text(c.recompute, [](Recompute x) { return to_string(x); }));
   if (p.opt_offload && !c.opt_offload) return no("opt_offload", "1", "optimizer states on the device only");

@@ -11,6 +11,7 @@
 #include "costmodel/errors.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/process_groups.hpp"
+#include "costmodel/zero_comm.hpp"
 
 namespace ctx {
 
@@ -296,8 +297,10 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
       }
     }
   }
-  const double zdeg = s.zero_degree;
-  const GroupPlacement zg = group_placement(p, Group::zero, gpn);
+  const double zdeg = s.zero_degree;  // the shard group: dp*cp, or HSDP's zero_shard
+  const GroupPlacement zg = group_placement(p, Group::zero_shard, gpn);
+  const GroupPlacement zgrad = group_placement(p, zero_grad_group(p), gpn);  // zero<=1 all-reduce over all dp*cp
+  const GroupPlacement zrep = group_placement(p, Group::zero_replicate, gpn);
   // the parameter units besides the layers: the embedding [vocab/tp, h], and the final norm with
   // the head when untied (the rest of s.params)
   const double embed_params = s.vocab * h;
@@ -309,11 +312,18 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
     k.zero3_head_ag = collective_seconds(Coll::all_gather, final_params * rt.weight_bytes, zg, c);
   }
   const double grad_comm = rt.grad_bytes;
-  if (zdeg > 1) {
-    Coll red = p.zero >= 2 ? Coll::reduce_scatter : Coll::all_reduce;
-    k.grad_reduce = collective_seconds(red, s.layer_params * grad_comm, zg, c);
-    k.head_grad_reduce = collective_seconds(red, final_params * grad_comm, zg, c);
-    k.embed_grad_reduce = collective_seconds(red, embed_params * grad_comm, zg, c);
+  if (zgrad.size > 1) {
+    // the shard group's reduce-scatter (zero<=1: the all-reduce over dp*cp), plus under HSDP the
+    // all-reduce of the 1/zdeg shard across the replicate groups, on the same stream after it (zero_comm.hpp)
+    const Coll red = zero_grad_collective(p);
+    const bool rep = zero_grad_replicated(p);
+    auto reduce = [&](double params) {
+      return collective_seconds(red, params * grad_comm, zgrad, c) +
+             (rep ? collective_seconds(Coll::all_reduce, params * grad_comm / zdeg, zrep, c) : 0.0);
+    };
+    k.grad_reduce = reduce(s.layer_params);
+    k.head_grad_reduce = reduce(final_params);
+    k.embed_grad_reduce = reduce(embed_params);
   }
   k.grad_reduce_every_microbatch = p.zero >= 2;  // ZeRO-2/3 reduce (and fix up) every micro-batch
   if (p.param_offload) k.param_h2d = pcie_seconds(s.layer_params / zdeg * rt.weight_bytes, c);

@@ -104,13 +104,15 @@ std::string unit_tensor(size_t u, int k) {
 // What decides which floats a rank holds: resuming needs all of it unchanged.
 json sharding_of(const ParallelContext& pc) {
   const Plan& p = pc.plan;
-  return {{"world", pc.world}, {"tp", p.tp},   {"cp", p.cp},
-          {"dp", p.dp},        {"zero", p.zero}, {"ulysses", ulysses_degree(p)}};
+  json s = {{"world", pc.world}, {"tp", p.tp},   {"cp", p.cp},
+            {"dp", p.dp},        {"zero", p.zero}, {"ulysses", ulysses_degree(p)}};
+  if (zero_replicate_degree(p) > 1) s["zero_shard"] = zero_shard_degree(p);  // HSDP only: older checkpoints keep their sharding
+  return s;
 }
 
 std::string sharding_text(const json& s) {
   std::string out;
-  for (const char* k : {"tp", "cp", "dp", "zero", "ulysses"})
+  for (const char* k : {"tp", "cp", "dp", "zero", "zero_shard", "ulysses"})
     out += (out.empty() ? "" : ",") + std::string(k) + "=" + (s.contains(k) ? json_excerpt(s[k]) : "?");
   return out + " on " + (s.contains("world") ? json_excerpt(s["world"]) : "?") + " ranks";
 }

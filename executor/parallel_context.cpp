@@ -17,6 +17,8 @@ ParallelContext make_parallel_context(CommWorld& w, Backend& be, const Plan& pla
   c.ulysses = group(Group::ulysses);
   c.ring = group(Group::ring);
   c.zero = group(Group::zero);
+  c.zero_shard = group(Group::zero_shard);
+  c.zero_replicate = group(Group::zero_replicate);
   std::vector<int64_t> everyone(static_cast<size_t>(c.world));
   for (int64_t r = 0; r < c.world; ++r) everyone[r] = r;
   c.all = be.make_comm(w.split(everyone));

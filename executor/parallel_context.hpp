@@ -40,6 +40,9 @@ struct ParallelContext {
   int64_t rank = 0, world = 1;
   RankCoord coord;
   std::unique_ptr<Comm> tp, cp, dp, ulysses, ring, zero, all;
+  // ZeRO's shard group and the replicas of this rank's shard (HSDP, plan key zero_shard; without it
+  // zero_shard spans the zero group and zero_replicate is this rank alone)
+  std::unique_ptr<Comm> zero_shard, zero_replicate;
   Comm* world_comm = nullptr;  // == all: every rank
   ScheduleTrace trace;         // the tasks this rank issues, in the simulator's names (when enabled)
   int64_t zero_rank() const { return zero->rank(); }

@@ -78,7 +78,7 @@ ParamStore::ParamStore(Backend& be, ParallelContext& pc, const ModelSpec& m, con
     : be_(be), pc_(pc), l_(l), zero_(pc.plan.zero) {
   const Plan& plan = pc.plan;
   const int64_t tp = plan.tp, t = pc.coord.tp, h = m.hidden, d = m.head_dim;
-  shard_degree_ = zero_ >= 1 ? pc.zero->size() : 1;
+  shard_degree_ = zero_ >= 1 ? pc.zero_shard->size() : 1;  // dp*cp, or HSDP's zero_shard
   auto add = [&](ParamUnit& u, std::string name, int64_t fr, int64_t fc, TpSplit split, bool is_norm) {
     ParamInfo p;
     p.name = std::move(name);
@@ -128,7 +128,7 @@ ParamStore::ParamStore(Backend& be, ParallelContext& pc, const ModelSpec& m, con
   for (auto& u : units) {
     u.padded = (u.numel + shard_degree_ - 1) / shard_degree_ * shard_degree_;
     u.shard = u.padded / shard_degree_;
-    u.shard_offset = shard_degree_ > 1 ? pc.zero->rank() * u.shard : 0;
+    u.shard_offset = shard_degree_ > 1 ? pc.zero_shard->rank() * u.shard : 0;
     std::vector<float> local(static_cast<size_t>(u.padded), 0.0f);
     for (auto& p : u.params) {
       auto full = init_full(p, m.layers, seed);
@@ -182,14 +182,14 @@ View ParamStore::grad(int64_t ui, int p) const {
 void ParamStore::acquire_weights(int64_t ui) {
   ParamUnit& u = units[ui];
   if (zero_ != 3 || u.w) return;
-  if (pc_.zero->size() > 1) {  // the simulator's names: the embedding, a layer, the final norm + head
+  if (pc_.zero_shard->size() > 1) {  // the simulator's names: the embedding, a layer, the final norm + head
     const bool layer = ui >= 1 && ui < final_unit();
     if (layer && pc_.plan.param_offload) pc_.trace.add_at("param_h2d", SimStream::host, ui - 1);
     pc_.trace.add_at(ui == 0 ? "zero3_gather_embedding" : layer ? "zero3_all_gather" : "zero3_gather_head", SimStream::dp,
                      layer ? ui - 1 : -1);
   }
   u.w = be_.alloc(1, u.padded, l_.act, Mem::comm_buffers);
-  pc_.zero->allgather(u.w_shard, u.w);
+  pc_.zero_shard->allgather(u.w_shard, u.w);
 }
 
 void ParamStore::release_weights(int64_t ui) {
@@ -239,7 +239,9 @@ void ParamStore::finish_grads(int64_t ui, bool last) {
     return;
   }
   Tensor part = be_.alloc(1, u.shard, DType::f32, Mem::comm_buffers);
-  pc_.zero->reduce_scatter(u.g, part);
+  pc_.zero_shard->reduce_scatter(u.g, part);
+  // HSDP: the shard's replicas hold the same shard of other ranks' gradients: sum them (zero_comm.hpp)
+  if (pc_.zero_replicate->size() > 1) pc_.zero_replicate->allreduce_sum(part);
   be_.axpy(u.g_shard, 1.0f, part);
   u.g.reset();
 }
@@ -254,7 +256,8 @@ void ParamStore::zero_grads() {
 View ParamStore::shard_grad(ParamUnit& u) { return zero_ >= 2 ? u.g_shard.view() : u.g.flat(u.shard_offset, u.shard); }
 
 void ParamStore::grad_norm2(View stats) {
-  const bool dedupe_zero = shard_degree_ == 1 && pc_.zero->rank() != 0;  // unsharded: every zero rank holds the same
+  // unsharded: every zero rank holds the same gradients; HSDP: every replica of a shard holds the same shard
+  const bool dedupe_zero = shard_degree_ == 1 ? pc_.zero->rank() != 0 : pc_.zero_replicate->rank() != 0;
   if (!dedupe_zero) {
     for (auto& u : units) {
       const View g = shard_grad(u);
@@ -334,7 +337,7 @@ std::map<std::string, std::vector<float>> ParamStore::gather_full(const std::str
     auto from_shards = [&](const Tensor& shard) {
       if (shard_degree_ == 1) return download(shard.flat(0, u.padded));
       Tensor all = be_.alloc(1, u.padded, shard.dtype(), Mem::comm_buffers);
-      pc_.zero->allgather(shard, all);
+      pc_.zero_shard->allgather(shard, all);
       return download(all);
     };
     std::vector<float> flat;
@@ -421,7 +424,7 @@ void ParamStore::refresh_weights() {
     } else {
       Tensor send = be_.alloc(1, u.shard, l_.act, Mem::comm_buffers);
       be_.copy(send, master_shard(u));
-      pc_.zero->allgather(send, u.w);
+      pc_.zero_shard->allgather(send, u.w);
     }
   }
 }

@@ -53,6 +53,15 @@ std::string print_table(const Prediction& p) {
   os << "  where it goes: compute " << fixed(st.breakdown.compute, 3) << " s, exposed comm " << fixed(st.breakdown.exposed_comm, 3)
      << " s, offload stall " << fixed(st.breakdown.offload_stall, 3) << " s, imbalance " << fixed(st.breakdown.imbalance, 3)
      << " s, optimizer " << fixed(st.breakdown.optimizer, 3) << " s\n";
+  if (!p.zero_comm.empty()) {
+    os << "  data-parallel collectives per step (zero_shard " << zero_shard_degree(p.plan) << " x replicas "
+       << zero_replicate_degree(p.plan) << "):";
+    for (const ZeroCommTerm& t : p.zero_comm)
+      os << "\n    " << t.name << ": " << fixed(t.calls_per_step, 0) << " x " << human_bytes(t.message_bytes) << " over "
+         << t.where.size << " ranks on " << t.where.nodes << " node(s), " << human_bytes(t.inter_node_bytes_per_rank)
+         << " inter-node per GPU";
+    os << "\n";
+  }
   os << "\nPeak of each phase (GiB): ";
   for (int i = 0; i < kPhases; ++i)
     os << (i ? " | " : "") << to_string(static_cast<Phase>(i)) << " " << gib(m.phase_peak[i].total());

@@ -142,6 +142,10 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
       for (auto [kind, u, layout, varlen] : layouts) {
         for (int zero : axis(req, "zero", g.zero, std::vector<int>{0, 1, 2, 3})) {
           if (pp > 1 && zero > 1) continue;  // ZeRO-2/3 do not pipeline (plan_check.cpp)
+          // HSDP (zero_shard): shard over one node's dp x cp ranks (gpus_per_node / tp), replicate across nodes
+          std::vector<int64_t> shards{0};
+          if (const int64_t n = c.gpus_per_node / tp; zero >= 1 && n > 1 && n < dp * cp && (dp * cp) % n == 0) shards.push_back(n);
+          for (int64_t zshard : axis(req, "zero_shard", g.zero_shard, shards)) {
           for (int rec : axis(req, "recompute", static_cast<int>(g.recompute), std::vector<int>{0, 1, 2})) {
             for (int opt_off : axis(req, "opt_offload", static_cast<int>(g.opt_offload), bits(offload))) {
               // checkpoint offload holds full-recompute checkpoints; parameter offload, ZeRO-3 shards
@@ -162,6 +166,7 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
                     p.cp_varlen = varlen;
                     p.ulysses = u;
                     p.zero = zero;
+                    p.zero_shard = zshard;
                     p.recompute = static_cast<Recompute>(rec);
                     p.opt_offload = opt_off;
                     p.ckpt_offload = ckpt_off;
@@ -204,6 +209,7 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
                 }
               }
             }
+          }
           }
         }
       }

@@ -47,6 +47,9 @@ const Case kCases[] = {
     {2, "tiny", 512, "dp=2,zero=3,mbs=2,ga=2"},
     {4, "tiny", 512, "tp=2,cp=2,cp_kind=zigzag,recompute=full"},
     {8, "tiny", 512, "dp=2,tp=2,cp=2,zero=3,recompute=selective"},
+    // issue 21: HSDP, the model states sharded over 2 of the 4 dp x cp ranks
+    {4, "tiny", 512, "dp=4,zero=3,zero_shard=2"},
+    {4, "tiny", 512, "dp=2,cp=2,cp_kind=ring,zero=1,zero_shard=2"},
     // issue 20: every CP exchange x layout over packed documents of very different lengths (928 and
     // 96 tokens, multiples of 2*cp as headtail-doc needs), attention-heavy as the cp=4 rows above
     {4, "tiny", 1024, "cp=4,cp_comm=p2p,cp_layout=contiguous,mask=doc:928,tiled_mlp=8"},

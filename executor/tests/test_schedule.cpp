@@ -50,6 +50,8 @@ const Case kCases[] = {
     // Ulysses (the backward re-sends q, k, v, o with d(out)), Ulysses x ring
     {4, "tiny", 128, "cp=4,cp_kind=ulysses,recompute=selective"},
     {4, "tiny", 128, "cp=4,cp_kind=usp,ulysses=2,zero=3,dp=1,recompute=full"},
+    // HSDP (issue 21): the shard group's gathers and reduce-scatters, the replicas' all-reduce inside grad_reduce
+    {4, "tiny", 128, "dp=4,zero=3,zero_shard=2,ga=2"},
 };
 
 struct Task {

@@ -1,0 +1,35 @@
+#include "costmodel/zero_comm.hpp"
+
+namespace ctx {
+
+Coll zero_grad_collective(const Plan& p) { return p.zero >= 2 ? Coll::reduce_scatter : Coll::all_reduce; }
+Group zero_grad_group(const Plan& p) { return p.zero >= 2 ? Group::zero_shard : Group::zero; }
+bool zero_grad_replicated(const Plan& p) { return p.zero >= 2 && zero_replicate_degree(p) > 1; }
+
+std::vector<ZeroCommTerm> zero_comm_terms(const Plan& p, const LocalShapes& s, const RuntimeProfile& rt, int64_t gpus_per_node) {
+  std::vector<ZeroCommTerm> out;
+  const double n = static_cast<double>(zero_shard_degree(p)), ga = static_cast<double>(p.ga);
+  auto add = [&](const char* name, Coll c, Group g, double bytes, double calls) {
+    ZeroCommTerm t;
+    t.name = name;
+    t.coll = c;
+    t.group = g;
+    t.where = group_placement(p, g, gpus_per_node);
+    if (t.where.size <= 1) return;
+    t.message_bytes = bytes;
+    t.calls_per_step = calls;
+    t.inter_node_bytes_per_rank = calls * inter_node_bytes_per_rank(c, bytes, t.where);
+    out.push_back(std::move(t));
+  };
+  if (p.zero == 3) add("zero3_param_all_gather", Coll::all_gather, Group::zero_shard, s.params * rt.weight_bytes, 2.0 * ga);
+  // ZeRO-2/3 reduce every micro-batch, ZeRO-0/1 once per step (step_model.cpp's grad_reduce_every_microbatch)
+  const double grad_calls = p.zero >= 2 ? ga : 1.0;
+  add(p.zero >= 2 ? "grad_reduce_scatter" : "grad_all_reduce", zero_grad_collective(p), zero_grad_group(p),
+      s.params * rt.grad_bytes, grad_calls);
+  if (zero_grad_replicated(p))
+    add("grad_replicate_all_reduce", Coll::all_reduce, Group::zero_replicate, s.params * rt.grad_bytes / n, grad_calls);
+  if (p.zero == 1 || p.zero == 2) add("param_all_gather", Coll::all_gather, Group::zero_shard, s.params * rt.weight_bytes, 1.0);
+  return out;
+}
+
+}  // namespace ctx
