@@ -76,6 +76,7 @@ void read_inputs(const JsonReader& r, Inputs& in) {
     in.tp_values = c.string_or("tp", in.tp_values);
     in.cp_values = c.string_or("cp", in.cp_values);
     in.pp_values = c.string_or("pp", in.pp_values);
+    in.fixed_keys = c.string_or("keys", in.fixed_keys);
     std::string obj = c.string_or("objective", in.objective_memory ? "memory" : "time");
     if (obj != "time" && obj != "memory") c.fail("objective", "expected \"time\" or \"memory\"");
     in.objective_memory = obj == "memory";
@@ -181,6 +182,7 @@ json state_to_json(const GuiState& s, bool include_headless) {
                    {"tp", in.tp_values},
                    {"cp", in.cp_values},
                    {"pp", in.pp_values},
+                   {"keys", in.fixed_keys},
                    {"objective", in.objective_memory ? "memory" : "time"},
                    {"refine", in.refine}}}};
   j["plan"] = s.plan;

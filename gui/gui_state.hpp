@@ -49,6 +49,7 @@ struct Inputs {
   bool allow_offload = true;
   std::string tp_values, cp_values;  // "1,2,4"; empty = every valid degree
   std::string pp_values;             // pipeline stages: "1,2,4"; empty = 1 and the divisors of the layers up to 16
+  std::string fixed_keys;            // plan keys every searched plan keeps ("tp=1,cp_kind=ulysses"), as the CLI's -p
   bool objective_memory = false;
   int refine = 200;  // simulated finalists (SearchRequest's default)
 };

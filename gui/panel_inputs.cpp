@@ -252,6 +252,7 @@ bool constraint_inputs(App& app) {
   changed |= text_commit("TP degrees", &in.tp_values, "all, or 1,2,4,8");
   changed |= text_commit("CP degrees", &in.cp_values, "all, or 8,16,32");
   changed |= text_commit("PP stages", &in.pp_values, "1,2,4,... up to 16 (divisors of the layers)");
+  changed |= text_commit("fixed keys", &in.fixed_keys, "plan keys every plan keeps, e.g. tp=1,cp_kind=ulysses");
   int objective = in.objective_memory ? 1 : 0;
   ImGui::TextUnformatted("rank by:");
   ImGui::SameLine();

@@ -86,6 +86,12 @@ ResolvedJob resolve_inputs(const Profiles& profiles, const Inputs& in) {
   r.pp_values = parse_degree_list(in.pp_values, "constraints.pp");
   r.refine = in.refine;
   r.top_k = 10;
+  if (!in.fixed_keys.empty()) {  // constraints, not seeds: the search keeps every key (planner/search.hpp)
+    const std::string where = std::string(kInputsWhere) + " (constraints.keys)";
+    r.base = parse_plan(base + "," + in.fixed_keys, where);
+    r.fixed_fields = fixed_plan_fields(in.fixed_keys, where);
+    check_constraints(r, where);
+  }
 
   // the key: every input the job depends on, plus what the files resolved to
   std::ostringstream k;

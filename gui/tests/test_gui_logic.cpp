@@ -114,6 +114,32 @@ TEST(ResolveInputs, BadInputsNameTheField) {
   EXPECT_THROW(resolve_inputs(profiles(), in), InputError);
 }
 
+// The inputs' fixed keys are the CLI's -p: every plan the search proposes keeps them (the same
+// implementation, planner/search.hpp), a key no plan can have names the input field, and the keys
+// survive the state file.
+TEST(ResolveInputs, FixedKeysAreKeptByEveryPlanTheSearchProposes) {
+  Inputs in = default_state().inputs;
+  in.fixed_keys = "tp=1,cp_kind=ulysses";
+  const ResolvedJob job = resolve_inputs(profiles(), in);
+  SearchResult r = search_plans(job.request);
+  ASSERT_FALSE(r.ranked.empty());
+  for (const Candidate& c : r.ranked) {
+    EXPECT_EQ(c.plan.tp, 1) << plan_to_string(c.plan);
+    EXPECT_EQ(c.plan.cp_comm, CpComm::a2a) << plan_to_string(c.plan);
+  }
+  in.fixed_keys = "tp=3";
+  try {
+    resolve_inputs(profiles(), in);
+    FAIL() << "tp=3 on 8 GPUs accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(e.where.find("constraints.keys"), std::string::npos) << e.what();
+    EXPECT_EQ(e.field, "tp") << e.what();
+  }
+  GuiState s = default_state();
+  s.inputs.fixed_keys = "zero=3,tiled_loss=256";
+  EXPECT_EQ(state_from_json(state_to_json(s), "state.json", default_state()).inputs.fixed_keys, "zero=3,tiled_loss=256");
+}
+
 struct SmallTable : ::testing::Test {
   static SearchRequest request() {
     SearchRequest r = resolve_inputs(profiles(), default_state().inputs).request;
