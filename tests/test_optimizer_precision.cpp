@@ -175,7 +175,8 @@ TEST(OptimizerPrecision, EachRuntimeAllowsItsStacksValuesAndRefusesOthersNamingT
 // master copy. 118K = 118 x 1024 = 120,832 tokens (the reference data states no other count).
 // Predicted with ctxrun-cuda's memory conventions (the executor the project measures; the stack of
 // the write-up is not named): it fits in an H100's usable memory, and its model states are the
-// 8 bytes per parameter over 4 GPUs above.
+// 8 bytes per parameter over 4 GPUs above. ctxrun runs every part of it but the bf16 gradients
+// (it accumulates in fp32): its capabilities name exactly that, so `predict` needs --any-runtime.
 TEST(OptimizerPrecision, TheRingAttentionWriteUpConfigurationFits) {
   const ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
   const ClusterSpec c = resolve_cluster(profiles(), "4xh100");
@@ -186,6 +187,11 @@ TEST(OptimizerPrecision, TheRingAttentionWriteUpConfigurationFits) {
   EXPECT_TRUE(mp.fits()) << "peak " << mp.peak.total() << " B of " << mp.device_capacity_bytes;
   const MemorySnapshot& s = mp.phase_peak[static_cast<int>(Phase::optimizer)];
   EXPECT_NEAR(s[Mem::weights] + s[Mem::grads] + s[Mem::master_weights] + s[Mem::optimizer], 8.0 * kLlama8BParams / 4, 1.0);
+  const std::string missing = missing_capability(resolve_runtime(profiles(), "ctxrun-cuda").capabilities, "ctxrun-cuda", p);
+  EXPECT_NE(missing.find("cannot run grads=bf16"), std::string::npos) << missing;
+  Plan fp32_grads = p;
+  fp32_grads.grads = StateDtype::fp32;
+  EXPECT_EQ(missing_capability(resolve_runtime(profiles(), "ctxrun-cuda").capabilities, "ctxrun-cuda", fp32_grads), "");
 }
 
 }  // namespace

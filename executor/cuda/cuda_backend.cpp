@@ -650,11 +650,19 @@ class CudaBackend final : public Backend {
   void adamw(View master, View m, View v, View grad, View stats, const AdamWArgs& a) override {
     const int64_t n = master.numel();
     need(m.numel() == n && v.numel() == n && grad.numel() == n, "adamw", "master, m, v and grad differ in size");
+    need(m.dtype() == v.dtype(), "adamw", "m and v differ in dtype");
     const float* st = stats_ptr(stats, "adamw");
     const double bc1 = 1.0 - std::pow(static_cast<double>(a.beta1), static_cast<double>(a.step));
     const double bc2 = 1.0 - std::pow(static_cast<double>(a.beta2), static_cast<double>(a.step));
-    cuda::k::adamw(f32(master, "adamw"), f32(m, "adamw"), f32(v, "adamw"), f32(grad, "adamw"), st, a.decay, n, a.lr,
-                   a.beta1, a.beta2, a.eps, a.weight_decay, a.clip, bc1, bc2, stream_);
+    // the weights stepped: fp32 master, or bf16/fp32 compute weights (master=none); moments fp32 or bf16
+    by_dtype(master, "adamw", [&](auto tp) {
+      by_dtype(m, "adamw", [&](auto ts) {
+        using P = decltype(tp);
+        using S = decltype(ts);
+        cuda::k::adamw(ptr<P>(master), ptr<S>(m), ptr<S>(v), f32(grad, "adamw"), st, a.decay, n, a.lr, a.beta1, a.beta2,
+                       a.eps, a.weight_decay, a.clip, bc1, bc2, stream_);
+      });
+    });
     done();
   }
 

@@ -133,22 +133,24 @@ constexpr int kStatLossSum = 0, kStatNonFinite = 1, kStatGradNorm2 = 2;
 // AdamW with the skip and clip decisions on the device, as the CPU reference takes them: every
 // thread reads the two statistics (the branch is uniform), skips when a tensor was flagged
 // non-finite or the norm is not finite, scales the gradient by clip / (norm + 1e-6) when
-// clip > 0 and the norm exceeds it.
-__global__ void adamw_kernel(float* master, float* m, float* v, const float* grad, const float* stats, float decay,
-                             int64_t n, float lr, float beta1, float beta2, float eps, float wd, float clip, double bc1,
-                             double bc2) {
+// clip > 0 and the norm exceeds it. The weights stepped (P: the fp32 master, or the compute weights
+// with master=none) and the moments (S: fp32, or bf16 with moments=bf16) are read as float and
+// rounded once on store (ld/st, bf16_device.cuh), as the CPU reference does.
+template <typename P, typename S>
+__global__ void adamw_kernel(P* master, S* m, S* v, const float* grad, const float* stats, float decay, int64_t n,
+                             float lr, float beta1, float beta2, float eps, float wd, float clip, double bc1, double bc2) {
   const double norm = sqrt(static_cast<double>(stats[kStatGradNorm2]));
   if (stats[kStatNonFinite] != 0.0f || !isfinite(norm)) return;  // the step is skipped
   const float grad_scale = (clip > 0 && norm > clip) ? static_cast<float>(clip / (norm + 1e-6)) : 1.0f;
   GRID_STRIDE(i, n) {
     float g = grad[i] * grad_scale;
-    float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
+    float mi = beta1 * ld(m, i) + (1.0f - beta1) * g;
+    float vi = beta2 * ld(v, i) + (1.0f - beta2) * g * g;
+    st(m, i, mi);
+    st(v, i, vi);
     float mhat = static_cast<float>(mi / bc1), vhat = static_cast<float>(vi / bc2);
-    float w = master[i];
-    master[i] = w - lr * (mhat / (sqrtf(vhat) + eps) + wd * decay * w);
+    float w = ld(master, i);
+    st(master, i, w - lr * (mhat / (sqrtf(vhat) + eps) + wd * decay * w));
   }
 }
 

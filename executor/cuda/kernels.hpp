@@ -59,10 +59,11 @@ void embedding_backward(float* dtable, const T* dout, const int32_t* tok, int64_
                         int64_t vrows, void* scratch, cudaStream_t s);
 // AdamW reading the step statistics on the device: stats[1] (non-finite code) != 0 or a
 // non-finite norm sqrt(stats[2]) skips the update; clip > 0 scales the gradient by
-// min(1, clip / (norm + 1e-6)).
-void adamw(float* master, float* m, float* v, const float* grad, const float* stats, float decay, int64_t n, float lr,
-           float beta1, float beta2, float eps, float weight_decay, float clip, double bias_corr1, double bias_corr2,
-           cudaStream_t s);
+// min(1, clip / (norm + 1e-6)). P: the weights stepped (fp32 master, or the compute weights with
+// master=none), S: the moments (fp32, or bf16 with moments=bf16); each in {float, bf16_bits}.
+template <typename P, typename S>
+void adamw(P* master, S* m, S* v, const float* grad, const float* stats, float decay, int64_t n, float lr, float beta1,
+           float beta2, float eps, float weight_decay, float clip, double bias_corr1, double bias_corr2, cudaStream_t s);
 
 // ---- reductions (kernels_reduce.cu). `partials` holds kReduceBlocks doubles of scratch.
 constexpr int kReduceBlocks = 256;

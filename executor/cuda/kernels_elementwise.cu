@@ -134,12 +134,12 @@ void embedding_backward(float* dtable, const T* dout, const int32_t* tok, int64_
                                                                                     vrows);
   CTX_CUDA_LAUNCHED("embedding_backward");
 }
-void adamw(float* master, float* m, float* v, const float* grad, const float* stats, float decay, int64_t n, float lr,
-           float beta1, float beta2, float eps, float weight_decay, float clip, double bc1, double bc2,
-           cudaStream_t s) {
+template <typename P, typename S>
+void adamw(P* master, S* m, S* v, const float* grad, const float* stats, float decay, int64_t n, float lr, float beta1,
+           float beta2, float eps, float weight_decay, float clip, double bc1, double bc2, cudaStream_t s) {
   if (n <= 0) return;
-  CTX_LAUNCH(blocks_for(n), kThreads, 0, s, adamw_kernel)(master, m, v, grad, stats, decay, n, lr, beta1, beta2, eps,
-                                                  weight_decay, clip, bc1, bc2);
+  CTX_LAUNCH(blocks_for(n), kThreads, 0, s, adamw_kernel<P, S>)(master, m, v, grad, stats, decay, n, lr, beta1, beta2, eps,
+                                                        weight_decay, clip, bc1, bc2);
   CTX_CUDA_LAUNCHED("adamw");
 }
 
@@ -157,7 +157,9 @@ void adamw(float* master, float* m, float* v, const float* grad, const float* st
                                       cudaStream_t);
 #define CTX_T2(TD, TS)                                                                                          \
   template void axpy<TD, TS>(TD*, float, const TS*, int64_t, cudaStream_t);                                    \
-  template void copy_cols<TD, TS>(TD*, int64_t, const TS*, int64_t, int64_t, int64_t, bool, cudaStream_t);
+  template void copy_cols<TD, TS>(TD*, int64_t, const TS*, int64_t, int64_t, int64_t, bool, cudaStream_t);      \
+  template void adamw<TD, TS>(TD*, TS*, TS*, const float*, const float*, float, int64_t, float, float, float, float, \
+                              float, float, double, double, cudaStream_t);
 CTX_T1(float)
 CTX_T1(bf16_bits)
 CTX_T2(float, float)

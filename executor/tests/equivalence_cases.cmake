@@ -24,6 +24,9 @@ ctxrun_equivalence(EquivMicroBatch2AllGatherTpMatchesSingleRank 4 tiny    64  "t
 # host offload of the optimizer (ZeRO-1) and of the parameters (ZeRO-3)
 ctxrun_equivalence(EquivOptimizerOffloadZero1MatchesSingleRank 2 tiny     64  "dp=2,zero=1,opt_offload=1")
 ctxrun_equivalence(EquivParamOffloadZero3MatchesSingleRank    2 tiny      64  "dp=2,zero=3,opt_offload=1,param_offload=1")
+# issue 21: optimizer precision (no master copy, bf16 Adam moments) sharded as ZeRO-1 and ZeRO-3 against one rank with the same dtypes
+ctxrun_equivalence(EquivBf16MomentsNoMasterZero1MatchesSingleRank 2 tiny  64  "dp=2,zero=1,moments=bf16,master=none")
+ctxrun_equivalence(EquivBf16MomentsNoMasterZero3MatchesSingleRank 4 tiny  64  "dp=2,cp=2,cp_kind=ring,zero=3,moments=bf16,master=none")
 # sorted packing moves sequences between data-parallel ranks; the global batch stays the same
 ctxrun_equivalence(EquivSortedPackingMatchesSingleRank        2 tiny      64  "dp=2,ga=2,mask=doc:12/40,packing=sorted")
 # issue 20: every exchange x layout (docs/CONTEXT_PARALLEL.md); headtail-doc cuts every document in 2*cp chunks

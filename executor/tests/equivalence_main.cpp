@@ -64,6 +64,8 @@ Reference make_reference(const TrainOptions& o, const Plan& plan, Precision prec
   ro.plan.mask = plan.mask;
   ro.plan.docs = plan.docs;
   ro.plan.precision = precision;
+  ro.plan.master = plan.master;  // optimizer precision: the same dtypes, unsharded
+  ro.plan.moments = plan.moments;
   ro.plan.mbs = 1;  // one sequence at a time: a batched micro-batch must equal its sequences run alone
   ro.plan.ga = plan.ga * plan.dp * plan.mbs;
   r.t = std::make_unique<Trainer>(*r.be, *r.self, ro, data);

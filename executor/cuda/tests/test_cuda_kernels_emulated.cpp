@@ -470,6 +470,31 @@ TEST(EmulatedCudaKernels, ElementwiseAndEmbeddingKernelsMatchCpu) {
   expect_close(download(*cpu, tmaster), em, 1e-6, 1e-7, "adamw master");
   expect_close(download(*cpu, tm), emm, 1e-6, 1e-9, "adamw m");
   expect_close(download(*cpu, tv), ev, 1e-6, 1e-10, "adamw v");
+  // AdamW on bf16 weights and bf16 moments (master=none, moments=bf16): the kernel reads each as
+  // float and rounds once on store, as the CPU reference; the two may differ by float contraction
+  // (fma) before the rounding, which moves a value by at most one bf16 ulp (2^-7 relative)
+  {
+    const Bits bw = bits(master), bm = bits(m), bv = bits(v);
+    Tensor tw = upload(*cpu, wide(bw), 1, n, DType::bf16), tm16 = upload(*cpu, wide(bm), 1, n, DType::bf16),
+           tv16 = upload(*cpu, wide(bv), 1, n, DType::bf16), tg = upload(*cpu, grad);
+    Bits ew = bw, em16 = bm, ev16 = bv;
+    const std::vector<float> st = {0, 0, 16.0f};
+    Tensor tst = upload(*cpu, st);
+    AdamWArgs a;
+    a.lr = 1e-3f;
+    a.weight_decay = 0.1f;
+    a.clip = 1.0f;
+    a.step = 2;
+    cpu->adamw(tw, tm16, tv16, tg, tst, a);
+    ctx_emu::launch("adamw_kernel", {2, 1, 1}, {64, 1, 1}, 0, [&] {
+      dev::adamw_kernel(ew.data(), em16.data(), ev16.data(), grad.data(), st.data(), 1.0f, n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                        0.1f, 1.0f, 1.0 - std::pow(static_cast<double>(0.9f), 2.0), 1.0 - std::pow(static_cast<double>(0.95f), 2.0));
+    });
+    expect_close(download(*cpu, tw), wide(ew), 1.0 / 128, 0, "adamw bf16 weights");
+    expect_close(download(*cpu, tm16), wide(em16), 1.0 / 128, 0, "adamw bf16 m");
+    expect_close(download(*cpu, tv16), wide(ev16), 1.0 / 128, 0, "adamw bf16 v");
+    EXPECT_NE(wide(ew), wide(bw)) << "the step moved the bf16 weights";
+  }
   // embedding: forward gather; backward keyed by row, stably sorted (the launcher uses CUB's
   // radix sort; std::stable_sort is the same permutation), summed per run in token order
   const int64_t hh = 33, v0 = 10, vrows = 50, tokens = 200;
