@@ -194,12 +194,13 @@ StackJob import_torchtitan(const std::string& text, const std::string& where, co
                            std::to_string(job.world) + " GPUs");
   }
   const bool fsdp = shard == -1 || shard * p.cp > 1;  // FSDP shards over the dp_shard x cp mesh
-  if (fsdp && replicate > 1)
-    throw InputError(where, "parallelism.data_parallel_replicate_degree",
-                     "HSDP (replicate " + std::to_string(replicate) + " x shard " + (shard > 0 ? std::to_string(shard) : "-1") +
-                         (p.cp > 1 ? " x cp " + std::to_string(p.cp) : "") +
-                         ") shards over part of the data-parallel ranks, which ctxplan does not model; valid: replicate 1 "
-                         "(FSDP, zero=3) or shard 1 with cp 1 (DDP, zero=0)");
+  if (fsdp && replicate > 1) {  // HSDP: FSDP over dp_shard x cp inside each of the replicate groups (outermost mesh dim)
+    if (shard < 1)
+      throw InputError(where, "parallelism.data_parallel_shard_degree",
+                       "-1 with data_parallel_replicate_degree = " + std::to_string(replicate) +
+                           " (HSDP) needs the job's GPUs to size the shard group; give the shard degree or `ctxplan import --cluster`");
+    p.zero_shard = shard * p.cp;
+  }
   const std::string reshard = t.str("parallelism", "fsdp_reshard_after_forward", "default");
   if (reshard != "default" && reshard != "always" && reshard != "never")
     throw InputError(where, "parallelism.fsdp_reshard_after_forward", "unknown value '" + reshard + "'; valid: default, always, never");
@@ -299,6 +300,15 @@ StackExport export_torchtitan(const ExportJob& job, const Profiles& profiles) {
     reshard = "never";
     e.notes.push_back("zero=2 written as fsdp_reshard_after_forward = \"never\" (parameters stay gathered between forward "
                       "and backward)");
+  }
+  if (p.zero >= 1 && zero_replicate_degree(p) > 1) {  // HSDP: the shard group is dp_shard x cp
+    if (zero_shard_degree(p) % p.cp == 0) {
+      shard = zero_shard_degree(p) / p.cp;
+      replicate = p.dp / shard;
+    } else {
+      e.cannot_express.push_back("zero_shard=" + std::to_string(p.zero_shard) + ": torchtitan's FSDP shards over whole cp groups "
+                                 "(data_parallel_shard_degree x cp); written as FSDP over all dp x cp ranks");
+    }
   }
   std::string rotate = "allgather";
   if (p.cp > 1) {
