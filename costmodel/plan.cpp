@@ -468,6 +468,10 @@ Plan parse_plan(const std::string& text, const std::string& where) {
   if (const std::string* varlen = given("cp_varlen"); varlen && p.mask != MaskKind::document)
     throw InputError(where, "cp_varlen",
                      "cp_varlen=" + *varlen + " chooses how packed documents run; it needs a document mask (mask=doc:...)");
+  if (const std::string* varlen = given("cp_varlen"); varlen && !(p.cp_varlen == CpVarlen{}) && !cp_ring_exchange(p))
+    throw InputError(where, "cp_varlen",
+                     "cp_varlen=" + *varlen + " runs the ring once per document (cycle) or per sub-pack (split:<k>); cp_comm=" +
+                         to_string(p.cp_comm) + " passes no K,V around a ring; valid with it: native (or cp_comm=p2p|a2a+p2p)");
   return p;
 }
 

@@ -218,6 +218,9 @@ PlanCheck check_plan(Plan& p, const ModelSpec& m, const ClusterSpec& c, int64_t 
                          std::to_string(local_tokens) + " tokens each rank holds: one tile");
   if (p.tiled_mlp > local_tokens) err("tiled_mlp=" + std::to_string(p.tiled_mlp) + " chunks exceed the " +
                                       std::to_string(local_tokens) + " tokens each rank holds");
+  if (p.cp > 1 && p.cp_layout == CpLayout::headtail_doc && p.mask != MaskKind::document)
+    r.warnings.push_back("cp_layout=headtail-doc cuts every document head-tail; without a document mask the sequence is one document: "
+                         "the same as cp_layout=headtail");
   if (p.zero > 0 && p.dp * p.cp == 1) r.warnings.push_back("zero=" + std::to_string(p.zero) + " has no effect on one rank per TP shard");
   if (p.precision == Precision::fp8 && c.gpu.peak_fp8_flops <= 0) err(c.gpu.name + " has no fp8 tensor cores; use precision=bf16");
   if (p.mask == MaskKind::explicit_mask)

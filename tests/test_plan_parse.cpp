@@ -131,6 +131,8 @@ TEST(PlanParse, EveryCpAxisCombinationRoundTrips) {
       for (const char* varlen : {"", "native", "cycle", "split:3"})
         for (const char* mask : {"", "doc:4096", "doc:tokhist:1k@0.3/64k@0.7"}) {
           if (*varlen && !*mask) continue;  // cp_varlen needs a document mask (tested below)
+          const bool ring = std::string(comm) == "p2p" || std::string(comm) == "a2a+p2p";
+          if (!ring && (std::string(varlen) == "cycle" || std::string(varlen) == "split:3")) continue;  // refused (RingVarlen... below)
           std::string text = std::string("cp=8,cp_comm=") + comm + ",cp_layout=" + layout;
           if (std::string(comm) == "a2a+p2p") text += ",ulysses=2";
           if (*mask) text += std::string(",mask=") + mask;
@@ -143,7 +145,8 @@ TEST(PlanParse, EveryCpAxisCombinationRoundTrips) {
           expect_same_plan(p, plan_from_json(plan_to_json(p), "plan.json"), text + " (json)");
           ++n;
         }
-  EXPECT_EQ(n, 4 * 3 * (1 + 2 * 4));  // 4 exchanges x 3 layouts x (causal + 2 masks x 4 varlen spellings)
+  // 3 layouts x (causal + 2 masks x varlen spellings): 4 spellings for the 2 ring exchanges, 2 (unset, native) for the others
+  EXPECT_EQ(n, 2 * 3 * (1 + 2 * 4) + 2 * 3 * (1 + 2 * 2));
 }
 
 TEST(PlanParse, CpKindIsAShorthandForTheAxes) {
@@ -526,3 +529,39 @@ TEST(PlanCheck, CheckNeverThrowsOnNonsense) {
     });
   }
 }
+
+namespace ctx {
+namespace {
+
+// cycle and split:<k> run a ring per document or sub-pack: with an exchange that passes no K,V
+// around a ring (allgather gathers once, a2a swaps heads) they mean nothing, so they are refused
+// naming the key; native stays valid with every exchange.
+TEST(PlanParse, RingVarlenStrategiesNeedARingExchange) {
+  for (const char* kind : {"allgather", "ulysses"})
+    for (const char* varlen : {"cycle", "split:4"}) {
+      const std::string text = std::string("cp=4,cp_kind=") + kind + ",mask=doc:2048,cp_varlen=" + varlen;
+      try {
+        parse_plan(text, "--plan");
+        ADD_FAILURE() << text << " accepted";
+      } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("cp_varlen"), std::string::npos) << e.what();
+      }
+      EXPECT_NO_THROW(parse_plan(std::string("cp=4,cp_kind=") + kind + ",mask=doc:2048,cp_varlen=native", "--plan"));
+    }
+  EXPECT_NO_THROW(parse_plan("cp=4,cp_kind=usp,ulysses=2,mask=doc:2048,cp_varlen=cycle", "--plan"));
+  EXPECT_NO_THROW(parse_plan("cp=4,cp_kind=ring,mask=doc:2048,cp_varlen=split:4", "--plan"));
+}
+
+// headtail-doc without documents is headtail: a warning says so (the plan stays valid).
+TEST(PlanCheck, HeadtailDocWithoutDocumentsWarns) {
+  Profiles pr = load_profiles(default_profiles_dir());
+  Plan p = parse_plan("cp=4,cp_comm=p2p,cp_layout=headtail-doc", "--plan");
+  PlanCheck c = check_plan(p, resolve_model(pr, "Llama-3.1-8B"), resolve_cluster(pr, "8xh100"), 65536);
+  EXPECT_TRUE(c.ok()) << c.message();
+  bool warned = false;
+  for (auto& w : c.warnings) warned |= w.find("headtail-doc") != std::string::npos;
+  EXPECT_TRUE(warned);
+}
+
+}  // namespace
+}  // namespace ctx
