@@ -46,6 +46,22 @@ std::vector<int> names(const JsonReader& r, const std::string& key, RuntimeCapab
   return out;
 }
 
+// A list of ZeRO stages lowest..3, each a number (0) or as plan text spells it ("0").
+std::vector<int> zero_stages(const JsonReader& r, const std::string& key, RuntimeCapabilities& c, int lowest) {
+  const json& v = statement(r, key, c);
+  const std::string range = "ZeRO stages " + std::to_string(lowest) + "..3";
+  if (!v.is_array()) r.object(key).fail("value", "expected a list of " + range + (key == "zero_shard" ? " (or true / false)" : ""));
+  std::vector<int> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    int64_t z = -1;
+    if (v[i].is_number_integer()) z = v[i].get<int64_t>();
+    else if (v[i].is_string() && v[i].get<std::string>().size() == 1) z = v[i].get<std::string>()[0] - '0';
+    if (z < lowest || z > 3) r.object(key).fail("value[" + std::to_string(i) + "]", "expected one of the " + range);
+    out.push_back(static_cast<int>(z));
+  }
+  return out;
+}
+
 template <class T>
 bool listed(const std::vector<T>& v, T x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
@@ -89,19 +105,13 @@ RuntimeCapabilities capabilities_from_json(const JsonReader& r) {
   for (int i : names(r, "cp_comm", c, {"p2p", "allgather", "a2a", "a2a+p2p"})) c.cp_comm.push_back(static_cast<CpComm>(i));
   for (int i : names(r, "cp_layout", c, {"contiguous", "headtail", "headtail-doc"})) c.cp_layout.push_back(static_cast<CpLayout>(i));
   for (int i : names(r, "cp_varlen", c, {"native", "cycle", "split"})) c.cp_varlen.push_back(static_cast<CpVarlen::Kind>(i));
-  {
-    const json& v = statement(r, "zero", c);
-    if (!v.is_array()) r.object("zero").fail("value", "expected a list of ZeRO stages 0..3");
-    for (size_t i = 0; i < v.size(); ++i) {
-      // a stage as a number (0) or as plan text spells it ("0")
-      int64_t z = -1;
-      if (v[i].is_number_integer()) z = v[i].get<int64_t>();
-      else if (v[i].is_string() && v[i].get<std::string>().size() == 1) z = v[i].get<std::string>()[0] - '0';
-      if (z < 0 || z > 3) r.object("zero").fail("value[" + std::to_string(i) + "]", "expected a ZeRO stage 0, 1, 2 or 3");
-      c.zero.push_back(static_cast<int>(z));
-    }
+  c.zero = zero_stages(r, "zero", c, 0);
+  // optional: absent = ZeRO over all dp*cp ranks only; true = HSDP with every ZeRO stage >= 1
+  if (r.has("zero_shard")) {
+    const json& v = statement(r, "zero_shard", c);
+    if (v.is_boolean()) c.zero_shard = v.get<bool>() ? std::vector<int>{1, 2, 3} : std::vector<int>{};
+    else c.zero_shard = zero_stages(r, "zero_shard", c, 1);
   }
-  c.zero_shard = r.has("zero_shard") && flag(r, "zero_shard", c);  // optional: absent = ZeRO over all dp*cp ranks only
   for (int i : names(r, "recompute", c, {"none", "selective", "full"})) c.recompute.push_back(static_cast<Recompute>(i));
   c.opt_offload = flag(r, "opt_offload", c);
   c.param_offload = flag(r, "param_offload", c);
@@ -143,7 +153,9 @@ std::vector<std::vector<std::string>> capability_rows(const RuntimeCapabilities&
                   }),
                   src("cp_varlen")});
   rows.push_back({"zero", list_text(c.zero, [](int z) { return std::to_string(z); }), src("zero")});
-  rows.push_back({"zero_shard", c.zero_shard ? "HSDP: shard within a group, replicate across" : "no (all dp*cp ranks)", src("zero_shard")});
+  rows.push_back({"zero_shard", c.zero_shard.empty() ? "no (all dp*cp ranks)"
+                                                     : "HSDP with zero " + list_text(c.zero_shard, [](int z) { return std::to_string(z); }),
+                  src("zero_shard")});
   rows.push_back({"recompute", list_text(c.recompute, [](Recompute x) { return to_string(x); }), src("recompute")});
   rows.push_back({"opt_offload", yes(c.opt_offload), src("opt_offload")});
   rows.push_back({"param_offload", yes(c.param_offload), src("param_offload")});
@@ -187,8 +199,11 @@ std::string missing_capability(const RuntimeCapabilities& c, const std::string& 
     }
   }
   if (!listed(c.zero, p.zero)) return no("zero", std::to_string(p.zero), "zero " + list_text(c.zero, [](int z) { return std::to_string(z); }));
-  if (p.zero >= 1 && zero_replicate_degree(p) > 1 && !c.zero_shard)
-    return no("zero_shard", std::to_string(p.zero_shard), "ZeRO over all dp*cp ranks only (zero_shard=0)");
+  if (p.zero >= 1 && zero_replicate_degree(p) > 1 && !listed(c.zero_shard, p.zero))
+    return no("zero_shard", std::to_string(p.zero_shard) + " with zero=" + std::to_string(p.zero),
+              c.zero_shard.empty() ? "ZeRO over all dp*cp ranks only (zero_shard=0)"
+                                   : "HSDP with zero " + list_text(c.zero_shard, [](int z) { return std::to_string(z); }) +
+                                         " only, else zero_shard=0");
   if (!listed(c.recompute, p.recompute))
     return no("recompute", to_string(p.recompute), "recompute " + list_text(c.recompute, [](Recompute x) { return to_string(x); }));
   if (p.opt_offload && !c.opt_offload) return no("opt_offload", "1", "optimizer states on the device only");

@@ -13,9 +13,10 @@
 //     "cp_layout": {"value": ["contiguous", "headtail", "headtail-doc"]},
 //     "cp_varlen": {"value": ["native", "cycle", "split"]},   packed documents under CP; [] = none
 //     "zero":      {"value": [0, 1, 2, 3]},
-//     "zero_shard": {"value": true | false},        HSDP (plan key zero_shard): optional, absent = false
-//                                                    (a stack that states capabilities and not this one
-//                                                    shards over all dp*cp ranks)
+//     "zero_shard": {"value": [1, 2, 3] | true | false},  HSDP (plan key zero_shard) with these ZeRO
+//                                                    stages (true = all); optional, absent = false (a stack
+//                                                    that states capabilities and not this one shards over
+//                                                    all dp*cp ranks)
 //     "recompute": {"value": ["none", "selective", "full"]},
 //     "opt_offload", "param_offload", "ckpt_offload", "tiled_loss", "tiled_mlp": {"value": true | false}
 //     "master":    {"value": ["fp32", "none"]},       optimizer precision (plan keys master, grads, moments);
@@ -45,7 +46,7 @@ struct RuntimeCapabilities {
   std::vector<CpLayout> cp_layout;
   std::vector<CpVarlen::Kind> cp_varlen;
   std::vector<int> zero;
-  bool zero_shard = false;         // HSDP: shard over zero_shard ranks, replicate across (absent in a declared set: no)
+  std::vector<int> zero_shard;     // ZeRO stages with HSDP (shard over zero_shard ranks, replicate across); absent: none
   std::vector<Recompute> recompute;
   bool opt_offload = true, param_offload = true, ckpt_offload = true, tiled_loss = true, tiled_mlp = true;
   // optimizer precision a plan may set (Plan::master, grads, moments); the profile reader adds the

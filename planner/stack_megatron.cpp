@@ -353,6 +353,25 @@ StackJob import_megatron(const std::string& text, const std::string& where, cons
                        "tp x cp x pp = " + std::to_string(p.tp * p.cp * p.pp) + " does not divide the " + std::to_string(world) + " GPUs");
     p.dp = world / (p.tp * p.cp * p.pp);
   }
+  // HSDP: the distributed optimizer (ZeRO-1) shards within each of N consecutive blocks of the dp x cp
+  // ranks and all-reduces across them (intra/inter partial data-parallel groups, parallel_state.py)
+  if (const int64_t instances = a.integer("num-distributed-optimizer-instances", 1); instances > 1) {
+    if (p.zero != 1)
+      throw InputError(where, "--num-distributed-optimizer-instances",
+                       std::to_string(instances) + " instances without --use-distributed-optimizer (or with Megatron FSDP) "
+                       "is not modelled; valid: 1, or N > 1 with --use-distributed-optimizer (ZeRO-1)");
+    if (p.dp == 0)
+      throw InputError(where, "--num-distributed-optimizer-instances",
+                       "sizing each instance needs the data-parallel size, so the GPU count: give `ctxplan import --cluster` "
+                       "or keep the torchrun/srun launch line in the file");
+    const int64_t dpcp = p.dp * p.cp;
+    if (dpcp % instances != 0 || dpcp / instances < 2)
+      throw InputError(where, "--num-distributed-optimizer-instances",
+                       std::to_string(instances) + " must split dp x cp = " + std::to_string(dpcp) +
+                           " ranks into equal groups of at least 2; valid: a divisor of " + std::to_string(dpcp) + " up to " +
+                           std::to_string(dpcp / 2));
+    p.zero_shard = dpcp / instances;
+  }
   if (a.has("global-batch-size")) {
     const int64_t gbs = a.integer("global-batch-size", 0);
     if (p.dp == 0) {
@@ -508,6 +527,11 @@ StackExport export_megatron(const ExportJob& job, const Profiles& profiles) {
   }
   if (p.tp > 1 && sp_enabled(p)) add("--sequence-parallel");
   if (p.zero == 1) add("--use-distributed-optimizer");
+  if (p.zero == 1 && zero_replicate_degree(p) > 1) add("--num-distributed-optimizer-instances", num(zero_replicate_degree(p)));
+  if (p.zero >= 2 && zero_replicate_degree(p) > 1)
+    e.cannot_express.push_back("zero_shard=" + std::to_string(p.zero_shard) + " with zero=" + std::to_string(p.zero) +
+                               ": Megatron's partial sharding is the distributed optimizer's instances (ZeRO-1); written as "
+                               "Megatron FSDP over all dp x cp ranks");
   if (p.zero >= 2) {
     add("--use-megatron-fsdp");
     add("--data-parallel-sharding-strategy", p.zero == 2 ? "optim_grads" : "optim_grads_params");

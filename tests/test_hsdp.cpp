@@ -231,12 +231,24 @@ TEST(HsdpSearch, AUsersZeroShardIsKeptAndARuntimeWithoutTheCapabilityRefusesIt) 
   ASSERT_FALSE(r.ranked.empty());
   for (const Candidate& cand : r.ranked) EXPECT_EQ(cand.plan.zero_shard, 8) << plan_to_string(cand.plan);
   RuntimeCapabilities caps = req.runtime.capabilities;
-  ASSERT_TRUE(caps.zero_shard);
-  caps.zero_shard = false;
-  const std::string why = missing_capability(caps, "torchtitan", parse_plan("dp=16,zero=3,zero_shard=8"));
+  EXPECT_EQ(caps.zero_shard, (std::vector<int>{2, 3}));  // torchtitan: FSDP2 (zero 2/3) on a dp_replicate x dp_shard mesh
+  EXPECT_EQ(missing_capability(caps, "torchtitan", parse_plan("dp=16,zero=3,zero_shard=8")), "");
+  caps.zero_shard = {3};  // DeepSpeed MiCS: ZeRO-3 only
+  std::string why = missing_capability(caps, "torchtitan", parse_plan("dp=16,zero=2,zero_shard=8"));
+  EXPECT_NE(why.find("zero_shard=8 with zero=2"), std::string::npos) << why;
+  EXPECT_NE(why.find("HSDP with zero 3 only"), std::string::npos) << why;
+  caps.zero_shard.clear();  // a declared set without the capability
+  why = missing_capability(caps, "torchtitan", parse_plan("dp=16,zero=3,zero_shard=8"));
   EXPECT_NE(why.find("zero_shard=8"), std::string::npos) << why;
   EXPECT_EQ(missing_capability(caps, "torchtitan", parse_plan("dp=16,zero=3,zero_shard=16")), "");  // one group: no HSDP
   EXPECT_EQ(missing_capability(caps, "torchtitan", parse_plan("dp=16,zero=3")), "");
+  // the built-in stacks' statements (profiles/runtimes/*.json), each with its source
+  for (auto [runtime, stages] : {std::pair{"megatron", std::vector<int>{1}}, std::pair{"hf-deepspeed", std::vector<int>{3}},
+                                 std::pair{"ctxrun-cpu", std::vector<int>{1, 2, 3}}}) {
+    const RuntimeCapabilities c = resolve_runtime(profiles(), runtime).capabilities;
+    EXPECT_EQ(c.zero_shard, stages) << runtime;
+    EXPECT_FALSE(c.sources.at("zero_shard").empty()) << runtime;
+  }
 }
 
 }  // namespace

@@ -100,7 +100,8 @@ TEST(StackRoundTrip, MegatronKeepsEveryCpKindAndOption) {
                     {"cp=1", "tp=8", "tp=2,sp=0", "cp=16,cp_kind=zigzag", "cp=4,cp_kind=allgather", "cp=8,cp_kind=ulysses",
                      "tp=2,cp=4,cp_kind=usp,ulysses=2", "cp=8,cp_kind=usp,ulysses=4", "zero=1,cp=2", "zero=2,cp=2",
                      "zero=3,cp=4,cp_kind=allgather", "recompute=selective,tp=4", "recompute=full,ckpt_offload=1,cp=8",
-                     "zero=1,opt_offload=1", "mbs=2,ga=4,tp=2", "precision=fp32", "precision=fp8,tp=2"});
+                     "zero=1,opt_offload=1", "mbs=2,ga=4,tp=2", "precision=fp32", "precision=fp8,tp=2",
+                     "zero=1,zero_shard=8", "zero=1,cp=2,zero_shard=4"});
 }
 
 TEST(StackRoundTrip, TorchtitanKeepsEveryCpKindAndOption) {
@@ -268,6 +269,11 @@ TEST(StackImport, RefusesWhatChangesTheAnswer) {
   EXPECT_NE(e.find("--optimizer-offload-fraction"), std::string::npos) << e;
   e = import_error(Stack::megatron, "--tensor-model-parallel-size $TP" + shape);
   EXPECT_NE(e.find("shell variable"), std::string::npos) << e;
+  // HSDP (issue 21): optimizer instances are the distributed optimizer's; 3 does not split 16 ranks
+  e = import_error(Stack::megatron, "--num-distributed-optimizer-instances 2" + shape);
+  EXPECT_NE(e.find("--use-distributed-optimizer"), std::string::npos) << e;
+  e = import_error(Stack::megatron, "--use-distributed-optimizer --num-distributed-optimizer-instances 3" + shape);
+  EXPECT_NE(e.find("valid: a divisor of 16"), std::string::npos) << e;
 
   const std::string tt = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n";
   // HSDP (issue 21): replicate 2 x shard -1 cannot size its shard group without the job's GPUs
