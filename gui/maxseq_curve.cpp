@@ -25,6 +25,8 @@ bool family_member(const Plan& family, const ClusterSpec& cluster, Plan* out) {
     if (p.ulysses >= p.cp) p.cp_comm = CpComm::a2a, p.ulysses = 0;
   }
   if (p.zero > 0 && p.cp * p.dp == 1) p.zero = 0;
+  // HSDP keeps its shard size where it still splits the ranks into several groups, else shards over all
+  if (p.zero == 0 || p.zero_shard >= p.cp * p.dp || (p.cp * p.dp) % std::max<int64_t>(1, p.zero_shard) != 0) p.zero_shard = 0;
   if (p.param_offload && p.zero != 3) p.param_offload = false;
   *out = p;
   return true;
@@ -35,7 +37,7 @@ MaxSeqCurve max_seq_curve(const SearchRequest& req, const Plan& family, int64_t 
   MaxSeqCurve c;
   c.hi_tokens = hi_tokens;
   c.family = "tp<=" + std::to_string(family.tp) + ", cp=rest, " + to_string(cp_kind_of(family)) + ", zero=" +
-               std::to_string(family.zero) + ", recompute=" + to_string(family.recompute) + (family.ckpt_offload ? ", ckpt_offload" : "") +
+               std::to_string(family.zero) + (family.zero_shard > 0 ? ", zero_shard=" + std::to_string(family.zero_shard) : "") + ", recompute=" + to_string(family.recompute) + (family.ckpt_offload ? ", ckpt_offload" : "") +
                (family.opt_offload ? ", opt_offload" : "") + (family.param_offload ? ", param_offload" : "");
   std::vector<int64_t> counts;
   for (int64_t g = 1; g <= max_gpus; g *= 2) counts.push_back(g);

@@ -72,6 +72,27 @@ TEST(ExecCli, ResumeContinuesBitExactly) {
 // (master weights, Adam m and v; no rank holds the whole model), resume is bit-exact, a
 // different plan is refused naming the index file, and --export-hf writes a Hugging Face folder
 // that another plan starts from with the same first loss.
+// HSDP (issue 21): replicas hold the same shard; a resumed run continues bit for bit, and the
+// checkpoint is refused under the same degrees sharded over all dp ranks (another sharding).
+TEST(ExecCli, HsdpCheckpointResumesBitExactlyAndRefusesFullSharding) {
+  fs::path a = scratch("hsdp_a"), b = scratch("hsdp_b");
+  const std::string common = "--model tiny --seq 64 --plan dp=4,zero=3,zero_shard=2,precision=fp32 --lr 1e-2 --warmup 2 --schedule-steps 4 ";
+  Result full = sh(ctxrun(4, common + "--steps 4 --ckpt-dir " + a.string() + " --report " + (a / "r.json").string()));
+  ASSERT_EQ(full.code, 0) << full.out;
+  Result half = sh(ctxrun(4, common + "--steps 2 --ckpt-dir " + b.string()));
+  ASSERT_EQ(half.code, 0) << half.out;
+  Result rest = sh(ctxrun(4, common + "--steps 4 --resume --ckpt-dir " + b.string() + " --report " + (b / "r.json").string()));
+  ASSERT_EQ(rest.code, 0) << rest.out;
+  auto la = nlohmann::json::parse(slurp(a / "r.json"))["losses"].get<std::vector<double>>();
+  auto lb = nlohmann::json::parse(slurp(b / "r.json"))["losses"].get<std::vector<double>>();
+  ASSERT_EQ(la.size(), 4u);
+  ASSERT_EQ(lb.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(la[2 + i], lb[i]);  // bit for bit
+  Result flat = sh(ctxrun(4, "--model tiny --seq 64 --plan dp=4,zero=3,precision=fp32 --steps 6 --resume --ckpt-dir " + b.string()));
+  EXPECT_EQ(flat.code, 2) << flat.out;
+  EXPECT_NE(flat.out.find("zero_shard=2"), std::string::npos) << flat.out;
+}
+
 TEST(ExecCli, ShardedCheckpointPerRankResumesBitExactlyAndRefusesAnotherPlan) {
   fs::path a = scratch("shard_a"), b = scratch("shard_b"), hf = scratch("shard_hf");
   const std::string common =
