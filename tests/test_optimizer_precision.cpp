@@ -17,6 +17,7 @@
 #include "costmodel/errors.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/plan_check.hpp"
+#include "costmodel/prediction.hpp"
 #include "costmodel/profile_store.hpp"
 #include "costmodel/runtime_capabilities.hpp"
 #include "costmodel/step_model.hpp"
@@ -140,6 +141,33 @@ TEST(OptimizerPrecision, OptimizerTimeIsPricedOnTheBytesOfItsDtypes) {
     ASSERT_TRUE(check_plan(p, m, c, 32768).ok());
     const StepCosts k = step_costs(m, c, rt, p, 32768, true, nullptr);
     EXPECT_NEAR(k.opt_device, priced(shard * bytes_per_param), 1e-9 * k.opt_device);
+  }
+}
+
+// The data-parallel collectives the prediction lists move the plan's gradient dtype: zero=3 over 4
+// GPUs reduce-scatters P x 4 bytes of fp32 gradients per micro-batch, P x 2 with grads=bf16; the
+// parameter all-gathers stay bf16 weights (P x 2) either way.
+TEST(OptimizerPrecision, TheGradientReductionMovesTheGradientDtype) {
+  const ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  const ClusterSpec c = resolve_cluster(profiles(), "4xh100");
+  const RuntimeProfile& rt = resolve_runtime(profiles(), "ctxrun-cuda");
+  const std::vector<std::pair<std::string, double>> cases = {{"dp=4,zero=3", 4}, {"dp=4,zero=3,grads=bf16", 2}};
+  for (const auto& [text, grad_bytes] : cases) {
+    SCOPED_TRACE(text);
+    const Plan plan = parse_plan(text);
+    const Prediction pr = predict(m, c, rt, plan, 32768);
+    int found = 0;
+    for (const ZeroCommTerm& t : pr.zero_comm) {
+      if (t.name == "grad_reduce_scatter") {
+        ++found;
+        EXPECT_DOUBLE_EQ(t.message_bytes, grad_bytes * kLlama8BParams);
+      }
+      if (t.name == "zero3_param_all_gather") {
+        ++found;
+        EXPECT_DOUBLE_EQ(t.message_bytes, 2 * kLlama8BParams);
+      }
+    }
+    EXPECT_EQ(found, 2);
   }
 }
 
