@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "costmodel/errors.hpp"
@@ -21,22 +22,13 @@
 #include "costmodel/profile_store.hpp"
 #include "costmodel/runtime_capabilities.hpp"
 #include "costmodel/step_model.hpp"
-#include "run_process.hpp"
+#include "built_in_profiles.hpp"
 
 namespace ctx {
 namespace {
 
-const std::string kProfiles = std::string(CTXPLAN_SOURCE_DIR) + "/profiles";
-
-const Profiles& profiles() {
-  static Profiles p = load_profiles(kProfiles);
-  return p;
-}
-
-testing::RunResult ctxplan(std::vector<std::string> args) {
-  args.insert(args.begin(), {"--profiles", kProfiles});
-  return testing::run_process(CTXPLAN_BIN, args);
-}
+const Profiles& profiles() { return testing::built_in_profiles(); }
+testing::RunResult ctxplan(std::vector<std::string> args) { return testing::ctxplan_with_built_in_profiles(std::move(args)); }
 
 // Llama-3.1-8B's parameter count, from its Hugging Face config (32 layers, hidden 4096, 32 query and
 // 8 KV heads of 128, ffn 14336, vocab 128256, untied head): 2 x 128256 x 4096 (embedding, head)
