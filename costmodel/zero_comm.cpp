@@ -2,9 +2,9 @@
 
 namespace ctx {
 
-Coll zero_grad_collective(const Plan& p) { return p.zero >= 2 ? Coll::reduce_scatter : Coll::all_reduce; }
-Group zero_grad_group(const Plan& p) { return p.zero >= 2 ? Group::zero_shard : Group::zero; }
-bool zero_grad_replicated(const Plan& p) { return p.zero >= 2 && zero_replicate_degree(p) > 1; }
+bool zero_grad_replicated(const Plan& p) { return p.zero >= 1 && zero_replicate_degree(p) > 1; }
+Coll zero_grad_collective(const Plan& p) { return p.zero >= 2 || zero_grad_replicated(p) ? Coll::reduce_scatter : Coll::all_reduce; }
+Group zero_grad_group(const Plan& p) { return p.zero >= 2 || zero_grad_replicated(p) ? Group::zero_shard : Group::zero; }
 
 std::vector<ZeroCommTerm> zero_comm_terms(const Plan& p, const LocalShapes& s, const RuntimeProfile& rt, int64_t gpus_per_node) {
   std::vector<ZeroCommTerm> out;
@@ -24,7 +24,7 @@ std::vector<ZeroCommTerm> zero_comm_terms(const Plan& p, const LocalShapes& s, c
   if (p.zero == 3) add("zero3_param_all_gather", Coll::all_gather, Group::zero_shard, s.params * rt.weight_bytes, 2.0 * ga);
   // ZeRO-2/3 reduce every micro-batch, ZeRO-0/1 once per step (step_model.cpp's grad_reduce_every_microbatch)
   const double grad_calls = p.zero >= 2 ? ga : 1.0;
-  add(p.zero >= 2 ? "grad_reduce_scatter" : "grad_all_reduce", zero_grad_collective(p), zero_grad_group(p),
+  add(zero_grad_collective(p) == Coll::reduce_scatter ? "grad_reduce_scatter" : "grad_all_reduce", zero_grad_collective(p), zero_grad_group(p),
       s.params * rt.grad_bytes, grad_calls);
   if (zero_grad_replicated(p))
     add("grad_replicate_all_reduce", Coll::all_reduce, Group::zero_replicate, s.params * rt.grad_bytes / n, grad_calls);

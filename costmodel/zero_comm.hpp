@@ -7,9 +7,9 @@
 //                    over the shard group (zero_shard ranks; all dp*cp without HSDP)
 //   zero>=2          reduce-scatter of a unit's gradients every micro-batch over the shard group,
 //     HSDP           then an all-reduce of the 1/zero_shard shard over the replicate group (FSDP2 HSDP,
-//                    Megatron's distributed-optimizer instances: inside the group, then across groups)
-//   zero<=1          all-reduce of the gradients once per step over all dp*cp ranks (ctxrun's; under
-//                    HSDP zero=1 moves only the optimizer's shard and the weights' all-gather)
+//                    Megatron's distributed-optimizer instances: inside the group, then across groups);
+//                    HSDP's zero=1 does the same once per step (Megatron's instances)
+//   zero<=1          all-reduce of the gradients once per step over all dp*cp ranks (without HSDP)
 //   zero=1,2         all-gather of the updated weights after the optimizer, over the shard group
 #pragma once
 #include <string>
@@ -21,8 +21,8 @@
 
 namespace ctx {
 
-// The gradient reduction inside the shard group (or over dp*cp for zero<=1), and whether the shard
-// is then all-reduced across the replicate groups.
+// The gradient reduction inside the shard group (or over dp*cp for zero<=1 without HSDP), and
+// whether the shard is then all-reduced across the replicate groups (HSDP, zero>=1).
 Coll zero_grad_collective(const Plan& p);
 Group zero_grad_group(const Plan& p);
 bool zero_grad_replicated(const Plan& p);  // HSDP with zero>=2: the all-reduce of the shard

@@ -234,14 +234,21 @@ void ParamStore::finish_grads(int64_t ui, bool last) {
   if (pc_.zero->size() > 1)
     pc_.trace.add_at(ui == 0 ? "embed_grad_reduce" : ui == final_unit() ? "head_grad_reduce" : "grad_reduce", SimStream::dp,
                      ui >= 1 && ui < final_unit() ? ui - 1 : -1);
-  if (zero_ < 2) {
+  const bool replicated = pc_.zero_replicate->size() > 1;  // HSDP
+  if (zero_ < 2 && !(zero_ == 1 && replicated)) {
     pc_.zero->allreduce_sum(u.g);
     return;
   }
+  // ZeRO-2/3, and HSDP's ZeRO-1 (Megatron's optimizer instances): reduce-scatter inside the shard
+  // group; under HSDP the shard's replicas hold the same shard of other ranks' gradients: sum them
+  // (zero_comm.hpp). ZeRO-1 keeps the reduced shard in its full buffer.
   Tensor part = be_.alloc(1, u.shard, DType::f32, Mem::comm_buffers);
   pc_.zero_shard->reduce_scatter(u.g, part);
-  // HSDP: the shard's replicas hold the same shard of other ranks' gradients: sum them (zero_comm.hpp)
-  if (pc_.zero_replicate->size() > 1) pc_.zero_replicate->allreduce_sum(part);
+  if (replicated) pc_.zero_replicate->allreduce_sum(part);
+  if (zero_ == 1) {
+    be_.copy(u.g.flat(u.shard_offset, u.shard), part);
+    return;
+  }
   be_.axpy(u.g_shard, 1.0f, part);
   u.g.reset();
 }
@@ -334,15 +341,17 @@ std::map<std::string, std::vector<float>> ParamStore::gather_full(const std::str
   const int64_t tp = pc_.plan.tp;
   for (auto& u : units) {
     // this TP rank's flat unit: whole, or all-gathered from the ZeRO shards
-    auto from_shards = [&](const Tensor& shard) {
+    auto from_shards = [&](View shard) {
       if (shard_degree_ == 1) return download(shard.flat(0, u.padded));
       Tensor all = be_.alloc(1, u.padded, shard.dtype(), Mem::comm_buffers);
       pc_.zero_shard->allgather(shard, all);
       return download(all);
     };
+    // HSDP's ZeRO-1 holds the reduced gradient in its own shard of the full buffer only
+    const bool grads_sharded = zero_ >= 2 || (zero_ == 1 && pc_.zero_replicate->size() > 1);
     std::vector<float> flat;
     if (kind == "weights") flat = zero_ == 3 ? from_shards(u.w_shard) : download(u.w);
-    else if (kind == "grads") flat = zero_ >= 2 ? from_shards(u.g_shard) : download(u.g);
+    else if (kind == "grads") flat = !grads_sharded ? download(u.g) : from_shards(zero_ >= 2 ? u.g_shard.view() : u.g.flat(u.shard_offset, u.shard));
     else if (kind == "master" && !u.master) flat = zero_ == 3 ? from_shards(u.w_shard) : download(u.w);  // master=none
     else if (kind == "master") flat = from_shards(u.master);
     else if (kind == "m") flat = from_shards(u.m);

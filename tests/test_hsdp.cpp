@@ -188,6 +188,34 @@ TEST(HsdpDoneWhen, LessInterNodeTrafficMoreMemoryBothTermsInTheBreakdown) {
   EXPECT_GT(hsdp.memory.peak.total(), fsdp.memory.peak.total());
 }
 
+// ZeRO-1 under HSDP is Megatron's distributed-optimizer instances: the gradients reduce-scatter in
+// the instance and the shard is all-reduced across instances; the updated weights all-gather in the
+// instance. Llama-3.1-8B on 2x8, megatron (fp32 gradients gb = 4, bf16 weights wb = 2), ga = 1:
+//   dp=16,zero=1: all-reduce over 16 ranks, 8 per node, bus factor 2*15/16: gb P x 30/16 / 8 = 15P/16
+//                 between nodes per GPU, plus the weights' all-gather over 16: wb P x 15/16 / 8 = 15P/64
+//   zero_shard=8: reduce-scatter and all-gather inside a node, the shard's all-reduce over 2 nodes,
+//                 bus factor 1, one GPU per node: gb P / 8 = P/2
+TEST(HsdpZero1, IsMegatronsOptimizerInstances) {
+  const ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  const ClusterSpec c = resolve_cluster(profiles(), "2x8xh100");
+  const RuntimeProfile rt = resolve_runtime(profiles(), "megatron");
+  ASSERT_EQ(rt.grad_bytes, 4);
+  ASSERT_EQ(rt.weight_bytes, 2);
+  const double L = 32, h = 4096, ffn = 14336, V = 128256;
+  const double P = L * (2 * h * 4096 + 2 * h * 1024 + 3 * h * ffn + 2 * h) + 2 * V * h + h;
+  const LocalShapes flat_s = local_shapes(m, parse_plan("dp=16,zero=1"), 8192);
+  auto inter = [&](const char* text) {
+    double b = 0;
+    for (auto& t : zero_comm_terms(parse_plan(text), flat_s, rt, 8)) b += t.inter_node_bytes_per_rank;
+    return b;
+  };
+  EXPECT_NEAR(inter("dp=16,zero=1"), 15 * P / 16 + 15 * P / 64, 1e-12 * P);
+  EXPECT_NEAR(inter("dp=16,zero=1,zero_shard=8"), P / 2, 1e-12 * P);
+  std::vector<std::string> names;
+  for (auto& t : zero_comm_terms(parse_plan("dp=16,zero=1,zero_shard=8"), flat_s, rt, 8)) names.push_back(t.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"grad_reduce_scatter", "grad_replicate_all_reduce", "param_all_gather"}));
+}
+
 SearchRequest request(const char* runtime) {
   SearchRequest req;
   req.model = resolve_model(profiles(), "Llama-3.1-8B");

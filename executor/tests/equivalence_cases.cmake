@@ -40,7 +40,7 @@ ctxrun_equivalence(EquivUlyssesHeadTailMatchesSingleRank       4 tiny     128 "c
 ctxrun_equivalence(EquivUspHeadTailDocMatchesSingleRank        4 tiny     128 "cp=4,cp_comm=a2a+p2p,ulysses=2,cp_layout=headtail-doc,mask=doc:16")
 ctxrun_equivalence(EquivUspContiguousMatchesSingleRank         4 tiny     128 "cp=4,cp_comm=a2a+p2p,ulysses=2,cp_layout=contiguous")
 # issue 21: HSDP (zero_shard): states sharded within groups of zero_shard consecutive dp x cp ranks, the
-# gradient shards all-reduced across the groups (ZeRO-2/3); ZeRO-1 keeps the all-reduce over dp x cp
+# gradient shards all-reduced across the groups (ZeRO-1 once per step, as Megatron's optimizer instances)
 ctxrun_equivalence(EquivHsdpZero3Dp4Shard2MatchesSingleRank   4 tiny      64  "dp=4,zero=3,zero_shard=2")
 ctxrun_equivalence(EquivHsdpZero1DpCpShard2MatchesSingleRank  4 tiny      64  "dp=2,cp=2,cp_kind=ring,zero=1,zero_shard=2")
 ctxrun_equivalence(EquivHsdpZero2GradAccumShard2MatchesSingleRank 4 tiny  64  "dp=4,zero=2,zero_shard=2,ga=2")
