@@ -110,6 +110,14 @@ void read_deepspeed(const json& ds, const std::string& path, Keys& k, StackJob& 
   if (zo) {
     p.zero = static_cast<int>(k.integer(*zo, zpath, "stage", 0, 0));
     if (p.zero > 3) throw InputError(k.where(), zpath + ".stage", "expected 0, 1, 2 or 3");
+    // MiCS (deepspeed/runtime/zero/mics.py): ZeRO-3 states sharded within groups of this many ranks,
+    // replicated across them: HSDP, plan key zero_shard (plan_check asks it to divide dp x cp)
+    if (const int64_t mics = k.integer(*zo, zpath, "mics_shard_size", -1, -1); mics > 0) {
+      if (p.zero != 3)
+        throw InputError(k.where(), zpath + ".mics_shard_size", "MiCS shards ZeRO-3 states; valid: stage 3, or -1 (off)");
+      p.zero_shard = mics;
+      k.use(zpath + ".mics_hierarchical_params_gather");
+    }
     for (const char* off : {"offload_optimizer", "offload_param"}) {
       const json* o = k.get(*zo, zpath, off);
       if (!o) continue;
@@ -364,6 +372,10 @@ std::string ds_json(const Plan& p, bool with_batch, StackExport& e) {
   json zo = {{"stage", p.zero}};
   if (p.opt_offload) zo["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
   if (p.param_offload) zo["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};
+  if (p.zero == 3 && zero_replicate_degree(p) > 1) zo["mics_shard_size"] = zero_shard_degree(p);
+  if (p.zero >= 1 && p.zero < 3 && zero_replicate_degree(p) > 1)
+    e.cannot_express.push_back("zero_shard=" + std::to_string(p.zero_shard) + " with zero=" + std::to_string(p.zero) +
+                               ": DeepSpeed's partial sharding (MiCS, mics_shard_size) is ZeRO-3 only; written over all ranks");
   if (p.param_offload && p.zero != 3) e.cannot_express.push_back("param_offload=1 needs zero=3 in DeepSpeed");
   if (p.pp > 1)  // DeepSpeed pipelines only a PipelineModule (deepspeed.pipe), not the Hugging Face model this config trains
     e.cannot_express.push_back("pp=" + std::to_string(p.pp) + ": DeepSpeed's pipeline engine needs the model written as a "

@@ -116,7 +116,8 @@ TEST(StackRoundTrip, TorchtitanKeepsEveryCpKindAndOption) {
 TEST(StackRoundTrip, DeepSpeedKeepsEveryOptionItsConfigHolds) {
   expect_round_trip(Stack::deepspeed,
                     {"zero=0", "zero=1", "zero=2", "zero=3", "zero=2,opt_offload=1", "zero=3,opt_offload=1,param_offload=1",
-                     "zero=3,mbs=4,ga=2", "zero=3,recompute=full,ckpt_offload=1", "zero=1,precision=fp32"});
+                     "zero=3,mbs=4,ga=2", "zero=3,recompute=full,ckpt_offload=1", "zero=1,precision=fp32",
+                     "zero=3,zero_shard=8"});
 }
 
 TEST(StackRoundTrip, ArcticKeepsEveryCpKindAndOption) {
@@ -288,6 +289,8 @@ TEST(StackImport, RefusesWhatChangesTheAnswer) {
   e = import_error(Stack::torchtitan, "[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n");
   EXPECT_NE(e.find("model.flavor"), std::string::npos) << e;
 
+  e = import_error(Stack::deepspeed, R"({"zero_optimization": {"stage": 2, "mics_shard_size": 8}})");
+  EXPECT_NE(e.find("zero_optimization.mics_shard_size"), std::string::npos) << e;
   e = import_error(Stack::deepspeed, R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})");
   EXPECT_NE(e.find("zero_optimization.offload_param"), std::string::npos) << e;
   e = import_error(Stack::deepspeed, R"({"train_batch_size": 60, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8})");
