@@ -91,7 +91,9 @@ TEST(TorchtitanRuntime, TheLossBackwardHoldsNoBf16Logits) {
 TEST(TorchtitanRuntime, CapabilitiesAdmitItsPlansAndNameWhatItCannotRun) {
   const RuntimeProfile rt = resolve_runtime(profiles(), "torchtitan");
   ASSERT_TRUE(rt.capabilities.declared);
-  EXPECT_EQ(rt.capabilities.sources.size(), 15u);  // every key of runtime_capabilities.hpp, each sourced
+  // every key of runtime_capabilities.hpp, each sourced: the 15 plan axes, master/grads/moments
+  // (issue 21 part 5: the runtime's own values when not stated) and zero_shard (part 4)
+  EXPECT_EQ(rt.capabilities.sources.size(), 19u);
   for (auto& [key, src] : rt.capabilities.sources) EXPECT_GT(src.size(), 20u) << key;
   for (const char* ok : {"dp=8,zero=3,recompute=selective", "dp=4,cp=2,cp_kind=allgather,zero=3,recompute=full",
                          "dp=2,cp=4,cp_kind=zigzag,zero=3,recompute=full", "dp=8,zero=2", "dp=8,zero=0,recompute=none",
