@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "costmodel/plan_check.hpp"
@@ -20,22 +21,15 @@
 #include "costmodel/runtime_capabilities.hpp"
 #include "planner/search.hpp"
 #include "planner/validation_points.hpp"
-#include "run_process.hpp"
+#include "built_in_profiles.hpp"
 
 namespace ctx {
 namespace {
 
-const std::string kProfiles = std::string(CTXPLAN_SOURCE_DIR) + "/profiles";
+const std::string& kProfiles = testing::built_in_profiles_dir();
+const Profiles& profiles() { return testing::built_in_profiles(); }
 
-const Profiles& profiles() {
-  static Profiles p = load_profiles(kProfiles);
-  return p;
-}
-
-testing::RunResult ctxplan(std::vector<std::string> args) {
-  args.insert(args.begin(), {"--profiles", kProfiles});
-  return testing::run_process(CTXPLAN_BIN, args);
-}
+testing::RunResult ctxplan(std::vector<std::string> args) { return testing::ctxplan_with_built_in_profiles(std::move(args)); }
 
 std::string id(const Plan& p) { return plan_to_string(p) + "|" + order_to_string(p) + "|mbs" + std::to_string(p.mbs) + "|vpp" + std::to_string(p.vpp); }
 

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "costmodel/errors.hpp"
@@ -21,17 +22,13 @@
 #include "costmodel/plan_check.hpp"
 #include "costmodel/profile_store.hpp"
 #include "planner/search.hpp"
-#include "run_process.hpp"
+#include "built_in_profiles.hpp"
 
 namespace ctx {
 namespace {
 
-const std::string kProfiles = std::string(CTXPLAN_SOURCE_DIR) + "/profiles";
-
-const Profiles& profiles() {
-  static Profiles p = load_profiles(kProfiles);
-  return p;
-}
+const std::string& kProfiles = testing::built_in_profiles_dir();
+const Profiles& profiles() { return testing::built_in_profiles(); }
 
 SearchRequest request(const std::string& model, const std::string& cluster, int64_t seq, const std::string& runtime,
                       const std::string& keys) {
@@ -49,10 +46,7 @@ SearchRequest request(const std::string& model, const std::string& cluster, int6
 
 std::string id(const Plan& p) { return plan_to_string(p) + "|" + order_to_string(p) + "|mbs" + std::to_string(p.mbs) + "|vpp" + std::to_string(p.vpp); }
 
-testing::RunResult ctxplan(std::vector<std::string> args) {
-  args.insert(args.begin(), {"--profiles", kProfiles});
-  return testing::run_process(CTXPLAN_BIN, args);
-}
+testing::RunResult ctxplan(std::vector<std::string> args) { return testing::ctxplan_with_built_in_profiles(std::move(args)); }
 
 // For keys the search varies, the constrained enumeration is the unconstrained one filtered: no plan
 // that keeps the keys is lost, none that breaks them is added, the order is the same.
