@@ -255,6 +255,17 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   const double mask = p.mask == MaskKind::explicit_mask ? S.attn_tokens * static_cast<double>(seq) * a : token_data;
 
   const double frag = 1.0 + rt.fragmentation;  // allocator slack on dynamically allocated tensors
+  // ---- the stack's own buffers (framework_memory.hpp): NCCL, the caching allocator's rounding of
+  // the saved [T, *] tensors (per layer: without recompute x, norm output, q, k, v, o, lse and the
+  // MLP's input norm output and saved [T, F] tensors; selective: two layer inputs, q, k, v and the
+  // MLP's kept [T, F]; full: the checkpoint), Megatron's buffer padding, DeepSpeed's host buffers
+  const double saved_tensors_per_layer =
+      p.recompute == Recompute::full ? 1.0
+      : p.recompute == Recompute::selective ? 5.0 + (tiled_mlp ? 0.0 : (m.activation == ActivationKind::swiglu ? 2.0 : 1.0))
+                                            : 9.0 + (tiled_mlp ? 0.0 : mlp_tensors);
+  const double layers_on_device = full && p.ckpt_offload ? std::min(L + others, rt.ckpt_offload_device_layers) : L + others;
+  const FrameworkMemory fw = framework_memory(m, rt, p, P, layers_on_device * saved_tensors_per_layer);
+  const double runtime_device_bytes = rt.reserved_bytes + fw.device_bytes();
   auto base = [&](double grads_bytes) {
     MemorySnapshot s;
     s[Mem::weights] = w_dev;
@@ -262,7 +273,7 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
     s[Mem::master_weights] = m_dev;
     s[Mem::optimizer] = o_dev;
     s[Mem::mask] = mask * frag;
-    s[Mem::runtime] = rt.reserved_bytes;
+    s[Mem::runtime] = runtime_device_bytes;
     return s;
   };
   const bool grads_always = rt.grads_persistent || p.ga > 1;
@@ -393,7 +404,8 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   }
   if (p.param_offload) hb[static_cast<int>(HostMem::weights)] = rpn * rt.weight_bytes * P / Z;
   if (full && p.ckpt_offload) hb[static_cast<int>(HostMem::checkpoints)] = rpn * (L + others) * saved_per_layer;
-  hb[static_cast<int>(HostMem::runtime)] = rpn * rt.host_bytes_per_rank;
+  hb[static_cast<int>(HostMem::runtime)] = rpn * (rt.host_bytes_per_rank + fw.host_bytes_per_rank());
+  out.framework = fw;
   for (double v : hb) out.host_total_bytes_per_node += v;
 
   out.device_capacity_bytes = static_cast<double>(c.gpu.usable_bytes);

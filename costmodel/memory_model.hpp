@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 
+#include "costmodel/framework_memory.hpp"
 #include "costmodel/hardware_spec.hpp"
 #include "costmodel/model_spec.hpp"
 #include "costmodel/plan.hpp"
@@ -47,6 +48,9 @@ struct MemoryPrediction {
   double host_total_bytes_per_node = 0;
   double host_capacity_bytes_per_node = 0;
   int64_t ranks_per_node = 0;
+  // the stack's own buffers term by term (framework_memory.hpp): the device terms are part of the
+  // `runtime` category, the host terms (per rank, x ranks_per_node) of the host `runtime` category
+  FrameworkMemory framework;
   bool fits_device = false;
   bool fits_host = false;
   bool fits() const { return fits_device && fits_host; }

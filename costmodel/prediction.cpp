@@ -127,6 +127,13 @@ json prediction_to_json(const Prediction& p) {
                                                 {"by_category", snapshot_json(mp.phase_peak[i])}};
   json host = json::object();
   for (int i = 0; i < kHostCategories; ++i) host[to_string(static_cast<HostMem>(i))] = mp.host_bytes_per_node[i];
+  // the stack's own buffers (framework_memory.hpp), inside the device and host `runtime` categories
+  json framework = json::array();
+  for (int i = 0; i < mp.framework.count; ++i) {
+    const FrameworkTerm& t = mp.framework.terms[i];
+    framework.push_back({{"name", t.name}, {"category", "runtime"}, {"where", t.host ? "host" : "device"},
+                         {"bytes_per_rank", t.bytes}, {"source", t.source}});
+  }
   json j;
   j["schema"] = "ctxplan.prediction/1";
   j["model"] = p.model;
@@ -150,6 +157,7 @@ json prediction_to_json(const Prediction& p) {
                    {"capacity_bytes", mp.host_capacity_bytes_per_node},
                    {"ranks_per_node", mp.ranks_per_node},
                    {"by_category", host}}},
+                 {"framework_terms", framework},
                  {"fits_device", mp.fits_device},
                  {"fits_host", mp.fits_host}};
   j["time"] = step_time_to_json(p.time);

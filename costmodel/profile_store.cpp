@@ -364,6 +364,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
   rt.description = r.string_or("description", "");
   if (r.has("capabilities")) rt.capabilities = capabilities_from_json(r.object("capabilities"));
   JsonReader c = r.object("constants");
+  std::string caching_allocator = "none";
   struct Field { const char* key; double* num; bool* flag; std::string* str = nullptr; bool optional = false; };
   Field fields[] = {
       {"weight_bytes", &rt.weight_bytes, nullptr},
@@ -403,6 +404,12 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"cpu_adam_gparams_per_s", &rt.cpu_adam_params_per_second, nullptr},
       {"optimizer_offload_on_device", nullptr, &rt.optimizer_offload_on_device},
       {"memory_traffic_factor", &rt.memory_traffic_factor, nullptr},
+      // framework memory terms (framework_memory.hpp), optional: absent = the term is not there
+      {"zero3_offload_grad_partition_bytes", &rt.zero3_offload_grad_partition_bytes, nullptr, nullptr, true},
+      {"zero3_param_offload_pinned_pow2", nullptr, &rt.zero3_param_offload_pinned_pow2, nullptr, true},
+      {"nccl_channels", &rt.nccl_channels, nullptr, nullptr, true},
+      {"caching_allocator", nullptr, nullptr, &caching_allocator, true},
+      {"megatron_buffer_padding", nullptr, &rt.megatron_buffer_padding, nullptr, true},
   };
   for (auto& [key, v] : c.self().items()) {
     bool known = key == "attention_kernels";  // a list, read below
@@ -470,6 +477,12 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
     for (auto& n : rt.attention_kernels) listed |= (n == def);
     if (!listed) e.fail("value", "must list the default kernel '" + def + "' (constants.attention_kernel)");
   }
+  if (caching_allocator == "none") rt.caching_allocator = RuntimeProfile::CachingAllocator::none;
+  else if (caching_allocator == "segments") rt.caching_allocator = RuntimeProfile::CachingAllocator::segments;
+  else if (caching_allocator == "expandable_segments") rt.caching_allocator = RuntimeProfile::CachingAllocator::expandable_segments;
+  else c.object("caching_allocator").fail("value", "'" + caching_allocator + "' is no caching allocator mode; valid: none, segments, expandable_segments");
+  if (rt.nccl_channels != std::floor(rt.nccl_channels))
+    c.object("nccl_channels").fail("value", "must be a whole number of channels");
   rt.reduce_bucket_bytes *= kMiB;
   rt.reserved_bytes *= kMiB;
   rt.host_bytes_per_rank *= kGiB;

@@ -57,6 +57,18 @@ struct RuntimeProfile {
   double reserved_bytes = 0;          // NCCL buffers, cuBLAS workspace, allocator slack (fixed)
   double fragmentation = 0;           // fraction added to activations and transients
   double host_bytes_per_rank = 0;     // host memory a rank's process takes besides offload
+  // ---- framework memory (costmodel/framework_memory.hpp): terms read from the stack's source, each
+  // off by default (ctxrun's profiles: its ledger measures every allocation itself)
+  // DeepSpeed ZeRO-3 with optimizer offload: bytes per parameter (over the ZeRO shards) of the host
+  // gradient partition buffer the reduce-scatter lands in, besides the optimizer's own gradients
+  double zero3_offload_grad_partition_bytes = 0;
+  // DeepSpeed ZeRO-3 parameter offload: the host copy of the weight partition is one pinned flat
+  // buffer, which PyTorch's pinned-memory allocator rounds up to a power of two
+  bool zero3_param_offload_pinned_pow2 = false;
+  double nccl_channels = 0;           // NCCL ring channels per communicator (0: no NCCL buffers)
+  enum class CachingAllocator { none, segments, expandable_segments };
+  CachingAllocator caching_allocator = CachingAllocator::none;  // PyTorch's CUDA caching allocator mode
+  bool megatron_buffer_padding = false;  // Megatron's contiguous param/grad buffers with the distributed optimizer
   // ---- a micro-batch's token data on the device (never an s x s mask)
   double token_data_bytes = 0;        // per local token: ids, labels, positions
   double query_identity_bytes = 0;    // per attention query: what the mask needs of it (index, document)

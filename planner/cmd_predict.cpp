@@ -74,6 +74,15 @@ std::string print_table(const Prediction& p) {
                gib(m.host_bytes_per_node[i]);
   if (!parts.empty()) os << " (" << parts << ")";
   os << "\n";
+  if (m.framework.count > 0) {  // framework_memory.hpp: part of the device and host runtime categories
+    os << "  framework buffers in runtime:";
+    for (int i = 0; i < m.framework.count; ++i) {
+      const FrameworkTerm& t = m.framework.terms[i];
+      os << "\n    " << t.name << ": " << human_bytes(t.bytes) << " per rank on the " << (t.host ? "host" : "device")
+         << (t.host ? " (x " + std::to_string(m.ranks_per_node) + " ranks per node)" : std::string()) << "  [" << t.source << "]";
+    }
+    os << "\n";
+  }
   for (auto& w : p.warnings) os << "warning: " << w << "\n";
   os << "\n";
   if (m.fits()) {

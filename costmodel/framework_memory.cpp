@@ -1,0 +1,123 @@
+#include "costmodel/framework_memory.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace ctx {
+
+double FrameworkMemory::device_bytes() const {
+  double b = 0;
+  for (int i = 0; i < count; ++i) b += terms[i].host ? 0.0 : terms[i].bytes;
+  return b;
+}
+
+double FrameworkMemory::host_bytes_per_rank() const {
+  double b = 0;
+  for (int i = 0; i < count; ++i) b += terms[i].host ? terms[i].bytes : 0.0;
+  return b;
+}
+
+int64_t nccl_communicators(const Plan& p) {
+  const int64_t dp = std::max<int64_t>(1, p.dp);
+  int64_t n = 0;
+  if (p.tp > 1) ++n;
+  if (p.cp > 1) n += (ulysses_degree(p) > 1 && ring_degree(p) > 1) ? 2 : 1;  // USP: the a2a and the ring group
+  if (dp * p.cp > 1) {
+    n += 1;                                          // gradient reduction / ZeRO over dp x cp (HSDP: the shard group)
+    if (zero_replicate_degree(p) > 1 && zero_shard_degree(p) > 1) n += 1;  // HSDP: the replicate group
+  }
+  if (p.pp > 1) ++n;
+  return n;
+}
+
+double megatron_buffer_padding_elements(double stage_params, double param_tensors, int64_t dp_cp) {
+  const double bucket_elements = std::max(kMegatronMinBucketElements, kMegatronBucketElementsPerDpRank * static_cast<double>(dp_cp));
+  const double buckets = std::ceil(stage_params / bucket_elements);
+  const double bucket_align = static_cast<double>(std::lcm(std::max<int64_t>(1, dp_cp), kMegatronBucketAlignElements));
+  return buckets * (bucket_align - 1.0) + param_tensors * static_cast<double>(kMegatronParamAlignElements - 1);
+}
+
+namespace {
+
+// the next power of two at or above x (x > 0), as c10::llvm::PowerOf2Ceil
+double pow2_ceil(double x) { return x <= 1.0 ? 1.0 : std::exp2(std::ceil(std::log2(x))); }
+
+// weight tensors Megatron's GPT layer registers with Transformer Engine's fused layers: linear_qkv
+// (+ its fused input layer-norm weight), linear_proj, linear_fc1 (+ its fused pre-MLP norm
+// weight), linear_fc2; a qkv bias adds one (megatron/core/models/gpt/gpt_layer_specs.py,
+// get_gpt_layer_with_transformer_engine_spec)
+double megatron_tensors_per_layer(const ModelSpec& m) { return 6.0 + (m.qkv_bias ? 1.0 : 0.0); }
+
+}  // namespace
+
+FrameworkMemory framework_memory(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, double stage_params,
+                                 double live_large_tensors) {
+  FrameworkMemory f;
+  auto add = [&f](const char* name, const char* source, double bytes, bool host) {
+    if (bytes <= 0 || f.count >= kMaxFrameworkTerms) return;
+    f.terms[f.count++] = FrameworkTerm{name, source, bytes, host};
+  };
+  const double Z = static_cast<double>(zero_shard_degree(p));
+
+  // DeepSpeed ZeRO-3 with the optimizer offloaded to the CPU keeps, besides the optimizer's fp32
+  // gradient partition (initialize_optimizer_states: subgroup_gradient_buffer, counted as the host
+  // grads), the flat partition the reduce-scatter lands in: grad_partitions_flat_buffer, one element
+  // per parameter of the rank's partition, on self.device = cpu, in gradient_accumulation_dtype
+  // (bf16 for a bf16 model under ZeRO when data_types.grad_accum_dtype is unset, engine.get_data_types).
+  // NVMe swap buffers (buffer_count x buffer_size, PartitionedOptimizerSwapper, AsyncPartitionedParameterSwapper)
+  // exist only with device "nvme"; CPU offload allocates none.
+  if (p.zero == 3 && p.opt_offload && rt.zero3_offload_grad_partition_bytes > 0)
+    add("zero3_offload_grad_partitions",
+        "deepspeed/runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3._setup_for_real_optimizer (grad_partitions_flat_buffer on the offload device); dtype from runtime/engine.py get_data_types",
+        rt.zero3_offload_grad_partition_bytes * stage_params / Z, true);
+
+  // DeepSpeed ZeRO-3 parameter offload pins the flat host copy of the weight partition
+  // unconditionally (_create_param_groups_fp16_flat_cpu_memory: get_accelerator().pin_memory), and
+  // PyTorch's pinned memory comes from the caching host allocator, which rounds every request up to
+  // the next power of two (aten/src/ATen/core/CachingHostAllocator.h, allocate: PowerOf2Ceil). The
+  // term is the rounding beyond the partition's bytes (counted as the host weights).
+  if (p.zero == 3 && p.param_offload && rt.zero3_param_offload_pinned_pow2) {
+    const double partition = rt.weight_bytes * stage_params / Z;
+    add("zero3_param_offload_pinned_rounding",
+        "deepspeed/runtime/zero/stage3.py _create_param_groups_fp16_flat_cpu_memory (pinned flat buffer); aten/src/ATen/core/CachingHostAllocator.h CachingHostAllocatorImpl::allocate (PowerOf2Ceil)",
+        pow2_ceil(partition) - partition, true);
+  }
+
+  // NCCL: each communicator's ring holds, per channel, one connection's buffers for the three
+  // protocols (SIMPLE NCCL_BUFFSIZE 4 MiB, LL 512 KiB, LL128 4,800 KiB; src/init.cc computeBuffSizes)
+  if (rt.nccl_channels > 0)
+    add("nccl_buffers",
+        "NCCL src/init.cc DEFAULT_BUFFSIZE / DEFAULT_LL_BUFFSIZE / DEFAULT_LL128_BUFFSIZE (NCCL_BUFFSIZE default 4194304, docs env.html) x channels x communicators",
+        static_cast<double>(nccl_communicators(p)) * rt.nccl_channels * kNcclConnectionBytes, false);
+
+  // PyTorch's CUDA caching allocator. Without expandable segments a large block is carved from a
+  // segment rounded up to kRoundLarge (2 MiB) and keeps its remainder r when r <= kSmallSize
+  // (1 MiB; larger remainders are split off and reused): with r uniform on [0, 2 MiB) the expected
+  // waste per live large tensor is the integral of r over [0, 1 MiB] / 2 MiB = kRoundLarge / 8.
+  // With expandable segments blocks are split down to 512 bytes and the segments grow in pages of
+  // kLargeBuffer (20 MiB, large pool) and kSmallBuffer (2 MiB, small pool): the expected unfilled
+  // part of the last page of each is half a page.
+  if (rt.caching_allocator == RuntimeProfile::CachingAllocator::segments)
+    add("caching_allocator_rounding",
+        "c10/cuda/CUDACachingAllocator.cpp get_allocation_size (kRoundLarge) and should_split (kSmallSize): kRoundLarge / 8 expected per live large block",
+        live_large_tensors * kCudaRoundLargeBytes / 8.0, false);
+  else if (rt.caching_allocator == RuntimeProfile::CachingAllocator::expandable_segments)
+    add("caching_allocator_rounding",
+        "c10/cuda/CUDACachingAllocator.cpp ExpandableSegment (pages of kLargeBuffer / kSmallBuffer): half a page per pool expected",
+        (kCudaLargeBufferBytes + kCudaSmallBufferBytes) / 2.0, false);
+
+  // Megatron's distributed optimizer: the contiguous bf16 parameter buffer and fp32 gradient buffer
+  // (the weights and main grads already counted) are padded per parameter and per bucket
+  if (rt.megatron_buffer_padding && p.zero >= 1) {
+    const double tensors = static_cast<double>(m.layers) / static_cast<double>(std::max<int64_t>(1, p.pp)) *
+                               megatron_tensors_per_layer(m) + 3.0;  // + embedding, output layer, final norm
+    const int64_t dp_cp = std::max<int64_t>(1, p.dp) * p.cp;
+    add("megatron_buffer_padding",
+        "megatron/core/distributed/param_and_grad_buffer.py _ParamAndGradBuffer.__init__ (_pad_start_of_param_if_needed, _pad_end_of_bucket_if_needed), an upper bound",
+        megatron_buffer_padding_elements(stage_params, tensors, dp_cp) * (rt.weight_bytes + rt.grad_bytes), false);
+  }
+  return f;
+}
+
+}  // namespace ctx

@@ -1,0 +1,154 @@
+// The framework memory terms (costmodel/framework_memory.hpp) against hand arithmetic from the
+// frameworks' source: DeepSpeed ZeRO-3 offload host buffers, PyTorch's pinned power-of-two rounding,
+// NCCL buffers per communicator and channel, the CUDA caching allocator's rounding, Megatron's
+// distributed-optimizer buffer padding; and that ctxrun's profiles get none of them.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "costmodel/framework_memory.hpp"
+#include "costmodel/memory_model.hpp"
+#include "costmodel/plan_check.hpp"
+#include "costmodel/profile_store.hpp"
+
+namespace ctx {
+namespace {
+
+const Profiles& profiles() {
+  static Profiles p = load_profiles(default_profiles_dir());
+  return p;
+}
+
+MemoryPrediction run(const std::string& plan_text, const std::string& runtime, const std::string& cluster = "8xh100",
+                     const std::string& model = "Llama-3.1-8B", int64_t seq = 32768) {
+  ModelSpec m = resolve_model(profiles(), model);
+  ClusterSpec c = resolve_cluster(profiles(), cluster);
+  Plan p = parse_plan(plan_text);
+  PlanCheck chk = check_plan(p, m, c, seq);
+  EXPECT_TRUE(chk.ok()) << plan_text << ": " << chk.message();
+  return predict_memory(m, c, resolve_runtime(profiles(), runtime), p, seq);
+}
+
+double term(const MemoryPrediction& mp, const std::string& name) {
+  for (int i = 0; i < mp.framework.count; ++i)
+    if (name == mp.framework.terms[i].name) return mp.framework.terms[i].bytes;
+  return 0;
+}
+
+double host(const MemoryPrediction& mp, HostMem c) { return mp.host_bytes_per_node[static_cast<int>(c)]; }
+
+constexpr double kLlama31_8bParams = 8030261248.0;  // Llama-3.1-8B (test_memory_facts: 144 GB of model states / 18 B)
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+TEST(FrameworkMemory, DeepSpeedZero3OffloadHostBuffersFollowStage3) {
+  // Llama-3.1-8B, hf-deepspeed, 8 x H100, dp=8 ZeRO-3 with optimizer and parameter offload.
+  // Partition per rank: 8,030,261,248 / 8 = 1,003,782,656 parameters.
+  //  - grad_partitions_flat_buffer (stage3.py _setup_for_real_optimizer), bf16 on the host:
+  //    2 x 1,003,782,656 = 2,007,565,312 B per rank
+  //  - the pinned flat bf16 weight partition (2,007,565,312 B) rounded up to 2^31 = 2,147,483,648 B
+  //    by PyTorch's caching host allocator: +139,918,336 B per rank
+  //  - per node (8 ranks): optimizer 8P = 64,242,089,984, master 4P = 32,121,044,992, fp32 grads
+  //    4P = 32,121,044,992, weights 2P = 16,060,522,496, runtime 8 x (8 GiB + 2,007,565,312 +
+  //    139,918,336) = 8 x 10,737,418,240 = 85,899,345,920; total 230,444,048,384 B
+  MemoryPrediction mp = run("dp=8,zero=3,recompute=full,opt_offload=1,param_offload=1", "hf-deepspeed");
+  EXPECT_DOUBLE_EQ(term(mp, "zero3_offload_grad_partitions"), 2007565312.0);
+  EXPECT_DOUBLE_EQ(term(mp, "zero3_param_offload_pinned_rounding"), 139918336.0);
+  EXPECT_DOUBLE_EQ(host(mp, HostMem::runtime), 85899345920.0);
+  EXPECT_DOUBLE_EQ(host(mp, HostMem::optimizer), 8.0 * kLlama31_8bParams);
+  EXPECT_DOUBLE_EQ(host(mp, HostMem::grads), 4.0 * kLlama31_8bParams);
+  EXPECT_DOUBLE_EQ(mp.host_total_bytes_per_node, 230444048384.0);
+}
+
+TEST(FrameworkMemory, PinnedRoundingOnOneGpuIsTheNextPowerOfTwo) {
+  // ALST's single-GPU baseline: the whole 16,060,522,496-byte bf16 partition is pinned and rounded to
+  // 2^34 = 17,179,869,184 B: +1,119,346,688 B; the bf16 gradient partition is 16,060,522,496 B
+  MemoryPrediction mp = run("dp=1,zero=3,recompute=full,opt_offload=1,param_offload=1", "hf-deepspeed", "1xh100");
+  EXPECT_DOUBLE_EQ(term(mp, "zero3_param_offload_pinned_rounding"), 1119346688.0);
+  EXPECT_DOUBLE_EQ(term(mp, "zero3_offload_grad_partitions"), 2.0 * kLlama31_8bParams);
+  EXPECT_DOUBLE_EQ(term(mp, "nccl_buffers"), 0.0) << "one rank: no communicator";
+}
+
+TEST(FrameworkMemory, OffloadTermsNeedZero3AndTheirOffload) {
+  // no optimizer offload: the flat gradient partition lives on the device (not a host term); no
+  // parameter offload: no pinned weight copy; ZeRO-2's offload is stage_1_and_2.py, not stage3.py
+  MemoryPrediction dev = run("dp=8,zero=3,recompute=full", "hf-deepspeed");
+  EXPECT_DOUBLE_EQ(term(dev, "zero3_offload_grad_partitions"), 0.0);
+  EXPECT_DOUBLE_EQ(term(dev, "zero3_param_offload_pinned_rounding"), 0.0);
+  MemoryPrediction opt = run("dp=8,zero=3,recompute=full,opt_offload=1", "hf-deepspeed");
+  EXPECT_GT(term(opt, "zero3_offload_grad_partitions"), 0.0);
+  EXPECT_DOUBLE_EQ(term(opt, "zero3_param_offload_pinned_rounding"), 0.0);
+  MemoryPrediction z2 = run("dp=8,zero=2,recompute=full,opt_offload=1", "hf-deepspeed");
+  EXPECT_DOUBLE_EQ(term(z2, "zero3_offload_grad_partitions"), 0.0);
+}
+
+TEST(FrameworkMemory, NcclBuffersArePerCommunicatorAndChannel) {
+  // one connection = 4,194,304 (SIMPLE) + 524,288 (LL: 8 x 512 x 8 x 16) + 4,915,200 (LL128:
+  // 120 x 640 x 8 x 8) = 9,633,792 B; 32 channels: 308,281,344 B per communicator
+  EXPECT_DOUBLE_EQ(kNcclConnectionBytes, 9633792.0);
+  const double per_comm = 32.0 * 9633792.0;
+  // dp=8: the gradient/ZeRO group only
+  EXPECT_DOUBLE_EQ(term(run("dp=8,zero=3,recompute=full", "hf-deepspeed"), "nccl_buffers"), 1.0 * per_comm);
+  // Ulysses cp=8 (dp=1): the sequence-parallel group and the dp x cp ZeRO group (two communicators over the same ranks)
+  EXPECT_DOUBLE_EQ(term(run("cp=8,cp_kind=ulysses,zero=3,recompute=full", "hf-deepspeed"), "nccl_buffers"), 2.0 * per_comm);
+  // dp=2, tp=2, cp=2: tp, cp and the dp x cp group
+  EXPECT_DOUBLE_EQ(term(run("dp=2,tp=2,cp=2,cp_kind=zigzag,zero=1", "megatron"), "nccl_buffers"), 3.0 * per_comm);
+  // USP: the Ulysses group, the ring group and the dp x cp group
+  EXPECT_EQ(nccl_communicators(parse_plan("dp=2,cp=4,cp_kind=usp,ulysses=2")), 3);
+  EXPECT_EQ(nccl_communicators(parse_plan("dp=4,pp=2")), 2);
+  EXPECT_EQ(nccl_communicators(parse_plan("dp=1")), 0);
+  // the device runtime category is the cuBLAS workspace (32 MiB) + NCCL + the caching allocator's
+  // expected unfilled pages under expandable segments ((20 MiB + 2 MiB) / 2 = 11 MiB)
+  MemoryPrediction mp = run("dp=8,zero=3,recompute=full", "hf-deepspeed");
+  EXPECT_DOUBLE_EQ(mp.peak[Mem::runtime], 32.0 * kMiB + per_comm + 11.0 * kMiB);
+}
+
+TEST(FrameworkMemory, CachingAllocatorRoundingWithoutExpandableSegments) {
+  // megatron (default segments), Llama-2-7B, 32 layers, full recompute: 32 live checkpoints, each
+  // expected to keep kRoundLarge / 8 = 262,144 B of unsplit remainder: 8,388,608 B
+  MemoryPrediction mp = run("dp=8,zero=1,recompute=full", "megatron", "8xh100", "Llama-2-7B", 4096);
+  EXPECT_DOUBLE_EQ(term(mp, "caching_allocator_rounding"), 32.0 * 262144.0);
+}
+
+TEST(FrameworkMemory, MegatronBufferPaddingBound) {
+  // Llama-2-7B (6,738,415,616 parameters), dp=8 with the distributed optimizer: buckets of
+  // max(40M, 8M) = 40,000,000 elements -> ceil(168.46) = 169 buckets, each end padded by at most
+  // lcm(8, 128) - 1 = 127; 32 layers x 6 TE weight tensors + 3 = 195 parameters, each start padded by
+  // at most 63: 169 x 127 + 195 x 63 = 21,463 + 12,285 = 33,748 elements x (2 + 4) bytes = 202,488 B
+  EXPECT_DOUBLE_EQ(megatron_buffer_padding_elements(6738415616.0, 195.0, 8), 33748.0);
+  MemoryPrediction mp = run("dp=8,zero=1,recompute=full", "megatron", "8xh100", "Llama-2-7B", 4096);
+  EXPECT_DOUBLE_EQ(term(mp, "megatron_buffer_padding"), 202488.0);
+  // without the distributed optimizer (zero=0) Megatron does not pad
+  EXPECT_DOUBLE_EQ(term(run("dp=8,zero=0,recompute=full", "megatron", "8xh100", "Llama-2-7B", 4096), "megatron_buffer_padding"), 0.0);
+}
+
+TEST(FrameworkMemory, CtxrunProfilesHaveNoFrameworkTerms) {
+  // ctxrun's memory is its ledger's (docs/VALIDATION.md memory fidelity): no modelled framework terms
+  for (const char* rt : {"ctxrun-cpu", "ctxrun-cuda"})
+    for (const char* plan : {"dp=8,zero=3,opt_offload=1,param_offload=1", "tp=2,cp=4,cp_kind=ring", "dp=2,cp=4,cp_kind=usp,ulysses=2,zero=1"}) {
+      SCOPED_TRACE(std::string(rt) + " " + plan);
+      MemoryPrediction mp = run(plan, rt, "8xh100", "Llama-3.1-8B", 8192);
+      EXPECT_EQ(mp.framework.count, 0);
+    }
+}
+
+TEST(FrameworkMemory, ProfileRejectsAnUnknownAllocatorMode) {
+  // a real profile with one constant changed
+  const std::string path = default_profiles_dir() + "/runtimes/hf-deepspeed.json";
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  json real = parse_json_text(text.str(), path);
+  real["constants"]["caching_allocator"]["value"] = "buddy";
+  try {
+    runtime_from_json(real, "test");
+    FAIL() << "an unknown caching_allocator must be refused";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("expandable_segments"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ctx
