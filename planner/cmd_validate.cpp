@@ -25,14 +25,16 @@ std::function<int()> add_validate_command(CLI::App& app, CommonOptions& common) 
   auto a = std::make_shared<Args>();
   app.add_flag("--json", a->json, "print every row and the summary as JSON");
   app.add_option("--only", a->only, "only points whose id contains this text (e.g. alst, nemo, tt-)");
-  app.footer("Reads profiles/validation/published_time.jsonl and alst_maxseq.jsonl. docs/VALIDATION.md carries the table.");
+  app.footer("Reads profiles/validation/published_time.jsonl and alst_maxseq.jsonl. docs/VALIDATION.md carries the table. "
+             "A point's role is fit (its residual is the runtime's error band) or check (only compared); the summary gives "
+             "each metric's geometric mean over all points and, where both kinds exist, over each apart.");
   return [a, &common]() {
     Profiles profiles = load_profiles(common.profiles.empty() ? default_profiles_dir() : common.profiles);
     const std::string dir = profiles.dir + "/validation/";
-    struct Row { std::string id, metric; double published, predicted; std::string plan, note, attention; };
+    struct Row { std::string id, metric; double published, predicted; std::string plan, note, attention, role; };
     std::vector<Row> rows;
     for (const PublishedTimeRow& p : predict_published_time(profiles, a->only, ""))
-      rows.push_back({p.id, p.metric, p.published, p.predicted, p.plan, p.note, p.attention});
+      rows.push_back({p.id, p.metric, p.published, p.predicted, p.plan, p.note, p.attention, p.role});
     for (const json& pt : read_jsonl(dir + "alst_maxseq.jsonl")) {
       JsonReader r(pt, dir + "alst_maxseq.jsonl");
       std::string id = r.string("id") + ":max_seq_tokens";
@@ -45,36 +47,50 @@ std::function<int()> add_validate_command(CLI::App& app, CommonOptions& common) 
       PlanCheck chk = check_plan(plan, m, c, seq_granule(plan) * 1024);
       if (!chk.ok()) throw InputError(dir + "alst_maxseq.jsonl", id, chk.message());
       int64_t s = max_trainable_seq(m, c, rt, plan, static_cast<int64_t>(published * 4));
-      rows.push_back({id, "max_seq_tokens", published, static_cast<double>(s), plan_to_string(plan), "", find_attention_kernel(c, rt).name});
+      rows.push_back({id, "max_seq_tokens", published, static_cast<double>(s), plan_to_string(plan), "",
+                      find_attention_kernel(c, rt).name, point_role(r)});
     }
-    std::map<std::string, std::pair<double, int>> by_metric;  // sum |ln ratio|, count
+    // geometric-mean |error| per metric: all points, and the fit and check points apart
+    std::map<std::string, std::pair<double, int>> by_metric;                      // sum |ln ratio|, count
+    std::map<std::pair<std::string, std::string>, std::pair<double, int>> by_role;  // (metric, role) -> the same
     for (auto& r : rows)
       if (r.predicted > 0 && r.published > 0) {
-        auto& e = by_metric[r.metric];
-        e.first += std::abs(std::log(r.predicted / r.published));
-        e.second += 1;
+        const double e = std::abs(std::log(r.predicted / r.published));
+        by_metric[r.metric].first += e;
+        by_metric[r.metric].second += 1;
+        by_role[{r.metric, r.role}].first += e;
+        by_role[{r.metric, r.role}].second += 1;
       }
+    auto geomean = [](const std::pair<double, int>& v) { return std::exp(v.first / v.second) - 1.0; };
     if (a->json) {
       json jr = json::array(), js = json::object();
       for (auto& r : rows)
         jr.push_back({{"id", r.id}, {"metric", r.metric}, {"published", r.published}, {"predicted", r.predicted},
                       {"error", r.predicted / r.published - 1.0}, {"plan", r.plan}, {"note", r.note},
-                      {"attention", r.attention}});  // the kernel priced: the point's stated one, else the runtime's default
-      for (auto& [k, v] : by_metric) js[k] = {{"points", v.second}, {"geomean_abs_error", std::exp(v.first / v.second) - 1.0}};
+                      {"attention", r.attention},  // the kernel priced: the point's stated one, else the runtime's default
+                      {"role", r.role}});
+      for (auto& [k, v] : by_metric) js[k] = {{"points", v.second}, {"geomean_abs_error", geomean(v)}};
+      for (auto& [k, v] : by_role) js[k.first][k.second] = {{"points", v.second}, {"geomean_abs_error", geomean(v)}};
       std::cout << json_dump(json{{"schema", "ctxplan.validation/1"}, {"rows", jr}, {"summary", js}}) << "\n";
       return kExitOk;
     }
     Table t;
-    t.header = {"point", "published", "predicted", "error", "plan"};
+    t.header = {"point", "role", "published", "predicted", "error", "plan"};
     for (auto& r : rows) {
       int dec = r.published < 100 ? 2 : 0;
-      t.rows.push_back({r.id, fixed(r.published, dec), fixed(r.predicted, dec), (r.predicted >= r.published ? "+" : "") +
+      t.rows.push_back({r.id, r.role, fixed(r.published, dec), fixed(r.predicted, dec), (r.predicted >= r.published ? "+" : "") +
                         fixed(100.0 * (r.predicted / r.published - 1.0), 1) + "%", r.plan + (r.note.empty() ? "" : " (" + r.note + ")")});
     }
     std::cout << "ctxplan validate: " << rows.size() << " reference points (profiles/validation/)\n" << t.render() << "\n";
     Table s;
-    s.header = {"metric", "points", "geometric-mean |error|"};
-    for (auto& [k, v] : by_metric) s.rows.push_back({k, std::to_string(v.second), fixed(100.0 * (std::exp(v.first / v.second) - 1.0), 1) + "%"});
+    s.header = {"metric", "points", "role", "geometric-mean |error|"};
+    for (auto& [k, v] : by_metric) {
+      const bool both = by_role.count({k, "fit"}) && by_role.count({k, "check"});
+      if (both) s.rows.push_back({k, std::to_string(v.second), "all", fixed(100.0 * geomean(v), 1) + "%"});
+      for (const char* role : {"fit", "check"})
+        if (auto it = by_role.find({k, role}); it != by_role.end())
+          s.rows.push_back({both ? "" : k, std::to_string(it->second.second), role, fixed(100.0 * geomean(it->second), 1) + "%"});
+    }
     std::cout << s.render();
     return kExitOk;
   };

@@ -15,7 +15,7 @@ namespace {
 void check_point_keys(const JsonReader& r, const std::string& id) {
   static const char* keys[] = {"id", "point", "source", "source_locator", "model", "cluster", "runtime", "plan", "seq",
                                "metric", "published", "definition", "published_notes", "mapping_notes", "attention",
-                               "attention_source"};
+                               "attention_source", "role"};
   for (auto& [key, v] : r.self().items()) {
     bool known = false;
     for (const char* k : keys) known |= key == k;
@@ -26,6 +26,12 @@ void check_point_keys(const JsonReader& r, const std::string& id) {
 }
 
 }  // namespace
+
+std::string point_role(const JsonReader& r) {
+  const std::string role = r.string_or("role", "fit");
+  if (role != "fit" && role != "check") r.fail("role", "'" + role + "': a point's role is fit or check");
+  return role;
+}
 
 std::vector<json> read_jsonl(const std::string& path) {
   std::ifstream in(path);
@@ -85,6 +91,7 @@ std::vector<PublishedTimeRow> predict_published_time(const Profiles& profiles, c
     row.runtime = rt.name;
     row.gpu = c.gpu.name;
     row.attention = p.attention;
+    row.role = point_role(r);
     row.plan = plan_to_string(p.plan);
     row.note = p.memory.fits() ? "" : "predicted not to fit";
     row.published = r.number("published");
@@ -107,7 +114,7 @@ std::vector<TimeResidual> published_time_residuals(const Profiles& profiles, con
   std::map<std::string, size_t> at;    // point -> index in out
   std::vector<int> count;
   for (const PublishedTimeRow& row : predict_published_time(profiles, "", runtime)) {
-    if (!(row.predicted > 0) || !(row.published > 0)) continue;
+    if (!(row.predicted > 0) || !(row.published > 0) || row.role != "fit") continue;
     auto [it, fresh] = at.try_emplace(row.point, out.size());
     if (fresh) {
       out.push_back({row.point, row.gpu, 0.0});

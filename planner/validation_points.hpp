@@ -11,12 +11,18 @@ namespace ctx {
 
 std::vector<json> read_jsonl(const std::string& path);
 
+// A point's role: "fit" (absent: the points the built-in profiles were developed against, whose
+// residuals are the runtimes' error bands) or "check" (added only to be compared: never in a band
+// or a calibration). `ctxplan validate` reports the two apart.
+std::string point_role(const JsonReader& r);
+
 // The published metric, computed from a predicted step the way the source computed it.
 double metric_from(const std::string& def, const ModelSpec& m, const Prediction& p);
 
 struct PublishedTimeRow {
   std::string id, point, metric, runtime, gpu, plan, note;
   std::string attention;      // the kernel priced: the point's stated one, else the runtime's default
+  std::string role = "fit";   // "fit": feeds the runtime's error band; "check": only compared (point_role)
   double published = 0, predicted = 0;
   double step_log_ratio = 0;  // ln(measured / predicted step time) this metric implies
 };
@@ -24,8 +30,8 @@ struct PublishedTimeRow {
 // Every point (its id containing `only`, of runtime `runtime`; empty: all), in file order.
 std::vector<PublishedTimeRow> predict_published_time(const Profiles& profiles, const std::string& only, const std::string& runtime);
 
-// One residual per published point (a point's metrics are one run: the mean of their step log
-// ratios) of this runtime. Computed once per process and runtime name.
+// One residual per published fit point (a point's metrics are one run: the mean of their step log
+// ratios) of this runtime; check points are left out. Computed once per process and runtime name.
 std::vector<TimeResidual> published_time_residuals(const Profiles& profiles, const std::string& runtime);
 
 // The runtime with residuals for its error band: its own (a calibrated profile's), else those of the

@@ -26,7 +26,11 @@ TEST(ValidationAlst, MaxTrainableSequenceMatchesPublished) {
   ASSERT_GE(points.size(), 8u);
   std::printf("\n| point | GPUs | plan | published max | predicted max | error |\n|---|---|---|---|---|---|\n");
   double log_sum = 0;
+  int fit = 0;
   for (auto& pt : points) {
+    // check points (role "check": a stand-in runtime, only compared) are printed and not asserted;
+    // `ctxplan validate` reports them apart from the fit points
+    const bool check = pt.contains("role") && pt["role"] == "check";
     ModelSpec m = resolve_model(profiles, pt["model"]);
     ClusterSpec c = resolve_cluster(profiles, pt["cluster"]);
     const RuntimeProfile& rt = resolve_runtime(profiles, pt["runtime"]);
@@ -36,13 +40,16 @@ TEST(ValidationAlst, MaxTrainableSequenceMatchesPublished) {
     ASSERT_TRUE(chk.ok()) << pt["id"] << ": " << chk.message();
     int64_t predicted = max_trainable_seq(m, c, rt, p, int64_t(1) << 27);
     double err = static_cast<double>(predicted) / static_cast<double>(published) - 1.0;
-    log_sum += std::fabs(std::log(static_cast<double>(predicted) / static_cast<double>(published)));
-    std::printf("| %s | %lld | `%s` | %lld | %lld | %+.1f%% |\n", pt["id"].get<std::string>().c_str(),
+    std::printf("| %s%s | %lld | `%s` | %lld | %lld | %+.1f%% |\n", pt["id"].get<std::string>().c_str(), check ? " (check)" : "",
                 static_cast<long long>(world_size(c)), pt["plan"].get<std::string>().c_str(),
                 static_cast<long long>(published), static_cast<long long>(predicted), 100 * err);
+    if (check) continue;
+    log_sum += std::fabs(std::log(static_cast<double>(predicted) / static_cast<double>(published)));
+    ++fit;
     EXPECT_LE(std::fabs(err), kMaxSeqTolerance) << pt["id"];
   }
-  std::printf("\ngeometric-mean |error|: %.1f%%\n", 100 * (std::exp(log_sum / points.size()) - 1));
+  ASSERT_GE(fit, 8);
+  std::printf("\ngeometric-mean |error| over the fit points: %.1f%%\n", 100 * (std::exp(log_sum / fit) - 1));
 }
 
 }  // namespace
