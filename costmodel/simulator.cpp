@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "costmodel/process_groups.hpp"
+#include "costmodel/ring_backward.hpp"
 
 namespace ctx {
 
@@ -93,7 +94,8 @@ constexpr double StepBreakdown::*kBreakdownNumbers[] = {&StepBreakdown::compute,
 // is created: its dependencies were all created (and timed) before it.
 class Builder {
  public:
-  Builder(const StepCosts& k, const Plan& p, SimResult& out, bool record) : k_(k), p_(p), out_(out), record_(record) {}
+  Builder(const StepCosts& k, const Plan& p, SimResult& out, bool record, int ring_closed_form_min_ranks)
+      : k_(k), p_(p), out_(out), record_(record), ring_closed_form_min_ranks_(ring_closed_form_min_ranks) {}
 
   void build() {
     choose_reps();
@@ -396,7 +398,10 @@ class Builder {
         cost_of[static_cast<size_t>(r)] = &costs[static_cast<size_t>(rep.pack_class)][static_cast<size_t>(rep.cp_index)];
         prev[static_cast<size_t>(r)] = prev_of(r);
       }
-      if (backward) ring_steps_fast(generic_steps, steps, cost_of, prev, have, have_dkv, last_compute);
+      if (backward) {
+        if (nreps() < ring_closed_form_min_ranks_ || !ring_backward_by_rank(generic_steps, steps, cost_of, prev, have, have_dkv, last_compute))
+          ring_steps_fast(generic_steps, steps, cost_of, prev, have, have_dkv, last_compute);
+      }
       else ring_forward_by_rank(pass, steps, cost_of, prev, have, last_compute);
     }
     if (!backward) return last_compute;
@@ -547,6 +552,73 @@ class Builder {
       have_dkv[r] = d;
       last_[r * kSimStreams + static_cast<int>(SimStream::ring)] = d;
     }
+  }
+
+  // Backward ring steps [j0, steps) without a recording, rank by rank in closed form
+  // (costmodel/ring_backward.hpp): the same tasks, ids, accounting and breakdown as
+  // ring_steps_fast, equal to it up to rounding. False (nothing changed) where the closed form
+  // does not apply; the caller sweeps then.
+  bool ring_backward_by_rank(int64_t j0, int64_t steps, const std::vector<const std::vector<double>*>& cost_of, const std::vector<int>& prev,
+                             const std::vector<T>& have, std::vector<T>& have_dkv, std::vector<T>& last_compute) {
+    const int R = nreps();
+    const size_t n = static_cast<size_t>(R);
+    ring_in_.resize(n);
+    for (size_t r = 0; r < n; ++r) {
+      RingBackwardRank& x = ring_in_[r];
+      const RepAcc& a = acc_[r];
+      const T& ring = last_[r * kSimStreams + static_cast<int>(SimStream::ring)];
+      x.cost = cost_of[r];
+      x.prev = prev[r];
+      x.have_start = have[r].start, x.have_end = have[r].end, x.have_ready = have[r].ready;
+      x.dkv_valid = have_dkv[r].id >= 0;
+      x.dkv_end = x.dkv_valid ? have_dkv[r].end : 0.0;
+      x.compute_end = last_compute[r].end;
+      x.prev_end = a.prev_end;
+      x.ring_end = ring.id >= 0 ? ring.end : 0.0;
+      x.best_end = a.last.id >= 0 ? a.last.end : -std::numeric_limits<double>::infinity();
+    }
+    if (!ring_backward_closed_form(j0, steps, k_.p2p_fwd, k_.p2p_dkv, ring_in_, ring_out_, ring_work_)) return false;
+    const double p2p = std::max(0.0, k_.p2p_fwd), p2p_dkv = std::max(0.0, k_.p2p_dkv);
+    const int64_t id0 = next_id_;
+    int64_t created = 0;
+    for (int64_t i = j0; i < steps; ++i) created += (i + 1 < steps ? 3 : 2) * static_cast<int64_t>(R);
+    next_id_ = id0 + created;
+    ntasks_ += created;
+    // the ids ring_steps_fast gives: step j creates receives (if any), computes, hops, R each
+    auto make = [&](size_t r, RingBackwardResult::Role role, int64_t j, double start, double end, double ready) {
+      const int64_t before = (j - j0) * 3 * static_cast<int64_t>(R);  // steps j0 .. j-1 all have receives
+      const bool has_recv = j + 1 < steps;
+      const int64_t block = role == RingBackwardResult::recv ? 0 : role == RingBackwardResult::compute ? (has_recv ? R : 0) : (has_recv ? 2 * R : R);
+      const std::vector<double>& cv = *cost_of[r];
+      const double dur = role == RingBackwardResult::recv ? p2p
+                         : role == RingBackwardResult::dkv ? p2p_dkv
+                                                           : std::max(0.0, static_cast<size_t>(j) < cv.size() ? cv[static_cast<size_t>(j)] : 0.0);
+      return task_of(id0 + before + block + static_cast<int64_t>(r), static_cast<int>(r), start, end, ready, dur,
+                     role == RingBackwardResult::compute ? SimStream::compute : SimStream::ring,
+                     role == RingBackwardResult::compute ? SimCategory::compute : SimCategory::comm);
+    };
+    const int64_t last_j = steps - 1;
+    for (size_t r = 0; r < n; ++r) {
+      const RingBackwardResult& o = ring_out_[r];
+      RepAcc& a = acc_[r];
+      a.busy += o.busy_s;
+      a.stream_busy += o.busy_s;
+      a.b.compute += o.busy_s;
+      a.b.imbalance += o.imbalance_s;
+      a.b.exposed_comm += o.exposed_s;
+      a.prev_end = o.c_end;
+      if (o.best_role != RingBackwardResult::none) {
+        a.end = std::max(a.end, o.best_end);
+        a.last = make(r, o.best_role, o.best_j, o.best_start, o.best_end, o.best_ready);
+      }
+      const T c = make(r, RingBackwardResult::compute, last_j, o.c_start, o.c_end, o.c_start);
+      last_compute[r] = c;
+      last_[r * kSimStreams + static_cast<int>(SimStream::compute)] = c;
+      const T d = make(r, RingBackwardResult::dkv, last_j, o.d_start, o.d_end, o.d_ready);
+      have_dkv[r] = d;
+      last_[r * kSimStreams + static_cast<int>(SimStream::ring)] = d;
+    }
+    return true;
   }
 
   // Where the cost of a rank's ring steps changes: the starts of its runs of equal cost over
@@ -1104,6 +1176,7 @@ class Builder {
   SimResult& out_;
   int64_t cp_reps_ = 1;
   bool record_ = true;
+  int ring_closed_form_min_ranks_ = kRingClosedFormMinRanks;
   int64_t mb_ = 0;
   int64_t next_coll_ = 0;
   int64_t next_id_ = 0;
@@ -1114,6 +1187,9 @@ class Builder {
   std::vector<T> fwd_tail_, loss_end_, mb_end_, reduce_end_;
   std::unordered_map<const std::vector<double>*, std::vector<int64_t>> cost_runs_;  // ring_forward_by_rank's
   std::vector<int> ng_;
+  std::vector<RingBackwardRank> ring_in_;  // ring_backward_by_rank's
+  std::vector<RingBackwardResult> ring_out_;
+  RingBackwardWork ring_work_;
   std::vector<int64_t> ng_hops_;
 
  public:
@@ -1128,10 +1204,10 @@ class Builder {
 
 }  // namespace
 
-SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record) {
+SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record, int ring_closed_form_min_ranks) {
   auto t0 = std::chrono::steady_clock::now();
   SimResult r;
-  Builder b(k, p, r, record == SimRecord::tasks);
+  Builder b(k, p, r, record == SimRecord::tasks, ring_closed_form_min_ranks);
   b.build();
   const auto& acc = b.reps();
   r.stats.tasks = b.tasks();

@@ -90,7 +90,15 @@ int64_t ring_steps_per_layer(const StepCosts& k);
 // along a line are jumped (checked at the far end; see Period in simulator.cpp): equal to the full
 // sweep up to rounding (1.6e-13 relative on tests/test_simulator_oracle.cpp's 106 plans). With a
 // recording every task is swept, bit-identical to simulate_step_reference.
-SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record = SimRecord::tasks);
+//
+// Without a recording, a backward ring of at least `ring_closed_form_min_ranks` simulated ranks
+// runs rank by rank in closed form (costmodel/ring_backward.hpp: O(ranks x pieces) per layer
+// instead of O(ranks x steps)); smaller ones sweep their steps on flat arrays, which is faster
+// there (bench/bench_simulator.cpp measured the two equal near 128 ranks, the closed form 1.2x
+// faster at 256 and 3.3x at 512). The tests pass 2 to take the closed form on small rings too.
+constexpr int kRingClosedFormMinRanks = 192;
+SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record = SimRecord::tasks,
+                        int ring_closed_form_min_ranks = kRingClosedFormMinRanks);
 
 // The event-queue implementation it replaced (every task stored, a priority queue): the oracle of
 // tests/test_simulator_oracle.cpp and the baseline of bench/bench_simulator.cpp. Same results.

@@ -2,8 +2,8 @@
 // hand-built StepCosts, each worked out in the comments, so that a systematically optimistic (or
 // pessimistic) overlap cannot pass. Every cost not named is 0: zero-duration compute tasks still
 // exist (they only order the stream), zero-duration collectives, p2p hops and copies vanish except
-// ring hops and dK,dV hops, which always exist. Each case is checked on the streaming sweep, the
-// recording mode and the event-queue oracle.
+// ring hops and dK,dV hops, which always exist. Each case is checked on the streaming sweep (also
+// with the backward ring rank by rank in closed form), the recording mode and the event-queue oracle.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -34,9 +34,15 @@ struct Expect {
 
 void check(const StepCosts& k, const std::string& plan, const Expect& e, const std::string& what) {
   Plan p = parse_plan(plan);
-  for (int impl = 0; impl < 3; ++impl) {
-    SimResult r = impl == 0 ? simulate_step(k, p, SimRecord::none) : impl == 1 ? simulate_step(k, p, SimRecord::tasks) : simulate_step_reference(k, p);
-    const std::string w = what + (impl == 0 ? " (streaming)" : impl == 1 ? " (recording)" : " (event-queue oracle)");
+  for (int impl = 0; impl < 4; ++impl) {
+    SimResult r = impl == 0   ? simulate_step(k, p, SimRecord::none)
+                  : impl == 1 ? simulate_step(k, p, SimRecord::tasks)
+                  : impl == 2 ? simulate_step_reference(k, p)
+                              : simulate_step(k, p, SimRecord::none, 2);  // the backward ring rank by rank in closed form
+    const std::string w = what + (impl == 0   ? " (streaming)"
+                                  : impl == 1 ? " (recording)"
+                                  : impl == 2 ? " (event-queue oracle)"
+                                              : " (streaming, backward ring in closed form)");
     EXPECT_DOUBLE_EQ(r.time.step_seconds, e.step) << w;
     EXPECT_DOUBLE_EQ(r.time.breakdown.compute, e.compute) << w;
     EXPECT_DOUBLE_EQ(r.time.breakdown.exposed_comm, e.exposed_comm) << w;

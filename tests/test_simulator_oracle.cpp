@@ -120,9 +120,12 @@ TEST(SimulatorOracle, StreamingSweepMatchesTheEventQueueOnEveryPlanOfTheMatrix) 
     }
     StepCosts k = step_costs(m, cl, rt, p, c.seq, true);
     SimResult ref = simulate_step_reference(k, p);
-    for (SimRecord record : {SimRecord::none, SimRecord::tasks}) {
-      SimResult got = simulate_step(k, p, record);
-      const std::string w = what + (record == SimRecord::none ? " (streaming)" : " (recording)");
+    // streaming; streaming with the backward ring rank by rank in closed form at every size
+    // (by default only from kRingClosedFormMinRanks ranks); recording
+    for (int variant = 0; variant < 3; ++variant) {
+      const SimRecord record = variant == 2 ? SimRecord::tasks : SimRecord::none;
+      SimResult got = simulate_step(k, p, record, variant == 1 ? 2 : kRingClosedFormMinRanks);
+      const std::string w = what + (variant == 0 ? " (streaming)" : variant == 1 ? " (streaming, closed-form backward ring)" : " (recording)");
       auto cmp = [&](const char* field, double a, double b) {
         double d = rel(a, b);
         if (d > worst) { worst = d; worst_where = w + " " + field; }
@@ -163,7 +166,7 @@ TEST(SimulatorOracle, StreamingSweepMatchesTheEventQueueOnEveryPlanOfTheMatrix) 
         EXPECT_EQ(got.reps[i].stands_for, ref.reps[i].stands_for) << w;
         EXPECT_EQ(got.reps[i].label, ref.reps[i].label) << w;
       }
-      if (record == SimRecord::none && (got.stats.layers_extrapolated > 0 || got.stats.micro_batches_extrapolated > 0)) ++extrapolating;
+      if (variant == 0 && (got.stats.layers_extrapolated > 0 || got.stats.micro_batches_extrapolated > 0)) ++extrapolating;
       if (record == SimRecord::none) {
         EXPECT_TRUE(got.tasks.empty()) << w << ": nothing per task without a recording";
         EXPECT_TRUE(got.deps.empty()) << w;
@@ -194,7 +197,7 @@ TEST(SimulatorOracle, StreamingSweepMatchesTheEventQueueOnEveryPlanOfTheMatrix) 
   std::printf("%d of %d plans extrapolated periodic layers or micro-batches without a recording\n", extrapolating, checked);
   // the comparison covers the periodic jumps (layers and micro-batches not swept) on most plans
   EXPECT_GE(extrapolating, checked / 2) << "plans whose streaming sweep extrapolated layers";
-  std::printf("oracle matrix: %d plans, each streaming and recording; max relative difference %.3g%s%s\n", checked, worst,
+  std::printf("oracle matrix: %d plans, each streaming (swept and closed-form backward ring) and recording; max relative difference %.3g%s%s\n", checked, worst,
               worst > 0 ? " at " : "", worst > 0 ? worst_where.c_str() : "");
 }
 
@@ -255,22 +258,25 @@ TEST(SimulatorOracle, RandomRingCostsMatchTheEventQueueExactly) {
     const std::string plan = (classes == 2 ? "dp=2," : "") + std::string("cp=") + std::to_string(cp) +
                              (usp ? ",cp_kind=usp,ulysses=2" : ",cp_kind=ring");
     const Plan p = parse_plan(plan);
-    const std::string w = "trial " + std::to_string(trial) + ": " + plan + ", layers " + std::to_string(k.layers) + ", ga " +
+    const std::string w0 = "trial " + std::to_string(trial) + ": " + plan + ", layers " + std::to_string(k.layers) + ", ga " +
                           std::to_string(k.ga) + ", p " + std::to_string(k.p2p_fwd) + ", q " + std::to_string(k.p2p_dkv);
     const SimResult ref = simulate_step_reference(k, p);
-    const SimResult got = simulate_step(k, p, SimRecord::none);
-    EXPECT_EQ(got.time.step_seconds, ref.time.step_seconds) << w;
-    for (int i = 0; i < static_cast<int>(TimePhase::count); ++i) EXPECT_EQ(got.time.phase_seconds[i], ref.time.phase_seconds[i]) << w;
-    EXPECT_EQ(got.time.breakdown.compute, ref.time.breakdown.compute) << w;
-    EXPECT_EQ(got.time.breakdown.exposed_comm, ref.time.breakdown.exposed_comm) << w;
-    EXPECT_EQ(got.time.breakdown.imbalance, ref.time.breakdown.imbalance) << w;
-    EXPECT_EQ(got.critical_rep, ref.critical_rep) << w;
-    EXPECT_EQ(got.breakdown_rep, ref.breakdown_rep) << w;
-    EXPECT_EQ(got.stats.tasks, ref.stats.tasks) << w;
-    ASSERT_EQ(got.reps.size(), ref.reps.size()) << w;
-    std::vector<double> end(ref.reps.size(), 0.0);
-    for (const SimTask& t : ref.tasks) end[static_cast<size_t>(t.rep)] = std::max(end[static_cast<size_t>(t.rep)], t.end);
-    for (size_t i = 0; i < ref.reps.size(); ++i) EXPECT_EQ(got.reps[i].end_s, end[i]) << w << ", rep " << i;
+    for (int closed_form = 0; closed_form < 2; ++closed_form) {  // the backward ring swept, then rank by rank in closed form
+      const SimResult got = simulate_step(k, p, SimRecord::none, closed_form ? 2 : 1 << 30);
+      const std::string w = w0 + (closed_form ? " (closed-form backward ring)" : "");
+      EXPECT_EQ(got.time.step_seconds, ref.time.step_seconds) << w;
+      for (int i = 0; i < static_cast<int>(TimePhase::count); ++i) EXPECT_EQ(got.time.phase_seconds[i], ref.time.phase_seconds[i]) << w;
+      EXPECT_EQ(got.time.breakdown.compute, ref.time.breakdown.compute) << w;
+      EXPECT_EQ(got.time.breakdown.exposed_comm, ref.time.breakdown.exposed_comm) << w;
+      EXPECT_EQ(got.time.breakdown.imbalance, ref.time.breakdown.imbalance) << w;
+      EXPECT_EQ(got.critical_rep, ref.critical_rep) << w;
+      EXPECT_EQ(got.breakdown_rep, ref.breakdown_rep) << w;
+      EXPECT_EQ(got.stats.tasks, ref.stats.tasks) << w;
+      ASSERT_EQ(got.reps.size(), ref.reps.size()) << w;
+      std::vector<double> end(ref.reps.size(), 0.0);
+      for (const SimTask& t : ref.tasks) end[static_cast<size_t>(t.rep)] = std::max(end[static_cast<size_t>(t.rep)], t.end);
+      for (size_t i = 0; i < ref.reps.size(); ++i) EXPECT_EQ(got.reps[i].end_s, end[i]) << w << ", rep " << i;
+    }
     if (k.ring >= 3) ++segmented;
     ++cases;
   }

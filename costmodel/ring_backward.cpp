@@ -1,0 +1,266 @@
+#include "costmodel/ring_backward.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ctx {
+namespace {
+
+using pl::Seq;
+using Rank = RingBackwardWork::Rank;
+
+// The rank's costs over [j0, steps) as runs of equal value (cached per cost vector).
+const Seq& cost_seq(RingBackwardWork& w, const std::vector<double>* cv, int64_t j0, int64_t steps) {
+  if (w.cost_j0 != j0 || w.cost_steps != steps) {
+    w.cost_seq.clear();
+    w.cost_j0 = j0;
+    w.cost_steps = steps;
+  }
+  auto it = w.cost_seq.find(cv);
+  if (it != w.cost_seq.end()) return it->second;
+  Seq s;
+  s.clear(steps);
+  for (int64_t j = j0; j < steps; ++j) {
+    const double c = std::max(0.0, static_cast<size_t>(j) < cv->size() ? (*cv)[static_cast<size_t>(j)] : 0.0);
+    s.push(j, c, 0.0);
+  }
+  return w.cost_seq.emplace(cv, std::move(s)).first->second;
+}
+
+// a one-step sequence at j followed by x (which starts at j + 1, or is empty)
+void point_then(Seq& out, int64_t j, double v, const Seq& x, int64_t end) {
+  out.clear(end);
+  out.push(j, v, 0.0);
+  for (const pl::Piece& q : x.p) out.push(q.j, q.v, q.s);
+  out.last = end;
+}
+
+// Rank r's sequences from its upstream's (u): the recurrences of the sweep (simulator.cpp's
+// ring_steps_fast), per step j:
+//   receive  rs(j) = max(de(j-1), re(j-1), re_u(j-1))          re = rs + p      (j < steps - 1)
+//   hop      ds(j) = max(re(j) [last step: de(j-1)], ce_u(j), de_u(j-1))   de = ds + q
+//   compute  cs(j) = max(ce(j-1), re(j-1))                       ce = cs + cost
+// With y(j) = max(ce_u(j), de_u(j-1)) the receive is the scan
+//   rs(j) = max(rs(j-1) + p + q, max(y(j-1) + q, re_u(j-1)))    (de(j-1) = max(re(j-1), y(j-1)) + q)
+// and the compute the scan cs(j) = max(cs(j-1) + cost(j-1), re(j-1)).
+void compute_rank(RingBackwardWork& w, Rank& x, const RingBackwardRank& me, const Rank& u, const RingBackwardRank& up, const Seq& cost,
+                  int64_t j0, int64_t steps, double p, double q) {
+  Seq* t = w.t;
+  const int64_t last = steps - 1;
+  // y = max(ce_u, de_u shifted one step) over [j0, steps); an unsent hop does not bind (0 <= ce_u)
+  restrict(t[0], u.de, j0, last);
+  shift(t[1], t[0], 1);
+  point_then(t[2], j0, up.dkv_valid ? up.dkv_end : 0.0, t[1], steps);
+  Seq& y = t[3];
+  pl::max(y, u.ce, t[2]);
+  // receives over [j0, last)
+  const double ring0 = std::max(0.0, me.ring_end);
+  if (last > j0) {
+    const double rs0 = std::max({ring0, me.have_end, up.have_end});
+    x.rr0 = std::max(ring0, me.have_end);
+    if (last > j0 + 1) {
+      restrict(t[0], y, j0, last - 1);
+      add_constant(t[1], t[0], q);
+      restrict(t[0], u.re, j0, last - 1);
+      pl::max(t[4], t[1], t[0]);
+      shift(t[1], t[4], 1);  // z over [j0 + 1, last)
+      pl::constant(t[0], j0 + 1, last, p + q);
+      pl::scan(t[4], rs0, t[0], t[1]);
+      point_then(x.rs, j0, rs0, t[4], last);
+    } else {
+      point_then(x.rs, j0, rs0, Seq{}, last);
+    }
+    add_constant(x.re, x.rs, p);
+    // hops over [j0, last): after the receive of the step
+    restrict(t[0], y, j0, last);
+    pl::max(t[1], x.re, t[0]);
+  } else {
+    x.rs.clear(last);
+    x.re.clear(last);
+    t[1].clear(last);
+  }
+  // the last step's hop: after the previous hop (no receive)
+  const double pv = last > j0 ? t[1].back() + q : me.ring_end;
+  x.dr_last = std::max(0.0, pv);
+  const double ds_last = std::max(x.dr_last, y.back());
+  x.ds.clear(steps);
+  for (const pl::Piece& c : t[1].p) x.ds.push(c.j, c.v, c.s);
+  x.ds.push(last, ds_last, 0.0);
+  x.ds.last = steps;
+  add_constant(x.de, x.ds, q);
+  // computes over [j0, steps)
+  const double cs0 = std::max(std::max(0.0, me.compute_end), me.have_end);
+  if (steps > j0 + 1) {
+    restrict(t[0], cost, j0, last);
+    shift(t[1], t[0], 1);
+    shift(t[2], x.re, 1);
+    pl::scan(t[4], cs0, t[1], t[2]);
+    point_then(x.cs, j0, cs0, t[4], steps);
+  } else {
+    point_then(x.cs, j0, cs0, Seq{}, steps);
+  }
+  pl::add(x.ce, x.cs, cost);
+}
+
+// do a and b agree (to rounding) at every step?
+bool same(const Seq& a, const Seq& b) {
+  if (a.empty() || b.empty()) return a.empty() == b.empty();
+  if (a.first() != b.first() || a.last != b.last) return false;
+  auto close = [](double x, double y) { return x == y || std::abs(x - y) <= 1e-12 * std::max(std::abs(x), std::abs(y)); };
+  for (const Seq* s : {&a, &b})
+    for (const pl::Piece& c : s->p)
+      if (!close(a.at(c.j), b.at(c.j))) return false;
+  for (const Seq* s : {&a, &b})
+    for (size_t k = 0; k < s->p.size(); ++k) {
+      const int64_t e = (k + 1 < s->p.size() ? s->p[k + 1].j : s->last) - 1;
+      if (!close(a.at(e), b.at(e))) return false;
+    }
+  return true;
+}
+
+}  // namespace
+
+bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv_s, const std::vector<RingBackwardRank>& in,
+                               std::vector<RingBackwardResult>& out, RingBackwardWork& w) {
+  const size_t n = in.size();
+  if (j0 < 1 || steps <= j0 || n < 2) return false;
+  const double p = std::max(0.0, p2p_s), q = std::max(0.0, p2p_dkv_s);
+  w.next.assign(n, -1);
+  for (size_t r = 0; r < n; ++r) {
+    const int pr = in[r].prev;
+    if (pr < 0 || static_cast<size_t>(pr) >= n || static_cast<size_t>(pr) == r || w.next[static_cast<size_t>(pr)] >= 0) return false;
+    w.next[static_cast<size_t>(pr)] = static_cast<int>(r);
+  }
+  if (w.rank.size() < n) w.rank.resize(n);
+  // the lower bound standing for a cycle's last rank in the first pass: nothing binds
+  pl::constant(w.lower.re, j0, steps - 1, 0.0);
+  pl::constant(w.lower.ce, j0, steps, 0.0);
+  pl::constant(w.lower.de, j0, steps, 0.0);
+  w.costs.resize(n);
+  for (size_t r = 0; r < n; ++r) w.costs[r] = &cost_seq(w, in[r].cost, j0, steps);
+  w.seen.assign(n, 0);
+  w.passes = 0;
+  const int64_t max_passes = 2 + steps;  // (two when the lag argument holds)
+  for (size_t s = 0; s < n; ++s) {
+    if (w.seen[s]) continue;
+    // the cycle through s, in the direction the blocks travel: order[0] = s, order[i+1] = next
+    w.order.clear();
+    for (int x = static_cast<int>(s); !w.seen[static_cast<size_t>(x)]; x = w.next[static_cast<size_t>(x)]) {
+      w.seen[static_cast<size_t>(x)] = 1;
+      w.order.push_back(x);
+    }
+    const size_t L = w.order.size();
+    const int first = w.order.front(), tail = w.order.back();
+    if (in[static_cast<size_t>(first)].prev != tail) return false;
+    auto pass = [&](const Rank& upstream_of_first) {
+      for (size_t i = 0; i < L; ++i) {
+        const int r = w.order[i];
+        const int u = in[static_cast<size_t>(r)].prev;
+        compute_rank(w, w.rank[static_cast<size_t>(r)], in[static_cast<size_t>(r)], i == 0 ? upstream_of_first : w.rank[static_cast<size_t>(u)],
+                     in[static_cast<size_t>(u)], *w.costs[static_cast<size_t>(r)], j0, steps, p, q);
+      }
+      ++w.passes;
+    };
+    pass(w.lower);
+    for (int64_t k = 1;; ++k) {
+      if (k >= max_passes) return false;
+      Rank& tl = w.rank[static_cast<size_t>(tail)];
+      w.check.re = tl.re, w.check.ce = tl.ce, w.check.de = tl.de;
+      pass(w.check);
+      if (same(tl.re, w.check.re) && same(tl.ce, w.check.ce) && same(tl.de, w.check.de)) break;
+    }
+  }
+  // what each rank's steps add, its last tasks and the task ending last
+  out.assign(n, RingBackwardResult{});
+  const int64_t last = steps - 1;
+  for (size_t r = 0; r < n; ++r) {
+    const RingBackwardRank& me = in[r];
+    const Rank& x = w.rank[r];
+    const Seq& cost = *w.costs[r];
+    RingBackwardResult& o = out[r];
+    Seq* t = w.t;
+    o.busy_s = pl::sum(cost);
+    // waits: a compute's idle gap (after the previous compute) goes to the other ranks for as long
+    // as its block's receive waited for the upstream, the rest to the transfer
+    const double cs0 = x.cs.at(j0);
+    const double gap0 = cs0 - me.prev_end;
+    if (gap0 > 0) {
+      const double others = std::min(gap0, std::max(0.0, me.have_start - me.have_ready));
+      o.imbalance_s += others;
+      o.exposed_s += gap0 - others;
+    }
+    if (last > j0) {
+      // steps j > j0, indexed by j - 1 in [j0, last): gap = max(0, re - ce), the receive's wait rs - rr
+      restrict(t[0], x.ce, j0, last);
+      pl::sub(t[1], x.re, t[0]);
+      pl::max_constant(t[2], t[1], 0.0);  // gaps
+      if (last > j0 + 1) {
+        restrict(t[0], x.de, j0, last - 1);
+        restrict(t[1], x.re, j0, last - 1);
+        pl::max(t[3], t[0], t[1]);
+        shift(t[0], t[3], 1);
+        point_then(t[1], j0, x.rr0, t[0], last);
+      } else {
+        point_then(t[1], j0, x.rr0, Seq{}, last);
+      }
+      pl::sub(t[0], x.rs, t[1]);
+      pl::max_constant(t[3], t[0], 0.0);  // the receives' waits for the upstream
+      pl::min(t[4], t[2], t[3]);
+      pl::sub(t[0], t[2], t[4]);
+      o.imbalance_s += pl::sum(t[4]);
+      o.exposed_s += pl::sum(t[0]);
+    }
+    // the last step's tasks, as the sweep times them (end = start + duration)
+    const double c_last = cost.back();
+    o.c_start = x.cs.back();
+    o.c_end = o.c_start + c_last;
+    o.d_start = x.ds.back();
+    o.d_end = o.d_start + q;
+    o.d_ready = x.dr_last;
+    // the task ending last: every stream's ends never decrease, so the candidates are each
+    // stream's first task reaching its final end; the first created among those with the
+    // largest end (a receive before the compute before the hop of a step)
+    auto e_r = [&](int64_t i) { return x.rs.at(i) + p; };
+    auto e_c = [&](int64_t i) { return x.cs.at(i) + cost.at(i); };
+    auto e_d = [&](int64_t i) { return x.ds.at(i) + q; };
+    double top = me.best_end;
+    const double fr = last > j0 ? e_r(last - 1) : -std::numeric_limits<double>::infinity();
+    const double fc = o.c_end, fd = o.d_end;
+    top = std::max({top, fr, fc, fd});
+    if (top > me.best_end) {
+      int64_t bj = steps;
+      RingBackwardResult::Role role = RingBackwardResult::none;
+      auto consider = [&](double final_end, RingBackwardResult::Role ro, int64_t a, int64_t b, auto&& value) {
+        if (final_end != top) return;
+        const int64_t i = pl::first_at_least(a, b, top, value);
+        if (i < bj || (i == bj && ro < role)) bj = i, role = ro;
+      };
+      if (last > j0) consider(fr, RingBackwardResult::recv, j0, last, e_r);
+      consider(fc, RingBackwardResult::compute, j0, steps, e_c);
+      consider(fd, RingBackwardResult::dkv, j0, steps, e_d);
+      o.best_role = role;
+      o.best_j = bj;
+      switch (role) {
+        case RingBackwardResult::recv:
+          o.best_start = x.rs.at(bj);
+          o.best_end = e_r(bj);
+          o.best_ready = bj == j0 ? x.rr0 : std::max(e_d(bj - 1), e_r(bj - 1));
+          break;
+        case RingBackwardResult::compute:
+          o.best_start = x.cs.at(bj);
+          o.best_end = e_c(bj);
+          o.best_ready = o.best_start;
+          break;
+        case RingBackwardResult::dkv:
+          o.best_start = x.ds.at(bj);
+          o.best_end = e_d(bj);
+          o.best_ready = bj < last ? e_r(bj) : x.dr_last;
+          break;
+        case RingBackwardResult::none: break;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace ctx

@@ -1,0 +1,74 @@
+// The backward ring's schedule in closed form, rank by rank. In the backward each ring step has,
+// per rank r (upstream neighbour q): the receive of the next block (after r's previous hop on the
+// shared ring stream, r's previous receive and q's previous receive), the step's compute (after r's
+// previous compute and the block), and the dK,dV hop from q (after r's receive, q's compute of the
+// step and q's previous hop). A rank's times over the steps are piecewise linear in the step with a
+// handful of pieces (pl::Seq), so a rank costs O(pieces), not O(steps): O(ranks x pieces) per layer
+// instead of the sweep's O(ranks x steps) (the 1024-rank plain ring: ~1M task triples per layer).
+//
+// Going around the ring, rank r's step j depends on rank r - k only at steps <= j - k + 1 (every
+// hop to the next rank costs a step but the last, a hop's wait for the upstream compute of the
+// same step). So the last rank of a cycle depends on the first only through the first's compute
+// at the first step and its state before it: one pass around the cycle with the first rank's
+// upstream taken as a lower bound makes the last rank exact, a second pass makes every rank exact,
+// and a comparison of the last rank's times in the two passes checks it (more passes, or the
+// caller's sweep, if it did not hold).
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <unordered_map>
+#include <vector>
+
+#include "costmodel/piecewise_linear.hpp"
+
+namespace ctx {
+
+// One rank's state when the closed form takes over (after step j0 - 1).
+struct RingBackwardRank {
+  const std::vector<double>* cost = nullptr;  // its compute per ring step (negative: 0; past its end: 0)
+  int prev = 0;                  // the rank it receives from
+  double have_start = 0, have_end = 0, have_ready = 0;  // the receive that delivered step j0's block
+  bool dkv_valid = false;        // whether it already sent a dK,dV hop (step j0 - 1)
+  double dkv_end = 0;            // that hop's end
+  double compute_end = 0;        // its last compute (step j0 - 1)
+  double prev_end = 0;           // end of its previous compute-stream task
+  double ring_end = 0;           // its ring stream's last task's end (0: none)
+  double best_end = -std::numeric_limits<double>::infinity();  // the latest end of its tasks so far
+};
+
+// What the steps [j0, steps) add to the rank.
+struct RingBackwardResult {
+  double busy_s = 0, imbalance_s = 0, exposed_s = 0;  // compute time; waits for other ranks; waits for transfers
+  double c_start = 0, c_end = 0;                  // the last step's compute
+  double d_start = 0, d_end = 0, d_ready = 0;     // the last step's dK,dV hop
+  enum Role : char { none, recv, compute, dkv };
+  Role best_role = none;     // the first-created task ending later than best_end and than every other (none: no such task)
+  int64_t best_j = 0;
+  double best_start = 0, best_end = 0, best_ready = 0;
+};
+
+// Per-rank sequences and scratch space, kept between calls (nothing is allocated once warm).
+struct RingBackwardWork {
+  struct Rank {
+    pl::Seq rs, re, cs, ce, ds, de;  // receive start/end (steps [j0, steps-1)), compute and hop start/end ([j0, steps))
+    double rr0 = 0;                  // the first receive's readiness
+    double dr_last = 0;              // the last hop's readiness
+  };
+  std::vector<Rank> rank;
+  std::vector<int> next, order;
+  std::vector<const pl::Seq*> costs;  // per rank
+  std::vector<char> seen;
+  Rank lower, check;
+  pl::Seq t[8];
+  std::unordered_map<const std::vector<double>*, pl::Seq> cost_seq;  // per cost vector, over [j0, steps)
+  int64_t cost_j0 = -1, cost_steps = -1;
+  int64_t passes = 0;  // passes taken by the last call (statistics)
+};
+
+// Times the steps [j0, steps) (1 <= j0 < steps) of every rank. Returns false, leaving `out` unspecified,
+// when the closed form does not apply (a rank that is its own upstream, `prev` not a permutation)
+// or its check did not hold: the caller sweeps the steps instead.
+bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv_s, const std::vector<RingBackwardRank>& in,
+                               std::vector<RingBackwardResult>& out, RingBackwardWork& w);
+
+}  // namespace ctx
