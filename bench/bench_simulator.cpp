@@ -4,7 +4,8 @@
 // tp=8,cp=128,cp_kind=ring,zero=3,recompute=full. Reports the best wall time of a few repetitions
 // and the peak heap of one simulation (a counting operator new: bytes live at once, above what was
 // live before the call), and the ratios. Issue 15's target: under 10 ms and 10 MB.
-// Then, for issue 15's other targets on that job's search space (Llama-3.1-70B, h100-superpod-1024,
+// Then the backward ring swept against in closed form (costmodel/ring_backward.hpp) on that plan and
+// on the 1024-rank plain ring. Then, for issue 15's other targets on that job's search space (Llama-3.1-70B, h100-superpod-1024,
 // 1M tokens): the full search with 20 and with 200 simulated finalists (wall time; same-run
 // references: 200 finalists without pipeline plans, and with every pipeline plan priced), and with
 // --space every fitting plan of the space simulated once (streaming): count, total, median, p99,
@@ -200,6 +201,22 @@ int main(int argc, char** argv) {
   if (old.step != recording.step || rel > 1e-9) {
     std::printf("  MISMATCH: step times differ\n");
     return 1;
+  }
+  // the backward ring swept over its steps against rank by rank in closed form (ring_backward.hpp),
+  // streaming, on this plan and on the slowest plan of the 1024-GPU space (the 1024-rank plain
+  // ring; the event queue would hold its 588 million tasks, ~100 GB, so it has no old row)
+  auto closed_form_rows = [&](const ctx::StepCosts& kk, const ctx::Plan& pp, const std::string& what) {
+    Measure swept = measure(reps, [&] { return ctx::simulate_step(kk, pp, ctx::SimRecord::none, 1 << 30); });
+    Measure closed = measure(reps, [&] { return ctx::simulate_step(kk, pp, ctx::SimRecord::none, 2); });
+    std::printf("  %s: backward ring swept %.2f ms, closed form %.2f ms (%.2fx; default from %d ranks); step %.12g vs %.12g s\n", what.c_str(),
+                swept.best_ms, closed.best_ms, swept.best_ms / closed.best_ms, ctx::kRingClosedFormMinRanks, swept.step, closed.step);
+  };
+  closed_form_rows(k, p, plan_text);
+  {
+    const ctx::Plan p1024 = ctx::parse_plan("cp=1024,cp_kind=ring,zero=3,recompute=full");
+    const ctx::StepCosts k1024 = ctx::step_costs(ctx::resolve_model(profiles, "Llama-3.1-70B"), ctx::resolve_cluster(profiles, "h100-superpod-1024"),
+                                                 rt, p1024, 1048576, true);
+    closed_form_rows(k1024, p1024, "Llama-3.1-70B h100-superpod-1024 1M cp=1024,cp_kind=ring,zero=3,recompute=full");
   }
   // issue 15's search targets, on the job of the search benchmarks
   ctx::SearchRequest req;

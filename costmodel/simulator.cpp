@@ -736,6 +736,8 @@ class Builder {
       // receive's end for j = 1); its wait for other ranks is what the receive waited, the rise
       // of M at step j - 1
       size_t run = static_cast<size_t>(std::upper_bound(runs.begin(), runs.end(), int64_t{1}) - runs.begin()) - 1;
+      constexpr size_t kNotLate = std::numeric_limits<size_t>::max();
+      size_t late_run = kNotLate;  // the run whose computes wait for their blocks from here to its end
       for (int64_t ja = 1; ja < steps;) {
         double wait = 0;
         if (ja == 1) {
@@ -746,11 +748,50 @@ class Builder {
         }
         while (run + 1 < runs.size() && runs[run + 1] <= ja) ++run;
         const int64_t run_end = run + 1 < runs.size() ? runs[run + 1] : steps;
-        const int64_t rise_j = next_rise <= last_recv_step ? next_rise + 1 : steps;  // M changes for compute rise_j
-        const int64_t jb = std::min(run_end, rise_j) - 1;  // segment [ja, jb]
         const double c = cost_at(cv, ja);
         auto arrival = [&](int64_t j) { return j == 1 ? h0.end : m + static_cast<double>(j - 1) * p2p; };
+        if (late_run == run) {
+          // late since an earlier segment of this run (c < p): every later block of the run
+          // arrives after the compute is free (p apart, computes c < p apart, M only rises), so
+          // each compute starts at its block's arrival; over the rest of the run the waits for
+          // other ranks telescope to M's rises and the rest is p - c per step
+          const double m_start = m_before;  // M before the rise that ended the previous segment
+          const int64_t jb = run_end - 1;
+          while (next_rise <= last_recv_step && next_rise + 1 <= jb) advance_m();
+          const double steps_n = static_cast<double>(jb - ja + 1);
+          busy += steps_n * c;
+          imbalance += m - m_start;
+          exposed += steps_n * (p2p - c);
+          c_start = arrival(jb);
+          c_end = c_start + c;
+          comp_top = jb, comp_top_start = c_start;
+          ja = jb + 1;
+          continue;
+        }
+        if (c >= p2p && ja > 1 && ja > runs[run] && arrival(ja) <= c_end) {
+          // c >= p inside a run, at a rise that does not make the block late: compute-bound until
+          // a rise that does (its block arrives after the compute before it ends) or the run's end
+          int64_t jb;
+          for (;;) {
+            const int64_t rj = next_rise <= last_recv_step ? next_rise + 1 : steps;
+            jb = std::min(run_end, rj) - 1;
+            if (jb + 1 >= run_end) break;
+            if (first_end[static_cast<size_t>(nx)] + static_cast<double>(rj - 1) * p2p > c_end + static_cast<double>(jb - ja + 1) * c) break;
+            advance_m();
+          }
+          const double nn = static_cast<double>(jb - ja + 1);
+          const double e = c_end + nn * c;
+          busy += nn * c;
+          if (c > 0) comp_top = jb, comp_top_start = e - c;
+          c_start = e - c;
+          c_end = e;
+          ja = jb + 1;
+          continue;
+        }
+        const int64_t rise_j = next_rise <= last_recv_step ? next_rise + 1 : steps;  // M changes for compute rise_j
+        const int64_t jb = std::min(run_end, rise_j) - 1;  // segment [ja, jb]
         // its first step as the generic loop does it
+        late_run = c < p2p && arrival(ja) >= std::max(0.0, c_end) ? run : kNotLate;
         {
           const double start = std::max(std::max(0.0, c_end), arrival(ja));
           const double end = start + c;
@@ -769,6 +810,7 @@ class Builder {
         // the rest: no wait for other ranks (M is constant), arrivals p apart
         const int64_t n = jb - ja;
         if (n > 0) {
+          late_run = kNotLate;
           busy += static_cast<double>(n) * c;
           int64_t k = 0;  // steps whose block is there when the compute is free
           if (c >= p2p) {
@@ -795,6 +837,7 @@ class Builder {
             exposed += gap1;
             double e;
             if (c < p2p) {
+              late_run = run;
               exposed += static_cast<double>(n - k - 1) * (p2p - c);
               e = arrival(jb) + c;
               comp_top = jb, comp_top_start = arrival(jb);
