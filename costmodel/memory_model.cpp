@@ -105,6 +105,7 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   // grads and moments set the model states' bytes per parameter (runtime_profile.hpp runtime_for_plan)
   if (plan_changes_runtime(rt, p))
     return predict_stage_memory(m, c, runtime_for_plan(rt, p), p, seq, stage);
+  if (p.pad) seq = padded_seq(p, seq);  // pad=1: the pad tokens are stored like real ones (plan_check.hpp)
   const LocalShapes S = local_shapes(m, p, seq);
   const double a = rt.activation_bytes;
   const double h = static_cast<double>(m.hidden), d = static_cast<double>(m.head_dim);

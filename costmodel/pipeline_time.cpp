@@ -7,6 +7,7 @@
 #include "costmodel/collectives.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/pipeline_stages.hpp"
+#include "costmodel/plan_check.hpp"
 #include "costmodel/simulator.hpp"
 
 namespace ctx {
@@ -48,7 +49,7 @@ StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const Runt
   ps.pp = 1;
   ps.vpp = 1;
   ps.ga = 1;
-  const LocalShapes shapes = local_shapes(m, p, seq);
+  const LocalShapes shapes = local_shapes(m, p, padded_seq(p, seq));  // pad=1: sends carry the pad tokens (step_costs pads the rest)
 
   // Costs of `layers` layers with the embedding (first) and the head and loss (last) only where
   // held; `whole_stage`: with the stage's gradient reduction and optimizer (its parameters).

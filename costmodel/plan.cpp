@@ -178,6 +178,9 @@ const std::vector<std::pair<std::string, std::string>>& plan_key_help() {
       {"mask", "causal | explicit | doc:<len> | doc:<l1>/<l2>/... | doc:hist:<len>@<frac>/... (frac = share of documents "
                "up to <len>) | doc:tokhist:<len>@<frac>/... (frac = share of tokens, as published length statistics "
                "usually are) (default causal)"},
+      {"pad", "0|1: pad a sequence the CP/TP layout cannot split up to the layout's multiple (2*cp for head-tail layouts, "
+              "cp*tp with SP, else cp) and price the pad tokens in memory and time; tokens/s counts only the real tokens "
+              "(default 0: such a sequence is refused with the nearest valid lengths)"},
       {"packing", "greedy|sorted: how documents are packed into sequences; sorted balances attention work over DP ranks (default greedy)"},
       {"precision", "fp32|bf16|fp8: dtype of weights, activations, logits and communication; master weights, grads and optimizer as the runtime profile says unless master, grads or moments set them (default bf16)"},
       {"master", "fp32|none: the optimizer's fp32 copy of the weights, or none (the optimizer updates the compute weights; "
@@ -392,6 +395,7 @@ void set_key(Plan& p, const std::string& where, const std::string& key, const st
   else if (key == "tiled_loss") p.tiled_loss = v == "auto" || v == "on" ? -1 : v == "off" ? 0 : parse_int(where, key, v, 0, int64_t(1) << 34);
   else if (key == "tiled_mlp") p.tiled_mlp = v == "auto" || v == "on" ? -1 : v == "off" ? 0 : parse_int(where, key, v, 0, 1 << 20);
   else if (key == "mask") parse_mask(where, v, p);
+  else if (key == "pad") p.pad = parse_bool(where, key, v);
   else if (key == "packing")
     p.sorted_packing = parse_enum<bool>(where, key, v, {{"greedy", false}, {"sorted", true}});
   else if (key == "precision") p.precision = parse_enum<Precision>(where, key, v,
@@ -504,6 +508,7 @@ std::string plan_to_string(const Plan& p) {
   if (p.mask != MaskKind::causal) os << ",mask=" << mask_to_string(p);
   if (!(p.cp_varlen == d.cp_varlen)) os << ",cp_varlen=" << to_string(p.cp_varlen);
   if (p.sorted_packing) os << ",packing=sorted";
+  if (p.pad) os << ",pad=1";
   if (p.precision != d.precision) os << ",precision=" << to_string(p.precision);
   // optimizer precision: only what the plan sets (unset = the runtime's own, which the plan does not know)
   if (p.master != StateDtype::runtime) os << ",master=" << to_string(p.master);
@@ -540,6 +545,7 @@ json plan_to_json(const Plan& p) {
   else j["tiled_mlp"] = p.tiled_mlp;
   j["mask"] = mask_to_string(p);
   j["packing"] = p.sorted_packing ? "sorted" : "greedy";
+  j["pad"] = p.pad;
   j["precision"] = to_string(p.precision);
   if (p.master != StateDtype::runtime) j["master"] = to_string(p.master);  // unset: the runtime's own
   if (p.grads != StateDtype::runtime) j["grads"] = to_string(p.grads);

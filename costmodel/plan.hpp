@@ -68,6 +68,7 @@ struct Plan {
   MaskKind mask = MaskKind::causal;
   DocLengths docs;                // with mask=document
   bool sorted_packing = false;    // packing=sorted: balance attention work (sum of squared document lengths) over DP ranks
+  bool pad = false;               // pad=1: a sequence the layout cannot split is padded up to its multiple (seq_granule) and the padding priced
   Precision precision = Precision::bf16;
   StateDtype master = StateDtype::runtime;   // master=fp32|none
   StateDtype grads = StateDtype::runtime;    // grads=fp32|bf16

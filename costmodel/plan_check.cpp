@@ -54,6 +54,12 @@ int64_t seq_granule(const Plan& p) {
   return p.cp * (sp_enabled(p) ? p.tp : 1);  // even shards (and SP shards)
 }
 
+int64_t padded_seq(const Plan& p, int64_t seq) {
+  const int64_t g = seq_granule(p);
+  if (!p.pad || g <= 1 || seq <= 0 || seq % g == 0) return seq;
+  return (seq / g + 1) * g;
+}
+
 PlanCheck check_plan(Plan& p, const ModelSpec& m, const ClusterSpec& c, int64_t seq) {
   PlanCheck r;
   const int64_t world = world_size(c);
@@ -191,7 +197,14 @@ PlanCheck check_plan(Plan& p, const ModelSpec& m, const ClusterSpec& c, int64_t 
 
   // ---- sequence divisibility
   int64_t g = seq_granule(p);
-  if (seq > 0 && g > 0 && seq % g != 0) {
+  if (seq > 0 && g > 0 && seq % g != 0 && p.pad) {
+    // pad=1: the stacks pad instead of refusing (Megatron pads each document to a multiple of
+    // 2*cp under THD, DESIGN.md's pitfalls); the pad tokens are priced like real ones
+    const int64_t padded = padded_seq(p, seq);
+    r.warnings.push_back("pad=1: the sequence of " + std::to_string(seq) + " tokens is padded to " + std::to_string(padded) +
+                         " (a multiple of " + std::to_string(g) + "): " + std::to_string(padded - seq) +
+                         " pad tokens priced in memory and time, tokens/s counts the " + std::to_string(seq) + " real ones");
+  } else if (seq > 0 && g > 0 && seq % g != 0) {
     std::string why = g == 2 * p.cp && p.cp > 1
                           ? std::string("cp_layout=") + to_string(p.cp_layout) + " needs the sequence divisible by 2*cp = " + std::to_string(g)
                           : "the sequence must split evenly over cp" + std::string(sp_enabled(p) ? "*tp" : "") + " = " +
@@ -200,6 +213,7 @@ PlanCheck check_plan(Plan& p, const ModelSpec& m, const ClusterSpec& c, int64_t 
     int64_t down = seq / g * g, up = down + g;
     if (down > 0) alt("--seq " + std::to_string(down));
     alt("--seq " + std::to_string(up));
+    alt("pad=1");  // the stacks' way: pad to `up` and price the pad tokens
   }
   if (seq > 0 && p.cp > seq) err("cp=" + std::to_string(p.cp) + " exceeds the sequence length");
 

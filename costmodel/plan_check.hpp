@@ -22,7 +22,13 @@ struct PlanCheck {
 // Resolves dp (0 = fill) in place and checks everything. Never throws.
 PlanCheck check_plan(Plan& p, const ModelSpec& m, const ClusterSpec& c, int64_t seq);
 
-// Largest sequence a plan's sharding accepts that is <= seq (for max-seq searches and hints).
+// The multiple of which a plan's sharding needs the sequence: 2*cp for head-tail layouts, else
+// cp (times tp under SP). Max-seq searches step in it.
 int64_t seq_granule(const Plan& p);
+
+// The sequence length a plan is priced at: with pad=1, seq rounded up to a multiple of
+// seq_granule (the pad tokens are computed, stored and sent like real ones); else seq itself.
+// The memory and step models price this length; tokens/s counts `seq` (step_model.cpp).
+int64_t padded_seq(const Plan& p, int64_t seq);
 
 }  // namespace ctx

@@ -15,12 +15,13 @@ Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfil
   p.gpu = c.gpu.name;
   p.runtime = rt.name;
   p.seq = seq;
+  p.pad_tokens = padded_seq(plan, seq) - seq;
   p.world = world_size(c);
   p.plan = plan;
   p.warnings = check.warnings;
   p.memory = predict_memory(m, c, rt, plan, seq);
   // at the plan's dtypes (runtime_for_plan: grads=bf16 halves the gradient reduction, as step_costs prices it)
-  p.zero_comm = zero_comm_terms(plan, local_shapes(m, plan, seq), runtime_for_plan(rt, plan), c.gpus_per_node);
+  p.zero_comm = zero_comm_terms(plan, local_shapes(m, plan, seq + p.pad_tokens), runtime_for_plan(rt, plan), c.gpus_per_node);
   p.time_band = error_band(rt, c.gpu.name);  // from the runtime's residuals on this GPU (error_band.hpp)
   StepCosts costs = step_costs(m, c, rt, plan, seq, true);
   p.attention = costs.attention_kernel;
@@ -142,6 +143,7 @@ json prediction_to_json(const Prediction& p) {
   j["runtime"] = p.runtime;
   j["attention"] = p.attention;
   j["seq"] = p.seq;
+  j["pad_tokens"] = p.pad_tokens;  // pad=1: memory and time priced at seq + pad_tokens, tokens_per_second counts seq
   j["world"] = p.world;
   j["plan"] = plan_to_json(p.plan);
   j["plan_string"] = plan_to_string(p.plan);

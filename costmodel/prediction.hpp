@@ -19,6 +19,7 @@ struct Prediction {
   std::string model, cluster, gpu, runtime;
   std::string attention;       // the attention kernel priced (attention_kernels.hpp)
   int64_t seq = 0;
+  int64_t pad_tokens = 0;      // pad=1: tokens added to each sequence to reach the layout's multiple (priced at seq + pad_tokens)
   int64_t world = 0;
   Plan plan;
   MemoryPrediction memory;

@@ -10,6 +10,7 @@
 #include "costmodel/collectives.hpp"
 #include "costmodel/errors.hpp"
 #include "costmodel/memory_model.hpp"
+#include "costmodel/plan_check.hpp"
 #include "costmodel/process_groups.hpp"
 #include "costmodel/zero_comm.hpp"
 
@@ -69,7 +70,8 @@ double sum(const std::vector<OpCost>& ops, size_t from, size_t to) {
 
 }  // namespace
 
-AttentionWork attention_work(const Plan& p, int64_t seq, bool per_step) {
+AttentionWork attention_work(const Plan& p, int64_t seq_tokens, bool per_step) {
+  const int64_t seq = padded_seq(p, seq_tokens);  // pad=1: the pad tokens attend like real ones
   AttentionWork w;
   if (per_step) {
     w.pairs = attention_pairs_per_step(p, seq);
@@ -102,7 +104,10 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
     return step_costs(m, scaled, unscaled, p, seq, per_step, pre);
   }
   StepCosts k;
-  const LocalShapes s = local_shapes(m, p, seq);
+  // pad=1 (plan_check.hpp padded_seq): every cost at the padded length; tokens_per_step counts the
+  // real tokens only (useful throughput), model and hardware FLOPs the padded ones (the GPUs run them)
+  const int64_t priced = padded_seq(p, seq);
+  const LocalShapes s = local_shapes(m, p, priced);
   const AttentionKernel& kernel = find_attention_kernel(c, rt);
   // GEMMs at the plan's precision; precision=fp32 is priced at the bf16 peak too (the hardware profiles
   // have no fp32/TF32 curve yet), so an fp32 plan's compute time is optimistic
@@ -185,7 +190,7 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   // ---- attention core: [pack class][cp rank][step]
   AttentionWork own;
   if (!pre) {
-    own = attention_work(p, seq, per_step);
+    own = attention_work(p, priced, per_step);
     pre = &own;
   }
   const std::vector<std::vector<double>>& pairs = pre->pairs;
@@ -203,8 +208,8 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
     k.pack_dp_rank = {0};
   }
   const double call_tokens =
-      std::min((p.cp_comm == CpComm::a2a || p.cp_comm == CpComm::allgather) ? static_cast<double>(seq)
-                                                                                : static_cast<double>(seq) / static_cast<double>(k.ring),
+      std::min((p.cp_comm == CpComm::a2a || p.cp_comm == CpComm::allgather) ? static_cast<double>(priced)
+                                                                                : static_cast<double>(priced) / static_cast<double>(k.ring),
                pre->effective_length);
   const double flops_per_pair = 4.0 * d * static_cast<double>(m.heads) / tp * static_cast<double>(p.mbs);
   for (double scale : k.pack_work) {
@@ -359,9 +364,9 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
 
   // ---- accounting
   double seqs = static_cast<double>(p.mbs * p.ga * dp);
-  k.tokens_per_step = static_cast<double>(seq) * seqs;
+  k.tokens_per_step = static_cast<double>(seq) * seqs;  // real tokens (pad=1: the pad tokens are not throughput)
   const double pairs_total = pre->pairs_per_sequence;
-  k.model_flops = dense_train_flops_per_token(m) * k.tokens_per_step +
+  k.model_flops = dense_train_flops_per_token(m) * static_cast<double>(priced) * seqs +
                   3.0 * 4.0 * d * static_cast<double>(m.heads) * pairs_total * static_cast<double>(m.layers) * seqs;
   double layer_fwd_flops = 0, layer_bwd_flops = 0;
   for (auto& o : k.forward_ops) layer_fwd_flops += o.flops;

@@ -1,5 +1,7 @@
 #include "executor/parallel_context.hpp"
 
+#include "costmodel/plan_check.hpp"
+
 #include <algorithm>
 
 namespace ctx::exec {
@@ -60,6 +62,12 @@ Layout make_layout(const ModelSpec& m, const Plan& p, int64_t tp_rank, int64_t s
 }
 
 std::string executor_plan_problem(const ModelSpec& m, const Plan& p, int64_t seq) {
+  if (p.pad && padded_seq(p, seq) != seq) {
+    const int64_t g = seq_granule(p), down = seq / g * g;
+    return "ctxrun does not pad sequences: pad=1 would pad " + std::to_string(seq) + " tokens to " +
+           std::to_string(padded_seq(p, seq)) + " (ctxplan prices the padding); valid here: pad=0 with --seq a multiple of " +
+           std::to_string(g) + (down > 0 ? " (" + std::to_string(down) + " or " : " (") + std::to_string(down + g) + ")";
+  }
   if (p.pp > 1 || p.vpp > 1)
     return "ctxrun does not run pipeline parallelism yet (pp=" + std::to_string(p.pp) + ", vpp=" + std::to_string(p.vpp) +
            "); valid: pp=1 (ctxplan predicts pp>1 plans; spread the layers with tp, cp or zero=3 to run them here)";

@@ -201,6 +201,11 @@ std::function<int()> add_launch_command(CLI::App& app, CommonOptions& common) {
       std::cerr << "ctxplan launch: warning: the plan was made for attention '" << lj.file_attention << "'; ctxrun --backend "
                 << a->backend << " runs " << rt.attention_kernels.front() << ", so the prediction prices that\n";
     Prediction p = predict(r.model, r.cluster, rt, lj.plan, r.seq);
+    if (p.pad_tokens > 0)  // ctxrun refuses it too (executor_plan_problem): say so before writing the job
+      throw InputError(lj.plan_where, "pad",
+                       "ctxrun does not pad sequences: pad=1 pads " + std::to_string(r.seq) + " tokens to " +
+                           std::to_string(r.seq + p.pad_tokens) + "; valid: pad=0 with --seq a multiple of " +
+                           std::to_string(seq_granule(p.plan)));
     r.plan = p.plan;  // dp resolved
     if (!p.memory.fits() && !a->no_fit_check) {
       std::cerr << "ctxplan launch: the plan does not fit: " << plan_to_string(p.plan) << " needs " << gib(p.memory.peak.total())

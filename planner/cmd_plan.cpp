@@ -187,7 +187,7 @@ std::function<int()> add_plan_command(CLI::App& app, CommonOptions& common) {
       json j = {{"schema", "ctxplan.search/1"}, {"model", job.model.name}, {"cluster", job.cluster.name}, {"seq", job.seq},
                 {"runtime", job.runtime.name}, {"objective", a->objective}, {"enumerated", r.enumerated}, {"valid", r.valid},
                 {"fitting", r.fitting}, {"simulated", r.simulated}, {"seconds", r.seconds}, {"cancelled", r.cancelled},
-                {"top", top}, {"pareto", pareto}};
+                {"top", top}, {"pareto", pareto}, {"not_dividing", r.not_dividing}, {"lower_precision", r.lower_precision}};
       if (r.ranked.empty()) j["no_fit"] = r.no_fit_reason + " " + advice;
       std::cout << json_dump(j) << "\n";
     } else if (a->csv != "-") {
@@ -196,7 +196,14 @@ std::function<int()> add_plan_command(CLI::App& app, CommonOptions& common) {
                 << a->objective << "\n";
       std::cout << "evaluated " << r.enumerated << " plans in " << fixed(r.seconds, 2) << " s: " << r.valid << " valid, " << r.fitting
                 << " fit in memory, " << r.simulated << " finalists simulated" << (r.cancelled ? " (CANCELLED: partial result)" : "")
-                << "\n\n";
+                << "\n";
+      if (r.not_dividing > 0)
+        std::cout << r.not_dividing << " plans left out: their layout does not divide the " << job.seq
+                  << "-token sequence (--plan pad=1 pads it and prices the pad tokens)\n";
+      if (r.lower_precision)
+        std::cout << "no plan fits at " << job.runtime.name << "'s own optimizer precision: the plans below set the lower "
+                     "master/grads/moments it allows (the most precise that fits each)\n";
+      std::cout << "\n";
       if (!r.ranked.empty()) {
         Table t;
         t.header = {"#", "plan", "step s", "tokens/s", "MFU", "peak GiB"};
@@ -283,6 +290,7 @@ std::function<int()> add_maxseq_command(CLI::App& app, CommonOptions& common) {
     t.header = {"GPUs", "max seq", "plan", "step s", "tokens/s"};
     Progress prog("maxseq");
     auto fn = prog.fn();
+    std::string lower_notes;
     for (size_t i = 0; i < counts.size(); ++i) {
       if (!fn(static_cast<double>(i) / static_cast<double>(counts.size()))) break;
       SearchRequest r = req;
@@ -304,12 +312,24 @@ std::function<int()> add_maxseq_command(CLI::App& app, CommonOptions& common) {
         cells[3] = fixed(st.step_seconds, 2);
         cells[4] = fixed(st.tokens_per_second, 0);
       }
+      // beside the answer at the runtime's own optimizer precision: how far the lower precisions it
+      // allows reach (master/grads/moments, search.hpp lower_precision_variants), when further
+      Plan low_plan;
+      const int64_t low = max_trainable_seq_lower_precision(r, hi, &low_plan);
+      if (low > s) {
+        row["lower_precision"] = {{"max_seq", low}, {"plan", plan_to_string(low_plan)}};
+        lower_notes += "  " + std::to_string(gpus) + (gpus == 1 ? " GPU: " : " GPUs: ") + std::to_string(low) + " tokens (" + plan_to_string(low_plan) + ")\n";
+      }
       rows.push_back(row);
       t.rows.push_back(cells);
     }
     if (a->json) std::cout << json_dump(json{{"schema", "ctxplan.maxseq/1"}, {"model", job.model.name}, {"runtime", job.runtime.name}, {"rows", rows}}) << "\n";
-    else std::cout << "ctxplan maxseq: " << job.model.name << " on " << job.cluster.gpu.name << " nodes of " << job.cluster.gpus_per_node
-                   << ", runtime " << job.runtime.name << "\n" << t.render();
+    else {
+      std::cout << "ctxplan maxseq: " << job.model.name << " on " << job.cluster.gpu.name << " nodes of " << job.cluster.gpus_per_node
+                << ", runtime " << job.runtime.name << "\n" << t.render();
+      if (!lower_notes.empty())
+        std::cout << "With the lower optimizer precision " << job.runtime.name << " allows (master/grads/moments):\n" << lower_notes;
+    }
     return g_cancel ? kExitInterrupted : kExitOk;
   };
 }

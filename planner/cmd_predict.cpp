@@ -23,7 +23,11 @@ std::string print_table(const Prediction& p) {
   std::ostringstream os;
   os << "ctxplan predict: " << p.model << " on " << p.cluster << " (" << p.world << " x " << p.gpu << "), seq "
      << p.seq << " tokens, runtime " << p.runtime << " (attention " << p.attention << ")\n";
-  os << "plan: " << plan_to_string(p.plan) << "\n\n";
+  os << "plan: " << plan_to_string(p.plan) << "\n";
+  if (p.pad_tokens > 0)
+    os << "padded: " << p.pad_tokens << " pad tokens per sequence, memory and time priced at " << p.seq + p.pad_tokens
+       << " tokens; tokens/s counts the " << p.seq << " real ones\n";
+  os << "\n";
   os << "Per-GPU memory at the peak (" << to_string(m.peak_phase);
   if (m.peak_layer >= 0) os << ", layer " << m.peak_layer;
   os << "):\n";

@@ -217,6 +217,16 @@ std::function<int()> add_export_command(CLI::App& app, CommonOptions& common) {
     const Stack stack = parse_stack(a->stack, "export");
     Profiles profiles;
     ExportJob job = resolve_export_job(*a, common, profiles);
+    // a plan the stack cannot run is refused naming the capability its runtime profile lacks, as
+    // predict refuses it (issue 21); --any-runtime writes the stack's nearest equivalent with a warning
+    const RuntimeProfile rt = resolve_runtime(profiles, stack_runtime(stack));
+    const std::string missing = missing_capability(rt.capabilities, rt.name, job.plan);
+    if (!missing.empty() && !a->job.any_runtime)
+      throw InputError(a->job.plan_file.empty() ? "--plan" : a->job.plan_file, "",
+                       missing + "; --any-runtime writes the file anyway (what " + to_string(stack) +
+                           " cannot express is listed with what was written instead)");
+    if (!missing.empty())
+      std::cerr << "ctxplan export: warning: " << missing << " (written anyway: --any-runtime)\n";
     StackExport e = export_stack(stack, job, profiles);
     std::ostream& report = a->out.empty() ? std::cerr : std::cout;
     if (!a->out.empty()) {  // the launch line names the file as written

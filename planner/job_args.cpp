@@ -25,8 +25,9 @@ void add_job_options(CLI::App& app, JobArgs& a, bool with_plan) {
                  "price a plan the runtime's stack cannot run (its capabilities: `ctxplan show runtime NAME`) with a warning "
                  "instead of refusing it");
     app.add_option("--plan,-p", a.plan,
-                   "plan as key=value,... (keys: dp tp sp cp cp_kind cp_comm cp_layout cp_varlen ulysses zero mbs ga recompute ckpt_offload "
-                   "opt_offload param_offload tiled_loss tiled_mlp mask packing precision order pp vpp; default: " +
+                   "plan as key=value,... (keys: dp tp sp cp cp_kind cp_comm cp_layout cp_varlen ulysses zero zero_shard mbs ga recompute "
+                   "ckpt_offload opt_offload param_offload tiled_loss tiled_mlp mask packing pad precision master grads moments order "
+                   "pp vpp; default: " +
                        std::string(kDefaultPlan) + ")");
     app.add_option("--plan-file", a.plan_file, "plan.json (may also carry model, cluster, seq, runtime, attention)");
   } else {

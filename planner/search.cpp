@@ -388,7 +388,54 @@ std::string batch_advice(const SearchRequest& req) {
   return os.str();
 }
 
+// Sets a plan's optimizer precision to `v`, leaving a field unset (StateDtype::runtime) where `v`
+// is the runtime's own value, so that the plan's text names only what differs from the runtime; a
+// field the user gave (req.fixed_fields) stays as given (lower_precision_variants kept its value).
+void set_precision(Plan& p, const StateDtypes& v, const SearchRequest& req) {
+  const StateDtypes own = runtime_state_dtypes(req.runtime);
+  const json& fx = req.fixed_fields;
+  if (!fx.contains("master")) p.master = v.master == own.master ? StateDtype::runtime : v.master;
+  if (!fx.contains("grads")) p.grads = v.grads == own.grads ? StateDtype::runtime : v.grads;
+  if (!fx.contains("moments")) p.moments = v.moments == own.moments ? StateDtype::runtime : v.moments;
+}
+
 }  // namespace
+
+std::vector<StateDtypes> lower_precision_variants(const SearchRequest& req) {
+  const RuntimeCapabilities& caps = req.runtime.capabilities;
+  std::vector<StateDtypes> out;
+  if (!caps.declared) return out;  // a profile without capabilities states no optimizer precisions to try
+  const StateDtypes own = runtime_state_dtypes(req.runtime);
+  const json& fx = req.fixed_fields;
+  // a field the user gave (--plan master=..., grads=..., moments=...) keeps its value
+  auto values = [&](const char* field, StateDtype given, StateDtype mine, const std::vector<StateDtype>& allowed) {
+    if (fx.contains(field)) return std::vector<StateDtype>{given == StateDtype::runtime ? mine : given};
+    std::vector<StateDtype> v{mine};
+    for (StateDtype x : allowed)
+      if (x != mine && x != StateDtype::runtime) v.push_back(x);
+    return v;
+  };
+  // the first pass's precision: the user's values, the runtime's own for the others
+  auto resolved = [](StateDtype given, StateDtype mine) { return given == StateDtype::runtime ? mine : given; };
+  const StateDtypes first{resolved(req.base.master, own.master), resolved(req.base.grads, own.grads),
+                          resolved(req.base.moments, own.moments)};
+  for (StateDtype m : values("master", req.base.master, own.master, caps.master))
+    for (StateDtype g : values("grads", req.base.grads, own.grads, caps.grads))
+      for (StateDtype o : values("moments", req.base.moments, own.moments, caps.moments)) {
+        if (m == first.master && g == first.grads && o == first.moments) continue;  // priced in the first pass
+        out.push_back(StateDtypes{m, g, o});
+      }
+  // most precise first: the most model-state bytes per parameter (runtime_for_plan's sizes); ties
+  // keep the enumeration order (master, then grads, then moments: the runtime's own value of each first)
+  auto state_bytes = [&](const StateDtypes& v) {
+    Plan p = req.base;
+    set_precision(p, v, req);
+    const RuntimeProfile rt = runtime_for_plan(req.runtime, p);
+    return rt.master_bytes + rt.grad_bytes + rt.optimizer_bytes;
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const StateDtypes& a, const StateDtypes& b) { return state_bytes(a) > state_bytes(b); });
+  return out;
+}
 
 std::vector<Plan> enumerate_plans(const SearchRequest& req) {
   std::vector<Plan> out;
@@ -402,7 +449,7 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
   // pass 1: count (for progress), pass 2: evaluate
   int64_t total = 0;
   for_each_plan(req, true, [&](const Plan&) { ++total; return true; });
-  std::map<std::tuple<int64_t, int, int, int64_t, int64_t>, AttentionWork> attention_cache;
+  std::map<std::tuple<int64_t, int, int, int64_t, int64_t, int64_t>, AttentionWork> attention_cache;
   double best_ratio = 1e300;
   std::vector<Candidate> fitting;
   // Pruning pipeline plans (req.prune_pipeline): the tokens/s of the best `keep` plans priced so
@@ -412,9 +459,36 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
   const bool prune = req.prune_pipeline && req.objective == Objective::time;
   std::priority_queue<double, std::vector<double>, std::greater<double>> best_tps;
   std::string first_invalid;  // when no plan is valid: the first one's reason
-  for_each_plan(req, true, [&](const Plan& plan) {
-    ++r.enumerated;
-    if (progress && (r.enumerated & 4095) == 0 && !progress(static_cast<double>(r.enumerated) / static_cast<double>(total))) {
+  // Optimizer precision (issue 21): every plan at the runtime's own first. Only when none of them
+  // fits, a second pass (`lower`) prices each plan at the most precise of the lower precisions the
+  // runtime allows that fits (lower_precision_variants, most model-state bytes first); the least
+  // bytes variant is tried first, and when it does not fit no other does (memory falls with the bytes).
+  std::vector<StateDtypes> variants;
+  bool lower = false;
+  int64_t visited = 0;
+  // the lower pass: sets p to the most precise variant that fits and returns its memory (the
+  // least-bytes variant's, not fitting, when none fits)
+  auto most_precise_fitting = [&](Plan& p) {
+    Plan least = p;
+    set_precision(least, variants.back(), req);
+    MemoryPrediction m = predict_memory(req.model, req.cluster, req.runtime, least, req.seq);
+    if (!m.fits()) return m;
+    for (size_t i = 0; i + 1 < variants.size(); ++i) {
+      Plan q = p;
+      set_precision(q, variants[i], req);
+      MemoryPrediction mq = predict_memory(req.model, req.cluster, req.runtime, q, req.seq);
+      if (mq.fits()) {
+        p = q;
+        return mq;
+      }
+    }
+    p = least;
+    return m;
+  };
+  auto visit = [&](const Plan& plan) {
+    ++visited;
+    if (!lower) ++r.enumerated;
+    if (progress && (visited & 4095) == 0 && !progress(static_cast<double>(visited) / static_cast<double>(total))) {
       r.cancelled = true;
       return false;
     }
@@ -422,10 +496,13 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
     PlanCheck check = check_plan(p, req.model, req.cluster, req.seq);
     if (!check.ok()) {
       if (first_invalid.empty()) first_invalid = plan_to_string(p) + ": " + check.message();
+      // a layout that does not divide the sequence: pad=1 (--plan) would pad it (the search pads only when told)
+      if (!lower && !p.pad && req.seq > 0 && req.seq % seq_granule(p) != 0) ++r.not_dividing;
       return true;
     }
-    ++r.valid;
-    MemoryPrediction mem = predict_memory(req.model, req.cluster, req.runtime, p, req.seq);
+    if (!lower) ++r.valid;
+    const MemoryPrediction mem = lower ? most_precise_fitting(p) : predict_memory(req.model, req.cluster, req.runtime, p, req.seq);
+    if (lower && !mem.fits()) return true;
     Candidate c;
     c.plan = p;
     c.peak_bytes = mem.peak.total();
@@ -433,13 +510,15 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
     c.host_bytes_per_node = mem.host_total_bytes_per_node;
     c.fits = mem.fits();
     if (!c.fits) {
+      if (lower) return true;  // unreachable (a fitting variant was chosen); the closest plan is the first pass's
       double ratio = std::max(c.peak_bytes / c.capacity_bytes, mem.host_total_bytes_per_node / std::max(1.0, mem.host_capacity_bytes_per_node));
       if (ratio < best_ratio) { best_ratio = ratio; r.closest = c; }
       return true;
     }
     ++r.fitting;
     {  // time is priced for every fitting plan (the memory objective still breaks ties by it)
-      auto key = std::make_tuple(p.cp, static_cast<int>(p.cp_comm), static_cast<int>(p.cp_layout), ulysses_degree(p), p.dp);
+      auto key = std::make_tuple(p.cp, static_cast<int>(p.cp_comm), static_cast<int>(p.cp_layout), ulysses_degree(p), p.dp,
+                                 padded_seq(p, req.seq));
       auto it = attention_cache.find(key);
       if (it == attention_cache.end()) {
         AttentionWork w = attention_work(p, req.seq, false);
@@ -466,7 +545,15 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
     }
     fitting.push_back(std::move(c));
     return true;
-  });
+  };
+  for_each_plan(req, true, visit);
+  if (r.fitting == 0 && !r.cancelled) variants = lower_precision_variants(req);
+  if (!variants.empty()) {
+    lower = true;
+    total *= 2;
+    for_each_plan(req, true, visit);
+    r.lower_precision = r.fitting > 0;
+  }
   auto better = [&](const Candidate& a, const Candidate& b) {
     if (req.objective == Objective::memory) {
       if (a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
@@ -528,9 +615,11 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
     std::ostringstream os;
     if (r.valid == 0 && !batch_advice(req).empty()) {
       os << batch_advice(req);
+      if (r.not_dividing > 0) os << "; or --plan pad=1, which pads the sequence for the layouts that do not divide it";
     } else if (r.valid == 0) {
       os << "no plan is valid for " << req.model.name << " at " << req.seq << " tokens on " << world_size(req.cluster) << " GPUs";
       if (!first_invalid.empty()) os << "; e.g. " << first_invalid;
+      if (r.not_dividing > 0) os << "; " << r.not_dividing << " plans' layouts do not divide the sequence: --plan pad=1 pads it and prices the padding";
     } else {
       const double gib = 1024.0 * 1024 * 1024;
       os << "no plan fits. Tightest constraint: device memory; the closest plan (" << plan_to_string(r.closest.plan) << ") needs "
@@ -664,6 +753,14 @@ int64_t max_trainable_seq_any(const SearchRequest& req, int64_t hi, Plan* best) 
     return true;
   });
   return best_seq;
+}
+
+int64_t max_trainable_seq_lower_precision(const SearchRequest& req, int64_t hi, Plan* best) {
+  const std::vector<StateDtypes> variants = lower_precision_variants(req);
+  if (variants.empty()) return 0;
+  SearchRequest low = req;  // every plan at the least model-state bytes the runtime allows (the user's fields kept)
+  set_precision(low.base, variants.back(), req);
+  return max_trainable_seq_any(low, hi, best);
 }
 
 }  // namespace ctx

@@ -67,7 +67,21 @@ struct SearchResult {
   double seconds = 0;
   bool cancelled = false;
   std::string no_fit_reason;        // when nothing fits: the tightest constraint and what would help
+  int64_t not_dividing = 0;         // plans refused because their layout does not divide req.seq (pad=1 would pad it)
+  bool lower_precision = false;     // no plan fits at the runtime's own optimizer precision: the ranked plans are
+                                    // each at the most precise lower variant that fits (lower_precision_variants)
 };
+
+// The optimizer precisions (master, grads, moments) the search tries beyond the runtime's own: every
+// combination of the values the runtime's capabilities allow (a field --plan gives at its value),
+// the runtime's own combination left out, most precise first (most model-state bytes per
+// parameter). Empty for a runtime without capabilities. The search prices them only when no plan
+// fits at the runtime's own precision; maxseq reports the longest they reach beside its answer.
+std::vector<StateDtypes> lower_precision_variants(const SearchRequest& req);
+// The longest sequence any plan of the search space trains at the least-bytes variant of
+// lower_precision_variants (the longest any variant reaches: memory falls with the bytes); 0 when
+// there is none or nothing fits. `best` receives the plan (its master/grads/moments set).
+int64_t max_trainable_seq_lower_precision(const SearchRequest& req, int64_t hi, Plan* best);
 
 // `progress(done_fraction)` is called now and then; returning false cancels (partial results kept).
 SearchResult search_plans(const SearchRequest& req, const std::function<bool(double)>& progress = {});

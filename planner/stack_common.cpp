@@ -20,6 +20,16 @@ const char* to_string(Stack s) {
   return "?";
 }
 
+const char* stack_runtime(Stack s) {
+  switch (s) {
+    case Stack::megatron: return "megatron";
+    case Stack::torchtitan: return "torchtitan";
+    case Stack::deepspeed:
+    case Stack::arctic: return "hf-deepspeed";
+  }
+  return "?";
+}
+
 Stack parse_stack(const std::string& name, const std::string& where) {
   std::string n = name;
   std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });

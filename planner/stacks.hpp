@@ -24,6 +24,9 @@ enum class Stack { megatron, torchtitan, deepspeed, arctic };
 const char* to_string(Stack s);
 // "megatron" | "nemo" | "torchtitan" | "deepspeed" | "arctic" (alst); `where` names the source in errors.
 Stack parse_stack(const std::string& name, const std::string& where);
+// The runtime profile that states what the stack runs (its capabilities) and prices its jobs, as
+// import writes it: megatron, torchtitan, hf-deepspeed (DeepSpeed and ArcticTraining).
+const char* stack_runtime(Stack s);
 
 // What a stack's configuration says about a ctxplan job.
 struct StackJob {
