@@ -38,6 +38,12 @@ double megatron_buffer_padding_elements(double stage_params, double param_tensor
   return buckets * (bucket_align - 1.0) + param_tensors * static_cast<double>(kMegatronParamAlignElements - 1);
 }
 
+double zero3_step_grad_bytes(const RuntimeProfile& rt, const Plan& p, double partition_params) {
+  if (p.zero != 3 || p.opt_offload || rt.zero3_grad_partition_bytes <= 0) return 0.0;
+  // flatten(averaged_gradients) in the partition's dtype, then .to(fp32) for the optimizer
+  return std::min(partition_params, kDeepSpeedSubGroupElements) * (rt.zero3_grad_partition_bytes + rt.grad_bytes);
+}
+
 namespace {
 
 // the next power of two at or above x (x > 0), as c10::llvm::PowerOf2Ceil
@@ -67,10 +73,10 @@ FrameworkMemory framework_memory(const ModelSpec& m, const RuntimeProfile& rt, c
   // (bf16 for a bf16 model under ZeRO when data_types.grad_accum_dtype is unset, engine.get_data_types).
   // NVMe swap buffers (buffer_count x buffer_size, PartitionedOptimizerSwapper, AsyncPartitionedParameterSwapper)
   // exist only with device "nvme"; CPU offload allocates none.
-  if (p.zero == 3 && p.opt_offload && rt.zero3_offload_grad_partition_bytes > 0)
+  if (p.zero == 3 && p.opt_offload && rt.zero3_grad_partition_bytes > 0)
     add("zero3_offload_grad_partitions",
         "deepspeed/runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3._setup_for_real_optimizer (grad_partitions_flat_buffer on the offload device); dtype from runtime/engine.py get_data_types",
-        rt.zero3_offload_grad_partition_bytes * stage_params / Z, true);
+        rt.zero3_grad_partition_bytes * stage_params / Z, true);
 
   // DeepSpeed ZeRO-3 parameter offload pins the flat host copy of the weight partition
   // unconditionally (_create_param_groups_fp16_flat_cpu_memory: get_accelerator().pin_memory), and

@@ -45,6 +45,16 @@ constexpr int64_t kMegatronBucketAlignElements = 128;
 constexpr double kMegatronMinBucketElements = 40000000;
 constexpr double kMegatronBucketElementsPerDpRank = 1000000;
 
+// DeepSpeed deepspeed/runtime/zero/config.py DeepSpeedZeroConfig.sub_group_size default 1e9 elements:
+// ZeRO-3 steps the optimizer one sub-group of the rank's partition at a time
+// (stage3.py _prepare_fp32_grad_for_sub_group ... _release_sub_group)
+constexpr double kDeepSpeedSubGroupElements = 1e9;
+
+// DeepSpeed ZeRO-3 without optimizer offload: the bytes the optimizer step adds for the sub-group it
+// steps (the bf16 flattened copy and its fp32 gradient, _prepare_fp32_grad_for_sub_group), given the
+// rank's partition; 0 for other runtimes and plans.
+double zero3_step_grad_bytes(const RuntimeProfile& rt, const Plan& p, double partition_params);
+
 struct FrameworkTerm {
   const char* name = "";    // what it counts
   const char* source = "";  // the file and function it comes from

@@ -123,7 +123,10 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   const double P = pipeline_stage_params(m, stage, S.layer_params, S.vocab);  // S.params when pp = 1
   const double w_dev = p.param_offload ? 0.0 : rt.weight_bytes * P / (p.zero == 3 ? Z : 1.0);
   const bool grads_on_host = p.opt_offload && rt.offload_grads_with_optimizer;
-  const double g_full = grads_on_host ? 0.0 : rt.grad_bytes * P / (p.zero >= 2 ? Z : 1.0);
+  // DeepSpeed ZeRO-3 keeps the gradient partition in its flat buffer's dtype (zero3_grad_partition_bytes;
+  // stage3.py _setup_for_real_optimizer); the fp32 gradient exists per sub-group in the step only
+  const double grad_bytes_kept = p.zero == 3 && rt.zero3_grad_partition_bytes > 0 ? rt.zero3_grad_partition_bytes : rt.grad_bytes;
+  const double g_full = grads_on_host ? 0.0 : grad_bytes_kept * P / (p.zero >= 2 ? Z : 1.0);
   const double opt_shard = p.zero >= 1 ? Z : 1.0;
   const double m_dev = p.opt_offload ? 0.0 : rt.master_bytes * P / opt_shard;
   const double o_dev = p.opt_offload ? 0.0 : rt.optimizer_bytes * P / opt_shard;
@@ -375,6 +378,7 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   {
     MemorySnapshot s = base(g_full);
     s[Mem::mask] = 0;
+    s[Mem::grads] += zero3_step_grad_bytes(rt, p, P / Z);  // DeepSpeed ZeRO-3: one sub-group's fp32 gradient
     // ZeRO-1/2: each parameter unit's updated shard is staged for the all-gather that rebuilds the
     // full weights; the largest unit is a layer or the vocabulary matrix (with the final norm)
     if (p.zero >= 1 && p.zero < 3 && Z > 1) {

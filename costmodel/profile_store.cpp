@@ -405,7 +405,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"optimizer_offload_on_device", nullptr, &rt.optimizer_offload_on_device},
       {"memory_traffic_factor", &rt.memory_traffic_factor, nullptr},
       // framework memory terms (framework_memory.hpp), optional: absent = the term is not there
-      {"zero3_offload_grad_partition_bytes", &rt.zero3_offload_grad_partition_bytes, nullptr, nullptr, true},
+      {"zero3_grad_partition_bytes", &rt.zero3_grad_partition_bytes, nullptr, nullptr, true},
       {"zero3_param_offload_pinned_pow2", nullptr, &rt.zero3_param_offload_pinned_pow2, nullptr, true},
       {"nccl_channels", &rt.nccl_channels, nullptr, nullptr, true},
       {"caching_allocator", nullptr, nullptr, &caching_allocator, true},

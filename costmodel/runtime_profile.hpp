@@ -59,9 +59,12 @@ struct RuntimeProfile {
   double host_bytes_per_rank = 0;     // host memory a rank's process takes besides offload
   // ---- framework memory (costmodel/framework_memory.hpp): terms read from the stack's source, each
   // off by default (ctxrun's profiles: its ledger measures every allocation itself)
-  // DeepSpeed ZeRO-3 with optimizer offload: bytes per parameter (over the ZeRO shards) of the host
-  // gradient partition buffer the reduce-scatter lands in, besides the optimizer's own gradients
-  double zero3_offload_grad_partition_bytes = 0;
+  // DeepSpeed ZeRO-3: bytes per parameter (over the ZeRO shards) of the flat gradient partition the
+  // reduce-scatter lands in (the model dtype unless grad_accum_dtype is set). On the host under
+  // optimizer offload, besides the optimizer's fp32 gradients (grad_bytes); on the device without
+  // offload, where it is the persistent gradient and the fp32 one exists per optimizer sub-group
+  // during the step only (framework_memory.hpp kDeepSpeedSubGroupElements). 0: not DeepSpeed ZeRO-3.
+  double zero3_grad_partition_bytes = 0;
   // DeepSpeed ZeRO-3 parameter offload: the host copy of the weight partition is one pinned flat
   // buffer, which PyTorch's pinned-memory allocator rounds up to a power of two
   bool zero3_param_offload_pinned_pow2 = false;

@@ -84,6 +84,23 @@ TEST(FrameworkMemory, OffloadTermsNeedZero3AndTheirOffload) {
   EXPECT_DOUBLE_EQ(term(z2, "zero3_offload_grad_partitions"), 0.0);
 }
 
+TEST(FrameworkMemory, DeepSpeedZero3WithoutOffloadKeepsBf16GradientsAndStepsOneFp32SubGroup) {
+  // Without optimizer offload the flat gradient partition lives on the device in bf16 (stage3.py
+  // _setup_for_real_optimizer): 2 x 1,003,782,656 = 2,007,565,312 B per GPU at dp=8, where a persistent
+  // fp32 gradient would be 4,015,130,624 B. The step flattens one sub-group (sub_group_size 1e9 elements
+  // of the 1,003,782,656-element partition) in bf16 and converts it to fp32 (_prepare_fp32_grad_for_sub_group):
+  // + 1e9 x (2 + 4) = 6,000,000,000 B in the optimizer phase: 8,007,565,312 B
+  MemoryPrediction mp = run("dp=8,zero=3,recompute=full", "hf-deepspeed");
+  EXPECT_DOUBLE_EQ(mp.phase_peak[static_cast<int>(Phase::backward)][Mem::grads], 2007565312.0);
+  EXPECT_DOUBLE_EQ(mp.phase_peak[static_cast<int>(Phase::optimizer)][Mem::grads], 8007565312.0);
+  // on 32 GPUs the partition (250,945,664 elements) is one sub-group: + 6 x 250,945,664 in the step
+  MemoryPrediction wide = run("dp=32,zero=3,recompute=full", "hf-deepspeed", "4x8xh100");
+  EXPECT_DOUBLE_EQ(wide.phase_peak[static_cast<int>(Phase::optimizer)][Mem::grads], 8.0 * 250945664.0);
+  // megatron (not DeepSpeed) keeps its fp32 gradient shard under ZeRO-3: 4 x P / 8
+  MemoryPrediction meg = run("dp=8,zero=3,recompute=full", "megatron");
+  EXPECT_DOUBLE_EQ(meg.phase_peak[static_cast<int>(Phase::backward)][Mem::grads], 4.0 * 1003782656.0);
+}
+
 TEST(FrameworkMemory, NcclBuffersArePerCommunicatorAndChannel) {
   // one connection = 4,194,304 (SIMPLE) + 524,288 (LL: 8 x 512 x 8 x 16) + 4,915,200 (LL128:
   // 120 x 640 x 8 x 8) = 9,633,792 B; 32 channels: 308,281,344 B per communicator
