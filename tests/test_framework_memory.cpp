@@ -2,6 +2,8 @@
 // frameworks' source: DeepSpeed ZeRO-3 offload host buffers, PyTorch's pinned power-of-two rounding,
 // NCCL buffers per communicator and channel, the CUDA caching allocator's rounding, Megatron's
 // distributed-optimizer buffer padding; and that ctxrun's profiles get none of them.
+// shared/reference/memory_facts.jsonl states no host figure for these buffers (its one host figure,
+// ALST's ~915 GiB of offloaded checkpoints per node, is test_memory_facts' and no term changes it).
 #include <gtest/gtest.h>
 
 #include <fstream>
