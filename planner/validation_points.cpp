@@ -60,6 +60,15 @@ double metric_from(const std::string& def, const ModelSpec& m, const Prediction&
   if (def == "nemo_model_tflops") return noncausal * tokens / (world * t.step_seconds) / 1e12;
   if (def == "llmfoundry_mfu")  // 6N + 12*l*d*s per token over 989 TFLOP/s per GPU, in percent
     return 100.0 * (6.0 * static_cast<double>(total_params(m)) + 12.0 * l * h * s) * t.tokens_per_second / (world * 989e12);
+  if (def == "torch_max_reserved_gib") {
+    // torch.cuda.max_memory_reserved in GiB (torchtitan's logged "memory": DeviceMemoryMonitor
+    // max_reserved_gib): the device peak of what PyTorch's caching allocator holds -- every category
+    // but NCCL's buffers, which NCCL allocates outside it (framework_memory.hpp)
+    double nccl = 0;
+    for (int i = 0; i < p.memory.framework.count; ++i)
+      if (std::string(p.memory.framework.terms[i].name) == "nccl_buffers") nccl += p.memory.framework.terms[i].bytes;
+    return (p.memory.peak.total() - nccl) / (1024.0 * 1024.0 * 1024.0);
+  }
   throw InputError("profiles/validation", "definition", "unknown metric definition '" + def + "'");
 }
 
@@ -96,9 +105,12 @@ std::vector<PublishedTimeRow> predict_published_time(const Profiles& profiles, c
     row.note = p.memory.fits() ? "" : "predicted not to fit";
     row.published = r.number("published");
     row.predicted = metric_from(r.string("definition"), m, p);
-    // every metric but the step itself is a rate (tokens/s, TFLOP/s, MFU): inversely proportional to the step
+    // every time metric but the step itself is a rate (tokens/s, TFLOP/s, MFU): inversely proportional
+    // to the step; a memory metric says nothing about the step
     const double ratio = row.published / row.predicted;
-    row.step_log_ratio = r.string("definition") == "step_seconds" ? std::log(ratio) : -std::log(ratio);
+    const std::string def = r.string("definition");
+    row.time_metric = def != "torch_max_reserved_gib";
+    row.step_log_ratio = !row.time_metric ? 0.0 : def == "step_seconds" ? std::log(ratio) : -std::log(ratio);
     rows.push_back(row);
   }
   return rows;
@@ -114,7 +126,7 @@ std::vector<TimeResidual> published_time_residuals(const Profiles& profiles, con
   std::map<std::string, size_t> at;    // point -> index in out
   std::vector<int> count;
   for (const PublishedTimeRow& row : predict_published_time(profiles, "", runtime)) {
-    if (!(row.predicted > 0) || !(row.published > 0) || row.role != "fit") continue;
+    if (!(row.predicted > 0) || !(row.published > 0) || row.role != "fit" || !row.time_metric) continue;
     auto [it, fresh] = at.try_emplace(row.point, out.size());
     if (fresh) {
       out.push_back({row.point, row.gpu, 0.0});

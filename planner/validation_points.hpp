@@ -24,7 +24,8 @@ struct PublishedTimeRow {
   std::string attention;      // the kernel priced: the point's stated one, else the runtime's default
   std::string role = "fit";   // "fit": feeds the runtime's error band; "check": only compared (point_role)
   double published = 0, predicted = 0;
-  double step_log_ratio = 0;  // ln(measured / predicted step time) this metric implies
+  double step_log_ratio = 0;  // ln(measured / predicted step time) this metric implies (0 for memory)
+  bool time_metric = true;    // a step time or a rate; false for a memory metric (no residual for the band)
 };
 
 // Every point (its id containing `only`, of runtime `runtime`; empty: all), in file order.

@@ -13,7 +13,9 @@
 #include "costmodel/framework_memory.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/plan_check.hpp"
+#include "costmodel/prediction.hpp"
 #include "costmodel/profile_store.hpp"
+#include "planner/validation_points.hpp"
 
 namespace ctx {
 namespace {
@@ -122,6 +124,16 @@ TEST(FrameworkMemory, NcclBuffersArePerCommunicatorAndChannel) {
   // expected unfilled pages under expandable segments ((20 MiB + 2 MiB) / 2 = 11 MiB)
   MemoryPrediction mp = run("dp=8,zero=3,recompute=full", "hf-deepspeed");
   EXPECT_DOUBLE_EQ(mp.peak[Mem::runtime], 32.0 * kMiB + per_comm + 11.0 * kMiB);
+}
+
+TEST(FrameworkMemory, TorchMaxReservedLeavesOutNcclBuffers) {
+  // torchtitan's logged memory is torch.cuda.max_memory_reserved; NCCL allocates its buffers outside
+  // PyTorch's caching allocator, so the validation metric is the device peak minus them: at dp=8 one
+  // communicator, 308,281,344 B
+  ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  ClusterSpec c = resolve_cluster(profiles(), "8xh100-96gb");
+  Prediction p = predict(m, c, resolve_runtime(profiles(), "torchtitan"), parse_plan("dp=8,zero=3,recompute=selective,mbs=2"), 8192);
+  EXPECT_DOUBLE_EQ(metric_from("torch_max_reserved_gib", m, p) * kGiB, p.memory.peak.total() - 308281344.0);
 }
 
 TEST(FrameworkMemory, CachingAllocatorRoundingWithoutExpandableSegments) {
