@@ -141,6 +141,11 @@ bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p
   w.seen.assign(n, 0);
   w.passes = 0;
   const int64_t max_passes = 2 + steps;  // (two when the lag argument holds)
+  // A rank's three sequences in more pieces than this and the closed form gives way to the sweep
+  // (a piece costs about what ten steps of the sweep do). Without recompute a long plain ring's
+  // computes can alternate, compute-bound one step and waiting the next: a staircase of two-step
+  // pieces, not a few lines.
+  const int64_t max_pieces = std::max<int64_t>(48, (steps - j0) / 4);
   for (size_t s = 0; s < n; ++s) {
     if (w.seen[s]) continue;
     // the cycle through s, in the direction the blocks travel: order[0] = s, order[i+1] = next
@@ -152,21 +157,25 @@ bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p
     const size_t L = w.order.size();
     const int first = w.order.front(), tail = w.order.back();
     if (in[static_cast<size_t>(first)].prev != tail) return false;
+    // false when a rank's times are not a few lines (then the sweep is faster)
     auto pass = [&](const Rank& upstream_of_first) {
       for (size_t i = 0; i < L; ++i) {
         const int r = w.order[i];
         const int u = in[static_cast<size_t>(r)].prev;
-        compute_rank(w, w.rank[static_cast<size_t>(r)], in[static_cast<size_t>(r)], i == 0 ? upstream_of_first : w.rank[static_cast<size_t>(u)],
-                     in[static_cast<size_t>(u)], *w.costs[static_cast<size_t>(r)], j0, steps, p, q);
+        Rank& x = w.rank[static_cast<size_t>(r)];
+        compute_rank(w, x, in[static_cast<size_t>(r)], i == 0 ? upstream_of_first : w.rank[static_cast<size_t>(u)], in[static_cast<size_t>(u)],
+                     *w.costs[static_cast<size_t>(r)], j0, steps, p, q);
+        if (static_cast<int64_t>(x.rs.p.size() + x.cs.p.size() + x.ds.p.size()) > max_pieces) return false;
       }
       ++w.passes;
+      return true;
     };
-    pass(w.lower);
+    if (!pass(w.lower)) return false;
     for (int64_t k = 1;; ++k) {
       if (k >= max_passes) return false;
       Rank& tl = w.rank[static_cast<size_t>(tail)];
       w.check.re = tl.re, w.check.ce = tl.ce, w.check.de = tl.de;
-      pass(w.check);
+      if (!pass(w.check)) return false;
       if (same(tl.re, w.check.re) && same(tl.ce, w.check.ce) && same(tl.de, w.check.de)) break;
     }
   }

@@ -66,8 +66,10 @@ struct RingBackwardWork {
 };
 
 // Times the steps [j0, steps) (1 <= j0 < steps) of every rank. Returns false, leaving `out` unspecified,
-// when the closed form does not apply (a rank that is its own upstream, `prev` not a permutation)
-// or its check did not hold: the caller sweeps the steps instead.
+// when the closed form does not apply (a rank that is its own upstream, `prev` not a permutation),
+// when a rank's times take more than a few pieces (document masks' many cost runs; computes that
+// alternate between waiting and not, step by step) or its check did not hold: the caller sweeps
+// the steps instead.
 bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv_s, const std::vector<RingBackwardRank>& in,
                                std::vector<RingBackwardResult>& out, RingBackwardWork& w);
 

@@ -399,8 +399,12 @@ class Builder {
         prev[static_cast<size_t>(r)] = prev_of(r);
       }
       if (backward) {
-        if (nreps() < ring_closed_form_min_ranks_ || !ring_backward_by_rank(generic_steps, steps, cost_of, prev, have, have_dkv, last_compute))
+        // (once the closed form has given way in a step, the later layers sweep: they are alike)
+        if (nreps() < ring_closed_form_min_ranks_ || ring_closed_form_failed_ ||
+            !ring_backward_by_rank(generic_steps, steps, cost_of, prev, have, have_dkv, last_compute)) {
+          ring_closed_form_failed_ = nreps() >= ring_closed_form_min_ranks_;
           ring_steps_fast(generic_steps, steps, cost_of, prev, have, have_dkv, last_compute);
+        }
       }
       else ring_forward_by_rank(pass, steps, cost_of, prev, have, last_compute);
     }
@@ -1220,6 +1224,7 @@ class Builder {
   int64_t cp_reps_ = 1;
   bool record_ = true;
   int ring_closed_form_min_ranks_ = kRingClosedFormMinRanks;
+  bool ring_closed_form_failed_ = false;  // the closed form gave way (ring_backward_by_rank returned false)
   int64_t mb_ = 0;
   int64_t next_coll_ = 0;
   int64_t next_id_ = 0;
