@@ -25,6 +25,7 @@
 #include "costmodel/profile_store.hpp"
 #include "costmodel/simulator.hpp"
 #include "costmodel/step_model.hpp"
+#include "executor/parallel_context.hpp"
 #include "executor/schedule_trace.hpp"
 #include "executor/tests/ctxrun_cli.hpp"
 
@@ -157,3 +158,22 @@ INSTANTIATE_TEST_SUITE_P(Plans, Schedule, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& i) { return "Plan" + std::to_string(i.index); });
 
 }  // namespace
+
+namespace ctx {
+namespace {
+
+// pad=1 (issue 21): ctxrun does not pad sequences. A plan that would pad (zig-zag over cp=2 needs a
+// multiple of 2*cp = 4; 66 pads to 68) is refused naming the key and the lengths that run; pad=1 at a
+// length the layout divides pads nothing and is not refused for it.
+TEST(ExecutorPlan, PadThatWouldPadIsRefusedNamingTheKey) {
+  Profiles prof = load_profiles(default_profiles_dir());
+  const ModelSpec m = resolve_model(prof, "tiny");
+  const std::string why = exec::executor_plan_problem(m, parse_plan("cp=2,cp_kind=zigzag,pad=1"), 66);
+  EXPECT_NE(why.find("pad=1"), std::string::npos) << why;
+  EXPECT_NE(why.find("66 tokens to 68"), std::string::npos) << why;
+  EXPECT_NE(why.find("(64 or 68)"), std::string::npos) << why;
+  EXPECT_EQ(exec::executor_plan_problem(m, parse_plan("cp=2,cp_kind=zigzag,pad=1"), 64), "");
+}
+
+}  // namespace
+}  // namespace ctx
