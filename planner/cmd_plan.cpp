@@ -315,7 +315,8 @@ std::function<int()> add_maxseq_command(CLI::App& app, CommonOptions& common) {
       // beside the answer at the runtime's own optimizer precision: how far the lower precisions it
       // allows reach (master/grads/moments, search.hpp lower_precision_variants), when further
       Plan low_plan;
-      const int64_t low = max_trainable_seq_lower_precision(r, hi, &low_plan);
+      // only plans that beat s are bisected, the plan that answered s first
+      const int64_t low = max_trainable_seq_lower_precision(r, hi, &low_plan, s, s > 0 ? &best : nullptr);
       if (low > s) {
         row["lower_precision"] = {{"max_seq", low}, {"plan", plan_to_string(low_plan)}};
         lower_notes += "  " + std::to_string(gpus) + (gpus == 1 ? " GPU: " : " GPUs: ") + std::to_string(low) + " tokens (" + plan_to_string(low_plan) + ")\n";

@@ -399,6 +399,15 @@ void set_precision(Plan& p, const StateDtypes& v, const SearchRequest& req) {
   if (!fx.contains("moments")) p.moments = v.moments == own.moments ? StateDtype::runtime : v.moments;
 }
 
+// The runtime profile as a plan of the search with optimizer precision `v` runs on it
+// (runtime_for_plan): pricing the unlabelled plans on it is pricing the labelled ones (set_precision)
+// on req.runtime, without copying the profile for every plan.
+RuntimeProfile variant_runtime(const SearchRequest& req, const StateDtypes& v) {
+  Plan b = req.base;
+  set_precision(b, v, req);
+  return runtime_for_plan(req.runtime, b);
+}
+
 }  // namespace
 
 std::vector<StateDtypes> lower_precision_variants(const SearchRequest& req) {
@@ -464,25 +473,22 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
   // runtime allows that fits (lower_precision_variants, most model-state bytes first); the least
   // bytes variant is tried first, and when it does not fit no other does (memory falls with the bytes).
   std::vector<StateDtypes> variants;
+  std::vector<RuntimeProfile> variant_rts;  // variant_runtime of each
   bool lower = false;
   int64_t visited = 0;
   // the lower pass: sets p to the most precise variant that fits and returns its memory (the
   // least-bytes variant's, not fitting, when none fits)
   auto most_precise_fitting = [&](Plan& p) {
-    Plan least = p;
-    set_precision(least, variants.back(), req);
-    MemoryPrediction m = predict_memory(req.model, req.cluster, req.runtime, least, req.seq);
+    MemoryPrediction m = predict_memory(req.model, req.cluster, variant_rts.back(), p, req.seq);
     if (!m.fits()) return m;
     for (size_t i = 0; i + 1 < variants.size(); ++i) {
-      Plan q = p;
-      set_precision(q, variants[i], req);
-      MemoryPrediction mq = predict_memory(req.model, req.cluster, req.runtime, q, req.seq);
+      MemoryPrediction mq = predict_memory(req.model, req.cluster, variant_rts[i], p, req.seq);
       if (mq.fits()) {
-        p = q;
+        set_precision(p, variants[i], req);
         return mq;
       }
     }
-    p = least;
+    set_precision(p, variants.back(), req);
     return m;
   };
   auto visit = [&](const Plan& plan) {
@@ -548,6 +554,7 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
   };
   for_each_plan(req, true, visit);
   if (r.fitting == 0 && !r.cancelled) variants = lower_precision_variants(req);
+  for (const StateDtypes& v : variants) variant_rts.push_back(variant_runtime(req, v));
   if (!variants.empty()) {
     lower = true;
     total *= 2;
@@ -732,8 +739,8 @@ void check_constraints(const SearchRequest& req, const std::string& where) {
                                   (invalid.empty() ? "" : "; e.g. " + invalid));
 }
 
-int64_t max_trainable_seq_any(const SearchRequest& req, int64_t hi, Plan* best) {
-  int64_t best_seq = 0;
+int64_t max_trainable_seq_any(const SearchRequest& req, int64_t hi, Plan* best, int64_t at_least) {
+  int64_t best_seq = std::max<int64_t>(0, at_least);  // only plans that beat it are bisected
   for_each_plan(req, false, [&](const Plan& plan) {
     if (!keeps_fixed_fields(plan, req.fixed_fields)) return true;  // a key the user gave, changed
     Plan p = plan;
@@ -755,12 +762,26 @@ int64_t max_trainable_seq_any(const SearchRequest& req, int64_t hi, Plan* best) 
   return best_seq;
 }
 
-int64_t max_trainable_seq_lower_precision(const SearchRequest& req, int64_t hi, Plan* best) {
+int64_t max_trainable_seq_lower_precision(const SearchRequest& req, int64_t hi, Plan* best, int64_t at_least, const Plan* seed) {
   const std::vector<StateDtypes> variants = lower_precision_variants(req);
   if (variants.empty()) return 0;
-  SearchRequest low = req;  // every plan at the least model-state bytes the runtime allows (the user's fields kept)
-  set_precision(low.base, variants.back(), req);
-  return max_trainable_seq_any(low, hi, best);
+  // every plan at the least model-state bytes the runtime allows (the user's fields kept), priced on
+  // the runtime as such plans run on it (variant_runtime); the answer's plan is labelled after
+  SearchRequest low = req;
+  low.runtime = variant_runtime(req, variants.back());
+  // the seed (maxseq: the plan that answered at the runtime's own precision) first: a high floor
+  // early, so that few plans are bisected after it
+  int64_t seeded = 0;
+  if (seed && keeps_fixed_fields(*seed, req.fixed_fields)) seeded = max_trainable_seq(req.model, req.cluster, low.runtime, *seed, hi);
+  const int64_t floor = std::max(at_least, seeded);
+  Plan found;
+  const int64_t out = max_trainable_seq_any(low, hi, &found, floor);
+  if (out == floor && seeded > at_least) found = *seed;  // no plan beat the seed: it is the answer
+  if (best && out > at_least) {
+    *best = found;
+    set_precision(*best, variants.back(), req);
+  }
+  return out;
 }
 
 }  // namespace ctx

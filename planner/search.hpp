@@ -81,7 +81,10 @@ std::vector<StateDtypes> lower_precision_variants(const SearchRequest& req);
 // The longest sequence any plan of the search space trains at the least-bytes variant of
 // lower_precision_variants (the longest any variant reaches: memory falls with the bytes); 0 when
 // there is none or nothing fits. `best` receives the plan (its master/grads/moments set).
-int64_t max_trainable_seq_lower_precision(const SearchRequest& req, int64_t hi, Plan* best);
+// at_least: as max_trainable_seq_any's (maxseq passes the answer at the runtime's own precision);
+// seed: a plan of the space bisected first (maxseq's answer), which only makes it faster.
+int64_t max_trainable_seq_lower_precision(const SearchRequest& req, int64_t hi, Plan* best, int64_t at_least = 0,
+                                          const Plan* seed = nullptr);
 
 // `progress(done_fraction)` is called now and then; returning false cancels (partial results kept).
 SearchResult search_plans(const SearchRequest& req, const std::function<bool(double)>& progress = {});
@@ -92,7 +95,9 @@ std::vector<Plan> enumerate_plans(const SearchRequest& req);
 // The longest sequence any plan of the search space trains on `cluster` (bisection per plan
 // family); `best` receives the plan. 0 when nothing fits even at the smallest sequence.
 // Plans it tries keep req.fixed_fields (every key the user gave).
-int64_t max_trainable_seq_any(const SearchRequest& req, int64_t hi, Plan* best);
+// at_least > 0: only plans that train longer than it are bisected; returns at_least (and leaves
+// `best` alone) when none does.
+int64_t max_trainable_seq_any(const SearchRequest& req, int64_t hi, Plan* best, int64_t at_least = 0);
 
 // The plan_to_json fields that the keys of `text` (key=value,...) fix: a key the JSON carries as
 // such, else every field the key moves from the defaults (a shorthand such as cp_kind=ulysses).

@@ -177,6 +177,16 @@ TEST(SearchPrecision, MaxSeqAndItsLowerPrecisionAlternativeAreTheBruteForceMaxim
     Plan best, best_low;
     EXPECT_EQ(max_trainable_seq_any(req, hi, &best), own);
     EXPECT_EQ(max_trainable_seq_lower_precision(req, hi, &best_low), lower);
+    // maxseq passes its own answer as a floor: the same maximum, only plans that beat it bisected;
+    // a floor no plan beats comes back as it is
+    Plan floored;
+    EXPECT_EQ(max_trainable_seq_lower_precision(req, hi, &floored, own), lower);
+    EXPECT_EQ(plan_to_string(floored), plan_to_string(best_low));
+    EXPECT_EQ(max_trainable_seq_lower_precision(req, hi, nullptr, lower + 1), lower + 1);
+    // seeded with the plan that answered at the runtime's own precision (as maxseq does): the same maximum
+    Plan seeded;
+    EXPECT_EQ(max_trainable_seq_lower_precision(req, hi, &seeded, own, &best), lower);
+    EXPECT_EQ(max_trainable_seq(req.model, req.cluster, req.runtime, seeded, hi), lower) << plan_to_string(seeded);
     EXPECT_GT(lower, own) << "lower optimizer precision leaves room for a longer sequence";
     const Plan least = with_keys(Plan{}, k.least);
     EXPECT_EQ(best_low.master, least.master);
