@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -112,11 +113,12 @@ Brute brute_force(const SearchRequest& req, const std::vector<std::string>& vari
   return out;
 }
 
-// Llama-3.1-8B with Megatron on one H100: at 16K tokens plans fit at the runtime's own precision (the
-// search never lowers it); at 28K none does (its max-seq is 22,258 tokens) but bf16 gradients and
-// moments fit some (up to 32,005). With ctxrun-cuda on two H100s without offload: own precision up
-// to 70,864 tokens, lower up to 255,224; 64K and 128K. (Max-seqs from `ctxplan maxseq`, which the
-// next test checks by brute force.)
+// Llama-3.1-8B with Megatron on one H100 and with ctxrun-cuda on two H100s without offload. Two
+// lengths each, from the space's own max-seqs (the next test checks those by brute force): one that
+// fits at the runtime's own precision (its max-seq, rounded down to 1K: the search never lowers the
+// precision) and one between that and the lower precisions' max-seq (none fits at the runtime's own,
+// some at lower precision). When written: Megatron 22,258 and 32,005 tokens, ctxrun-cuda 70,864 and
+// 255,224.
 TEST(SearchPrecision, ExhaustiveOnASmallSpaceTheSearchIsTheRuleByBruteForce) {
   struct Case {
     const char* runtime;
@@ -126,10 +128,17 @@ TEST(SearchPrecision, ExhaustiveOnASmallSpaceTheSearchIsTheRuleByBruteForce) {
     const std::vector<std::string>* variants;
     bool lower;
   };
-  const Case cases[] = {{"megatron", "1xh100", 16384, true, &kMegatronVariants, false},
-                        {"megatron", "1xh100", 28672, true, &kMegatronVariants, true},
-                        {"ctxrun-cuda", "2xh100", 65536, false, &kCtxrunVariants, false},
-                        {"ctxrun-cuda", "2xh100", 131072, false, &kCtxrunVariants, true}};
+  std::vector<Case> cases;
+  for (auto [runtime, cluster, offload, variants] :
+       {std::tuple{"megatron", "1xh100", true, &kMegatronVariants}, std::tuple{"ctxrun-cuda", "2xh100", false, &kCtxrunVariants}}) {
+    SearchRequest req = request(4096, "", runtime, cluster);
+    req.allow_offload = offload;
+    const int64_t hi = int64_t(1) << 20;
+    const int64_t own = max_trainable_seq_any(req, hi, nullptr), low = max_trainable_seq_lower_precision(req, hi, nullptr);
+    ASSERT_GT(low, own + 2048) << runtime << ": the lower precisions must reach further for the case to mean anything";
+    cases.push_back({runtime, cluster, own / 1024 * 1024, offload, variants, false});
+    cases.push_back({runtime, cluster, (own + low) / 2 / 1024 * 1024, offload, variants, true});
+  }
   for (const Case& k : cases) {
     SCOPED_TRACE(std::string(k.runtime) + " " + k.cluster + " " + std::to_string(k.seq));
     SearchRequest req = request(k.seq, "", k.runtime, k.cluster);
@@ -197,14 +206,25 @@ TEST(SearchPrecision, MaxSeqAndItsLowerPrecisionAlternativeAreTheBruteForceMaxim
   }
 }
 
+// A length between the max-seq at the runtime's own precision and at the least bytes (Megatron on one
+// H100: when written 22,258 and 32,005 tokens), rounded down to 1K.
+int64_t between_own_and_lower() {
+  const SearchRequest req = request(4096);
+  const int64_t hi = int64_t(1) << 20;
+  return (max_trainable_seq_any(req, hi, nullptr) + max_trainable_seq_lower_precision(req, hi, nullptr)) / 2 / 1024 * 1024;
+}
+
 TEST(SearchPrecision, AUserPrecisionIsKeptInEveryPlan) {
-  const SearchResult r = search_plans(request(28672, "moments=bf16"));
+  // grads=bf16,moments=bf16 fits some plan at this length, so the search answers (first pass with
+  // moments=bf16, or the lower pass with grads=bf16 too)
+  const SearchResult r = search_plans(request(between_own_and_lower(), "moments=bf16"));
   ASSERT_FALSE(r.ranked.empty()) << r.no_fit_reason;
   for (const Candidate& c : r.ranked) EXPECT_EQ(c.plan.moments, StateDtype::bf16) << plan_to_string(c.plan);
 }
 
 TEST(SearchPrecision, PlanAndMaxSeqSayWhenLowerPrecisionAnswers) {
-  const auto plan = ctxplan({"plan", "--model", "Llama-3.1-8B", "--cluster", "1xh100", "--runtime", "megatron", "--seq", "28k", "--json"});
+  const auto plan = ctxplan({"plan", "--model", "Llama-3.1-8B", "--cluster", "1xh100", "--runtime", "megatron", "--seq",
+                            std::to_string(between_own_and_lower()), "--json"});
   ASSERT_EQ(plan.exit_code, 0) << plan.both();
   const json j = json::parse(plan.out);
   EXPECT_EQ(j.at("lower_precision"), true);
