@@ -26,8 +26,14 @@ struct Piece {
 
 // Equal up to rounding: a line continued from a piece's start and the same line computed from a
 // later point differ by a few ulps; pieces that continue one line are merged (exact on dyadic
-// numbers, where such values are equal).
-inline bool near(double a, double b) { return a == b || std::abs(a - b) <= 1e-13 * std::max(std::abs(a), std::abs(b)); }
+// numbers, where such values are equal)
+// (1e-12: the sequences of a staircase carry a rounding-level alternation of ~2e-13 of their
+// values; every point a merged piece absorbs is checked against its line, so a merged piece is
+// within 1e-12 of every value it stands for.)
+inline bool near(double a, double b) { return a == b || std::abs(a - b) <= 1e-12 * std::max(std::abs(a), std::abs(b)); }
+// Slopes equal up to rounding of the values they move: a slope taken as the difference of two
+// values of size |v| is off by a few ulps of v, not of the slope.
+inline bool near_slope(double s1, double s2, double v) { return s1 == s2 || std::abs(s1 - s2) <= 1e-12 * std::abs(v); }
 
 // A sequence over the steps [first(), end): pieces in order, the first starting at first().
 struct Seq {
@@ -50,7 +56,9 @@ struct Seq {
   double at(int64_t i) const { return p[piece_of(i)].at(i); }
   double back() const { return at(last - 1); }
   // appends a piece starting at j (>= the last start); merged into the previous one when it
-  // continues its line exactly, replacing it when the previous one would be empty
+  // continues its line (to rounding), replacing it when the previous one would be empty. A
+  // one-step piece has no slope of its own: it takes the one that reaches the new piece, so that
+  // a run of one-step pieces on one line becomes that line.
   void push(int64_t j, double v, double s) {
     if (!p.empty()) {
       Piece& b = p.back();
@@ -59,7 +67,16 @@ struct Seq {
         push(j, v, s);
         return;
       }
-      if (near(b.s, s) && near(b.at(j), v)) return;
+      if (near_slope(b.s, s, v) && near(b.at(j), v)) return;
+      if (j == b.j + 1) {
+        b.s = v - b.v;
+        if (p.size() >= 2) {
+          const Piece& a = p[p.size() - 2];
+          if (near_slope(a.s, b.s, b.v) && near(a.at(b.j), b.v)) p.pop_back();  // b continues a's line
+        }
+        Piece& c = p.back();
+        if (near_slope(c.s, s, v) && near(c.at(j), v)) return;  // and so does the new piece
+      }
     }
     p.push_back({j, v, s});
   }
@@ -190,11 +207,20 @@ inline void max_constant(Seq& out, const Seq& x, double c) {
 }
 
 // out(i) = max(out(i - 1) + inc(i), z(i)) on the common steps [a, b) of inc and z, with
-// out(a - 1) = init; inc is piecewise constant (slope 0).
+// out(a - 1) = init. Closed form where inc is constant; where it is not (push makes a run of
+// one-step constants on a line one sloped piece), step by step.
 inline void scan(Seq& out, double init, const Seq& inc, const Seq& z) {
   out.clear(std::min(inc.last, z.last));
   double prev = init;
-  detail::for_intervals(inc, z, [&](int64_t u, int64_t v, double c, double, double zu, double zs) {
+  detail::for_intervals(inc, z, [&](int64_t u, int64_t v, double c, double cs, double zu, double zs) {
+    if (cs != 0) {
+      for (int64_t i = u; i < v; ++i) {
+        const double x = std::max(prev + (c + static_cast<double>(i - u) * cs), zu + static_cast<double>(i - u) * zs);
+        out.push(i, x, 0.0);
+        prev = x;
+      }
+      return;
+    }
     const double a0 = prev + c;  // the carried line: a0 + (i - u) c
     if (zs <= c) {
       // z cannot gain on the carried line: one line from the larger start
@@ -233,6 +259,130 @@ int64_t first_at_least(int64_t a, int64_t b, double target, F&& value) {
     else a = m + 1;
   }
   return a;
+}
+
+}  // namespace ctx::pl
+
+// ---- sequences piecewise linear on even and on odd steps ------------------------------------------
+// A staircase (two steps compute-bound, then a wait; two steps, a wait ...) is not a few lines but
+// its even and odd steps each are. Seq2 keeps them apart: sub[0] holds step 2i at index i, sub[1]
+// step 2i + 1. The same operations; the scan runs in its two-step form on each parity.
+namespace ctx::pl {
+
+struct Seq2 {
+  Seq sub[2];
+  int64_t a = 0, b = 0;  // the steps [a, b)
+  static int64_t lo(int64_t x, int par) { return (x - par + 1) >> 1; }  // first index of parity par at or after step x
+  bool empty() const { return a >= b; }
+  int64_t first() const { return a; }
+  int64_t end() const { return b; }
+  double at(int64_t j) const { return sub[j & 1].at(j >> 1); }
+  double back() const { return at(b - 1); }
+  size_t pieces() const { return sub[0].p.size() + sub[1].p.size(); }
+  void clear(int64_t first_step, int64_t end_step) {
+    a = first_step, b = std::max(first_step, end_step);
+    for (int par = 0; par < 2; ++par) sub[par].clear(lo(b, par));
+  }
+  bool has(int par) const { return lo(a, par) < lo(b, par); }
+};
+
+inline void constant(Seq2& out, int64_t a, int64_t b, double v) {
+  out.clear(a, b);
+  for (int par = 0; par < 2; ++par) constant(out.sub[par], Seq2::lo(a, par), Seq2::lo(b, par), v);
+}
+inline void restrict(Seq2& out, const Seq2& x, int64_t a, int64_t b) {
+  out.clear(a, b);
+  for (int par = 0; par < 2; ++par)
+    if (out.has(par)) restrict(out.sub[par], x.sub[par], Seq2::lo(a, par), Seq2::lo(b, par));
+}
+// out(j) = x(j - 1)
+inline void shift(Seq2& out, const Seq2& x, int64_t k) {
+  // (k = 1 only: the ring's one-step delays)
+  (void)k;
+  out.clear(x.a + 1, x.b + 1);
+  if (x.has(1)) shift(out.sub[0], x.sub[1], 1);
+  if (x.has(0)) out.sub[1] = x.sub[0];
+}
+// out = a point at step j, then x (over [j + 1, end), or empty)
+inline void point_then(Seq2& out, int64_t j, double v, const Seq2& x, int64_t end) {
+  out.clear(j, end);
+  const int pj = static_cast<int>(j & 1);
+  out.sub[pj].push(j >> 1, v, 0.0);
+  if (!x.empty()) {
+    for (const Piece& q : x.sub[pj].p) out.sub[pj].push(q.j, q.v, q.s);
+    if (x.has(1 - pj)) out.sub[1 - pj] = x.sub[1 - pj];
+  }
+  for (int par = 0; par < 2; ++par) out.sub[par].last = Seq2::lo(end, par);
+}
+// out = x, then a point at step x.end()
+inline void then_point(Seq2& out, const Seq2& x, int64_t j, double v) {
+  out = x;
+  if (x.empty()) out.clear(j, j);
+  out.b = j + 1;
+  const int pj = static_cast<int>(j & 1);
+  out.sub[pj].push(j >> 1, v, 0.0);
+  for (int par = 0; par < 2; ++par) out.sub[par].last = Seq2::lo(out.b, par);
+}
+namespace detail {
+template <class F>
+void per_parity(Seq2& out, const Seq2& x, const Seq2& y, F&& f) {
+  out.clear(std::max(x.a, y.a), std::min(x.b, y.b));
+  for (int par = 0; par < 2; ++par)
+    if (out.has(par)) f(out.sub[par], x.sub[par], y.sub[par]);
+}
+}  // namespace detail
+inline void max(Seq2& out, const Seq2& x, const Seq2& y) { detail::per_parity(out, x, y, [](Seq& o, const Seq& u, const Seq& v) { max(o, u, v); }); }
+inline void min(Seq2& out, const Seq2& x, const Seq2& y) { detail::per_parity(out, x, y, [](Seq& o, const Seq& u, const Seq& v) { min(o, u, v); }); }
+inline void add(Seq2& out, const Seq2& x, const Seq2& y) { detail::per_parity(out, x, y, [](Seq& o, const Seq& u, const Seq& v) { add(o, u, v); }); }
+inline void sub(Seq2& out, const Seq2& x, const Seq2& y) { detail::per_parity(out, x, y, [](Seq& o, const Seq& u, const Seq& v) { sub(o, u, v); }); }
+inline void add_constant(Seq2& out, const Seq2& x, double c) {
+  out.clear(x.a, x.b);
+  for (int par = 0; par < 2; ++par)
+    if (out.has(par)) add_constant(out.sub[par], x.sub[par], c);
+}
+inline void max_constant(Seq2& out, const Seq2& x, double c) {
+  out.clear(x.a, x.b);
+  for (int par = 0; par < 2; ++par)
+    if (out.has(par)) max_constant(out.sub[par], x.sub[par], c);
+}
+inline double sum(const Seq2& x) {
+  double total = 0;
+  for (int par = 0; par < 2; ++par)
+    if (x.has(par)) total += sum(x.sub[par]);
+  return total;
+}
+// out(j) = max(out(j-1) + inc(j), z(j)) on [a, b), out(a - 1) = init, in its two-step form on each
+// parity: out(j) = max(out(j-2) + inc(j-1) + inc(j), max(z(j-1) + inc(j), z(j))).
+inline void scan(Seq2& out, double init, const Seq2& inc, const Seq2& z, Seq2* scratch /* 4 */) {
+  const int64_t a = std::max(inc.a, z.a), b = std::min(inc.b, z.b);
+  out.clear(a, b);
+  if (a >= b) return;
+  const int pa = static_cast<int>(a & 1);
+  const double s_a = std::max(init + inc.at(a), z.at(a));
+  Seq2 &c2 = scratch[0], &z2 = scratch[1], &t = scratch[2], &u = scratch[3];
+  if (b > a + 1) {
+    shift(t, inc, 1);
+    add(c2, t, inc);  // [a + 1, b)
+    shift(t, z, 1);
+    add(u, t, inc);
+    max(z2, u, z);
+  }
+  // parity of a: s(a), then the steps a + 2, a + 4, ...; the other parity from init at a - 1
+  for (int par = 0; par < 2; ++par) {
+    Seq& o = out.sub[par];
+    const int64_t i0 = par == pa ? (a >> 1) + 1 : Seq2::lo(a + 1, par), i1 = Seq2::lo(b, par);
+    o.clear(i1);
+    if (par == pa) o.push(a >> 1, s_a, 0.0);
+    if (i0 < i1) {
+      Seq& tmp = u.sub[par];  // (u is free again)
+      Seq cc, zz;
+      restrict(cc, c2.sub[par], i0, i1);
+      restrict(zz, z2.sub[par], i0, i1);
+      scan(tmp, par == pa ? s_a : init, cc, zz);
+      for (const Piece& q : tmp.p) o.push(q.j, q.v, q.s);
+    }
+    o.last = i1;
+  }
 }
 
 }  // namespace ctx::pl

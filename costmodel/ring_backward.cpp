@@ -7,32 +7,46 @@ namespace ctx {
 namespace {
 
 using pl::Seq;
-using Rank = RingBackwardWork::Rank;
+using pl::Seq2;
 
-// The rank's costs over [j0, steps) as runs of equal value (cached per cost vector).
-const Seq& cost_seq(RingBackwardWork& w, const std::vector<double>* cv, int64_t j0, int64_t steps) {
-  if (w.cost_j0 != j0 || w.cost_steps != steps) {
-    w.cost_seq.clear();
-    w.cost_j0 = j0;
-    w.cost_steps = steps;
-  }
-  auto it = w.cost_seq.find(cv);
-  if (it != w.cost_seq.end()) return it->second;
-  Seq s;
-  s.clear(steps);
-  for (int64_t j = j0; j < steps; ++j) {
-    const double c = std::max(0.0, static_cast<size_t>(j) < cv->size() ? (*cv)[static_cast<size_t>(j)] : 0.0);
-    s.push(j, c, 0.0);
-  }
-  return w.cost_seq.emplace(cv, std::move(s)).first->second;
-}
-
+// ---- the two representations behind one set of names (pl:: has the Seq2 ones) -------------------
+size_t pieces(const Seq& s) { return s.p.size(); }
+size_t pieces(const Seq2& s) { return s.pieces(); }
+void scan(Seq& out, double init, const Seq& inc, const Seq& z, Seq*) { pl::scan(out, init, inc, z); }
 // a one-step sequence at j followed by x (which starts at j + 1, or is empty)
 void point_then(Seq& out, int64_t j, double v, const Seq& x, int64_t end) {
   out.clear(end);
   out.push(j, v, 0.0);
   for (const pl::Piece& q : x.p) out.push(q.j, q.v, q.s);
   out.last = end;
+}
+// x followed by a one-step sequence at j = x.end()
+void then_point(Seq& out, const Seq& x, int64_t j, double v) {
+  out.clear(j + 1);
+  for (const pl::Piece& q : x.p) out.push(q.j, q.v, q.s);
+  out.push(j, v, 0.0);
+  out.last = j + 1;
+}
+
+// The rank's costs over [j0, steps) as runs of equal value (cached per cost vector).
+double cost_at(const std::vector<double>* cv, int64_t j) {
+  return std::max(0.0, static_cast<size_t>(j) < cv->size() ? (*cv)[static_cast<size_t>(j)] : 0.0);
+}
+void build_cost(Seq& s, const std::vector<double>* cv, int64_t j0, int64_t steps) {
+  s.clear(steps);
+  for (int64_t j = j0; j < steps; ++j) s.push(j, cost_at(cv, j), 0.0);
+}
+void build_cost(Seq2& s, const std::vector<double>* cv, int64_t j0, int64_t steps) {
+  s.clear(j0, steps);
+  for (int64_t j = j0; j < steps; ++j) s.sub[j & 1].push(j >> 1, cost_at(cv, j), 0.0);
+}
+template <class S>
+const S& cost_seq(RingBackwardStore<S>& st, const std::vector<double>* cv, int64_t j0, int64_t steps) {
+  auto it = st.cost_seq.find(cv);
+  if (it != st.cost_seq.end()) return it->second;
+  S s;
+  build_cost(s, cv, j0, steps);
+  return st.cost_seq.emplace(cv, std::move(s)).first->second;
 }
 
 // Rank r's sequences from its upstream's (u): the recurrences of the sweep (simulator.cpp's
@@ -43,15 +57,17 @@ void point_then(Seq& out, int64_t j, double v, const Seq& x, int64_t end) {
 // With y(j) = max(ce_u(j), de_u(j-1)) the receive is the scan
 //   rs(j) = max(rs(j-1) + p + q, max(y(j-1) + q, re_u(j-1)))    (de(j-1) = max(re(j-1), y(j-1)) + q)
 // and the compute the scan cs(j) = max(cs(j-1) + cost(j-1), re(j-1)).
-void compute_rank(RingBackwardWork& w, Rank& x, const RingBackwardRank& me, const Rank& u, const RingBackwardRank& up, const Seq& cost,
-                  int64_t j0, int64_t steps, double p, double q) {
-  Seq* t = w.t;
+template <class S>
+void compute_rank(RingBackwardStore<S>& st, typename RingBackwardStore<S>::Rank& x, const RingBackwardRank& me,
+                  const typename RingBackwardStore<S>::Rank& u, const RingBackwardRank& up, const S& cost, int64_t j0, int64_t steps, double p,
+                  double q) {
+  S* t = st.t;
   const int64_t last = steps - 1;
   // y = max(ce_u, de_u shifted one step) over [j0, steps); an unsent hop does not bind (0 <= ce_u)
   restrict(t[0], u.de, j0, last);
   shift(t[1], t[0], 1);
   point_then(t[2], j0, up.dkv_valid ? up.dkv_end : 0.0, t[1], steps);
-  Seq& y = t[3];
+  S& y = t[3];
   pl::max(y, u.ce, t[2]);
   // receives over [j0, last)
   const double ring0 = std::max(0.0, me.ring_end);
@@ -65,28 +81,24 @@ void compute_rank(RingBackwardWork& w, Rank& x, const RingBackwardRank& me, cons
       pl::max(t[4], t[1], t[0]);
       shift(t[1], t[4], 1);  // z over [j0 + 1, last)
       pl::constant(t[0], j0 + 1, last, p + q);
-      pl::scan(t[4], rs0, t[0], t[1]);
+      scan(t[4], rs0, t[0], t[1], st.scratch);
       point_then(x.rs, j0, rs0, t[4], last);
     } else {
-      point_then(x.rs, j0, rs0, Seq{}, last);
+      point_then(x.rs, j0, rs0, S{}, last);
     }
     add_constant(x.re, x.rs, p);
     // hops over [j0, last): after the receive of the step
     restrict(t[0], y, j0, last);
     pl::max(t[1], x.re, t[0]);
   } else {
-    x.rs.clear(last);
-    x.re.clear(last);
-    t[1].clear(last);
+    x.rs = S{};
+    x.re = S{};
+    t[1] = S{};
   }
   // the last step's hop: after the previous hop (no receive)
   const double pv = last > j0 ? t[1].back() + q : me.ring_end;
   x.dr_last = std::max(0.0, pv);
-  const double ds_last = std::max(x.dr_last, y.back());
-  x.ds.clear(steps);
-  for (const pl::Piece& c : t[1].p) x.ds.push(c.j, c.v, c.s);
-  x.ds.push(last, ds_last, 0.0);
-  x.ds.last = steps;
+  then_point(x.ds, t[1], last, std::max(x.dr_last, y.back()));
   add_constant(x.de, x.ds, q);
   // computes over [j0, steps)
   const double cs0 = std::max(std::max(0.0, me.compute_end), me.have_end);
@@ -94,10 +106,10 @@ void compute_rank(RingBackwardWork& w, Rank& x, const RingBackwardRank& me, cons
     restrict(t[0], cost, j0, last);
     shift(t[1], t[0], 1);
     shift(t[2], x.re, 1);
-    pl::scan(t[4], cs0, t[1], t[2]);
+    scan(t[4], cs0, t[1], t[2], st.scratch);
     point_then(x.cs, j0, cs0, t[4], steps);
   } else {
-    point_then(x.cs, j0, cs0, Seq{}, steps);
+    point_then(x.cs, j0, cs0, S{}, steps);
   }
   pl::add(x.ce, x.cs, cost);
 }
@@ -117,27 +129,28 @@ bool same(const Seq& a, const Seq& b) {
     }
   return true;
 }
+bool same(const Seq2& a, const Seq2& b) {
+  if (a.empty() || b.empty()) return a.empty() == b.empty();
+  if (a.a != b.a || a.b != b.b) return false;
+  for (int par = 0; par < 2; ++par)
+    if (a.has(par) && !same(a.sub[par], b.sub[par])) return false;
+  return true;
+}
 
-}  // namespace
-
-bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv_s, const std::vector<RingBackwardRank>& in,
-                               std::vector<RingBackwardResult>& out, RingBackwardWork& w) {
+// The passes and the accumulation in one representation; false when a rank's sequences take more
+// than max_pieces or the check does not hold.
+template <class S>
+bool solve(RingBackwardStore<S>& st, RingBackwardWork& w, int64_t j0, int64_t steps, double p, double q, const std::vector<RingBackwardRank>& in,
+           std::vector<RingBackwardResult>& out) {
+  using Rank = typename RingBackwardStore<S>::Rank;
   const size_t n = in.size();
-  if (j0 < 1 || steps <= j0 || n < 2) return false;
-  const double p = std::max(0.0, p2p_s), q = std::max(0.0, p2p_dkv_s);
-  w.next.assign(n, -1);
-  for (size_t r = 0; r < n; ++r) {
-    const int pr = in[r].prev;
-    if (pr < 0 || static_cast<size_t>(pr) >= n || static_cast<size_t>(pr) == r || w.next[static_cast<size_t>(pr)] >= 0) return false;
-    w.next[static_cast<size_t>(pr)] = static_cast<int>(r);
-  }
-  if (w.rank.size() < n) w.rank.resize(n);
+  if (st.rank.size() < n) st.rank.resize(n);
   // the lower bound standing for a cycle's last rank in the first pass: nothing binds
-  pl::constant(w.lower.re, j0, steps - 1, 0.0);
-  pl::constant(w.lower.ce, j0, steps, 0.0);
-  pl::constant(w.lower.de, j0, steps, 0.0);
-  w.costs.resize(n);
-  for (size_t r = 0; r < n; ++r) w.costs[r] = &cost_seq(w, in[r].cost, j0, steps);
+  pl::constant(st.lower.re, j0, steps - 1, 0.0);
+  pl::constant(st.lower.ce, j0, steps, 0.0);
+  pl::constant(st.lower.de, j0, steps, 0.0);
+  st.costs.resize(n);
+  for (size_t r = 0; r < n; ++r) st.costs[r] = &cost_seq(st, in[r].cost, j0, steps);
   w.seen.assign(n, 0);
   w.passes = 0;
   const int64_t max_passes = 2 + steps;  // (two when the lag argument holds)
@@ -162,21 +175,21 @@ bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p
       for (size_t i = 0; i < L; ++i) {
         const int r = w.order[i];
         const int u = in[static_cast<size_t>(r)].prev;
-        Rank& x = w.rank[static_cast<size_t>(r)];
-        compute_rank(w, x, in[static_cast<size_t>(r)], i == 0 ? upstream_of_first : w.rank[static_cast<size_t>(u)], in[static_cast<size_t>(u)],
-                     *w.costs[static_cast<size_t>(r)], j0, steps, p, q);
-        if (static_cast<int64_t>(x.rs.p.size() + x.cs.p.size() + x.ds.p.size()) > max_pieces) return false;
+        Rank& x = st.rank[static_cast<size_t>(r)];
+        compute_rank(st, x, in[static_cast<size_t>(r)], i == 0 ? upstream_of_first : st.rank[static_cast<size_t>(u)], in[static_cast<size_t>(u)],
+                     *st.costs[static_cast<size_t>(r)], j0, steps, p, q);
+        if (static_cast<int64_t>(pieces(x.rs) + pieces(x.cs) + pieces(x.ds)) > max_pieces) return false;
       }
       ++w.passes;
       return true;
     };
-    if (!pass(w.lower)) return false;
+    if (!pass(st.lower)) return false;
     for (int64_t k = 1;; ++k) {
       if (k >= max_passes) return false;
-      Rank& tl = w.rank[static_cast<size_t>(tail)];
-      w.check.re = tl.re, w.check.ce = tl.ce, w.check.de = tl.de;
-      if (!pass(w.check)) return false;
-      if (same(tl.re, w.check.re) && same(tl.ce, w.check.ce) && same(tl.de, w.check.de)) break;
+      Rank& tl = st.rank[static_cast<size_t>(tail)];
+      st.check.re = tl.re, st.check.ce = tl.ce, st.check.de = tl.de;
+      if (!pass(st.check)) return false;
+      if (same(tl.re, st.check.re) && same(tl.ce, st.check.ce) && same(tl.de, st.check.de)) break;
     }
   }
   // what each rank's steps add, its last tasks and the task ending last
@@ -184,10 +197,10 @@ bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p
   const int64_t last = steps - 1;
   for (size_t r = 0; r < n; ++r) {
     const RingBackwardRank& me = in[r];
-    const Rank& x = w.rank[r];
-    const Seq& cost = *w.costs[r];
+    const Rank& x = st.rank[r];
+    const S& cost = *st.costs[r];
     RingBackwardResult& o = out[r];
-    Seq* t = w.t;
+    S* t = st.t;
     o.busy_s = pl::sum(cost);
     // waits: a compute's idle gap (after the previous compute) goes to the other ranks for as long
     // as its block's receive waited for the upstream, the rest to the transfer
@@ -210,7 +223,7 @@ bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p
         shift(t[0], t[3], 1);
         point_then(t[1], j0, x.rr0, t[0], last);
       } else {
-        point_then(t[1], j0, x.rr0, Seq{}, last);
+        point_then(t[1], j0, x.rr0, S{}, last);
       }
       pl::sub(t[0], x.rs, t[1]);
       pl::max_constant(t[3], t[0], 0.0);  // the receives' waits for the upstream
@@ -270,6 +283,34 @@ bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p
     }
   }
   return true;
+}
+
+}  // namespace
+
+bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv_s, const std::vector<RingBackwardRank>& in,
+                               std::vector<RingBackwardResult>& out, RingBackwardWork& w) {
+  const size_t n = in.size();
+  if (j0 < 1 || steps <= j0 || n < 2) return false;
+  const double p = std::max(0.0, p2p_s), q = std::max(0.0, p2p_dkv_s);
+  w.next.assign(n, -1);
+  for (size_t r = 0; r < n; ++r) {
+    const int pr = in[r].prev;
+    if (pr < 0 || static_cast<size_t>(pr) >= n || static_cast<size_t>(pr) == r || w.next[static_cast<size_t>(pr)] >= 0) return false;
+    w.next[static_cast<size_t>(pr)] = static_cast<int>(r);
+  }
+  if (w.cost_j0 != j0 || w.cost_steps != steps) {
+    w.lines.cost_seq.clear();
+    w.stairs.cost_seq.clear();
+    w.cost_j0 = j0;
+    w.cost_steps = steps;
+  }
+  // lines first; staircases (even and odd steps apart) once lines took too many pieces, from then
+  // on (the later layers of a step are alike)
+  if (w.period == 1) {
+    if (solve(w.lines, w, j0, steps, p, q, in, out)) return true;
+    w.period = 2;
+  }
+  return solve(w.stairs, w, j0, steps, p, q, in, out);
 }
 
 }  // namespace ctx

@@ -47,29 +47,39 @@ struct RingBackwardResult {
   double best_start = 0, best_end = 0, best_ready = 0;
 };
 
-// Per-rank sequences and scratch space, kept between calls (nothing is allocated once warm).
-struct RingBackwardWork {
+// Per-rank sequences and scratch space, kept between calls (nothing is allocated once warm), for
+// sequences that are a few lines (pl::Seq) and for staircases, a few lines on even and on odd
+// steps (pl::Seq2).
+template <class S>
+struct RingBackwardStore {
   struct Rank {
-    pl::Seq rs, re, cs, ce, ds, de;  // receive start/end (steps [j0, steps-1)), compute and hop start/end ([j0, steps))
-    double rr0 = 0;                  // the first receive's readiness
-    double dr_last = 0;              // the last hop's readiness
+    S rs, re, cs, ce, ds, de;  // receive start/end (steps [j0, steps-1)), compute and hop start/end ([j0, steps))
+    double rr0 = 0;            // the first receive's readiness
+    double dr_last = 0;        // the last hop's readiness
   };
   std::vector<Rank> rank;
-  std::vector<int> next, order;
-  std::vector<const pl::Seq*> costs;  // per rank
-  std::vector<char> seen;
   Rank lower, check;
-  pl::Seq t[8];
-  std::unordered_map<const std::vector<double>*, pl::Seq> cost_seq;  // per cost vector, over [j0, steps)
+  S t[8];
+  S scratch[4];
+  std::unordered_map<const std::vector<double>*, S> cost_seq;  // per cost vector, over [j0, steps)
+  std::vector<const S*> costs;                                 // per rank
+};
+struct RingBackwardWork {
+  RingBackwardStore<pl::Seq> lines;
+  RingBackwardStore<pl::Seq2> stairs;
+  std::vector<int> next, order;
+  std::vector<char> seen;
   int64_t cost_j0 = -1, cost_steps = -1;
+  int period = 1;      // 1: a few lines; 2: staircases (after lines took too many pieces once)
   int64_t passes = 0;  // passes taken by the last call (statistics)
 };
 
 // Times the steps [j0, steps) (1 <= j0 < steps) of every rank. Returns false, leaving `out` unspecified,
 // when the closed form does not apply (a rank that is its own upstream, `prev` not a permutation),
-// when a rank's times take more than a few pieces (document masks' many cost runs; computes that
-// alternate between waiting and not, step by step) or its check did not hold: the caller sweeps
-// the steps instead.
+// when a rank's times take more than a few pieces even on even and odd steps apart (document
+// masks' many cost runs) or its check did not hold: the caller sweeps the steps instead. Times
+// that are not a few lines but a staircase (computes that alternate between waiting and not, step
+// by step: long plain rings without recompute) are tried on even and odd steps apart.
 bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv_s, const std::vector<RingBackwardRank>& in,
                                std::vector<RingBackwardResult>& out, RingBackwardWork& w);
 

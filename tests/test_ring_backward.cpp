@@ -1,0 +1,164 @@
+// costmodel/ring_backward.hpp against the step-by-step sweep it replaces, on random rings: every
+// rank's added compute, waits for other ranks and for transfers, its last compute and dK,dV hop and
+// the task ending last, in both representations (a few lines per rank, pl::Seq; lines on even and
+// odd steps apart, pl::Seq2, the staircases of long rings without recompute). The sweep below is
+// the recurrence of simulator.cpp's ring_steps_fast written out step by step (receive, compute, hop
+// per rank and step); the inputs are small dyadic numbers (multiples of 1/4), so both must agree
+// exactly. Rings of 2-12 ranks, one or two cycles (usp's rings), costs in runs (zero-cost steps
+// included), hops of 0 to 1, a first hop sent or not.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "costmodel/ring_backward.hpp"
+
+namespace ctx {
+namespace {
+
+std::vector<RingBackwardResult> sweep(int64_t j0, int64_t steps, double p, double q, const std::vector<RingBackwardRank>& in) {
+  const size_t n = in.size();
+  std::vector<RingBackwardResult> out(n);
+  std::vector<double> h_start(n), h_end(n), h_ready(n), d_end(n), c_end(n), ring_end(n), prev_end(n), best(n);
+  std::vector<char> d_valid(n);
+  for (size_t r = 0; r < n; ++r) {
+    h_start[r] = in[r].have_start, h_end[r] = in[r].have_end, h_ready[r] = in[r].have_ready;
+    d_end[r] = in[r].dkv_end, d_valid[r] = in[r].dkv_valid, c_end[r] = in[r].compute_end, ring_end[r] = in[r].ring_end;
+    prev_end[r] = in[r].prev_end, best[r] = in[r].best_end;
+  }
+  auto seen = [&](size_t r, RingBackwardResult::Role role, int64_t j, double start, double end, double ready) {
+    if (end > best[r]) {
+      best[r] = end;
+      out[r].best_role = role, out[r].best_j = j, out[r].best_start = start, out[r].best_end = end, out[r].best_ready = ready;
+    }
+  };
+  for (int64_t j = j0; j < steps; ++j) {
+    const bool has_recv = j + 1 < steps;
+    std::vector<double> nr_start(n), nr_end(n), nr_ready(n), nd_end(n), c_now(n);
+    for (size_t r = 0; r < n && has_recv; ++r) {
+      const size_t u = static_cast<size_t>(in[r].prev);
+      nr_ready[r] = std::max(std::max(0.0, ring_end[r]), h_end[r]);
+      nr_start[r] = std::max(nr_ready[r], h_end[u]);
+      nr_end[r] = nr_start[r] + p;
+      seen(r, RingBackwardResult::recv, j, nr_start[r], nr_end[r], nr_ready[r]);
+    }
+    for (size_t r = 0; r < n; ++r) {
+      const std::vector<double>& cv = *in[r].cost;
+      const double dur = std::max(0.0, static_cast<size_t>(j) < cv.size() ? cv[static_cast<size_t>(j)] : 0.0);
+      const double start = std::max(std::max(0.0, c_end[r]), h_end[r]);
+      const double gap = start - prev_end[r];
+      if (gap > 0) {
+        const double others = std::min(gap, std::max(0.0, h_start[r] - h_ready[r]));
+        out[r].imbalance_s += others;
+        out[r].exposed_s += gap - others;
+      }
+      out[r].busy_s += dur;
+      c_end[r] = start + dur;
+      prev_end[r] = c_end[r];
+      out[r].c_start = start, out[r].c_end = c_end[r];
+      seen(r, RingBackwardResult::compute, j, start, c_end[r], start);
+    }
+    for (size_t r = 0; r < n; ++r) {
+      const size_t u = static_cast<size_t>(in[r].prev);
+      const double ready = std::max(0.0, has_recv ? nr_end[r] : ring_end[r]);
+      double full = std::max(ready, c_end[u]);
+      if (j > j0 || d_valid[u]) full = std::max(full, d_end[u]);
+      nd_end[r] = full + q;
+      out[r].d_start = full, out[r].d_end = nd_end[r], out[r].d_ready = ready;
+      seen(r, RingBackwardResult::dkv, j, full, nd_end[r], ready);
+    }
+    d_end = nd_end;
+    ring_end = nd_end;
+    if (has_recv) h_start = nr_start, h_end = nr_end, h_ready = nr_ready;
+  }
+  return out;
+}
+
+TEST(RingBackward, BothRepresentationsEqualTheSweepOnRandomRings) {
+  std::mt19937 rng(20261125);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto quarter = [&](int hi) { return uni(0, 4 * hi) / 4.0; };
+  int cases = 0, staircases_taken = 0;
+  for (int trial = 0; trial < 600; ++trial) {
+    const int cycles = uni(1, 2);
+    const int L = uni(2, 6 + 6 / cycles);
+    const int n = cycles * L;
+    const int64_t steps = L, j0 = 1;
+    const double p = uni(0, 4) / 4.0, q = uni(0, 4) / 4.0;
+    std::vector<std::vector<double>> costs(static_cast<size_t>(n));
+    std::vector<RingBackwardRank> in(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      auto& cv = costs[static_cast<size_t>(r)];
+      while (static_cast<int64_t>(cv.size()) < steps) {
+        const double c = quarter(3) * (uni(0, 3) == 0 ? 0 : 1);
+        for (int k = uni(1, L); k > 0 && static_cast<int64_t>(cv.size()) < steps; --k) cv.push_back(c);
+      }
+      RingBackwardRank& x = in[static_cast<size_t>(r)];
+      x.cost = &cv;
+      x.prev = (r + n - cycles) % n;  // cycles interleaved, as usp's rings
+      x.have_ready = quarter(8);
+      x.have_start = x.have_ready + quarter(2);
+      x.have_end = x.have_start + p;
+      x.dkv_valid = uni(0, 1) == 1;
+      x.dkv_end = x.dkv_valid ? quarter(10) : 0.0;
+      x.compute_end = quarter(10);
+      x.prev_end = x.compute_end;
+      x.ring_end = uni(0, 3) == 0 ? 0.0 : quarter(10);
+      x.best_end = uni(0, 2) == 0 ? -std::numeric_limits<double>::infinity() : quarter(14);
+    }
+    const std::vector<RingBackwardResult> want = sweep(j0, steps, p, q, in);
+    for (int period : {1, 2}) {
+      RingBackwardWork w;
+      w.period = period;  // 2: even and odd steps apart from the start
+      std::vector<RingBackwardResult> got;
+      const std::string what = "trial " + std::to_string(trial) + " (" + std::to_string(n) + " ranks, " + std::to_string(cycles) +
+                               " cycles, p " + std::to_string(p) + ", q " + std::to_string(q) + ", period " + std::to_string(period) + ")";
+      ASSERT_TRUE(ring_backward_closed_form(j0, steps, p, q, in, got, w)) << what;
+      staircases_taken += period == 2;
+      for (size_t r = 0; r < want.size(); ++r) {
+        const RingBackwardResult &a = got[r], &b = want[r];
+        const std::string wr = what + ", rank " + std::to_string(r);
+        EXPECT_EQ(a.busy_s, b.busy_s) << wr;
+        EXPECT_EQ(a.imbalance_s, b.imbalance_s) << wr;
+        EXPECT_EQ(a.exposed_s, b.exposed_s) << wr;
+        EXPECT_EQ(a.c_start, b.c_start) << wr;
+        EXPECT_EQ(a.c_end, b.c_end) << wr;
+        EXPECT_EQ(a.d_start, b.d_start) << wr;
+        EXPECT_EQ(a.d_end, b.d_end) << wr;
+        EXPECT_EQ(a.d_ready, b.d_ready) << wr;
+        EXPECT_EQ(a.best_role, b.best_role) << wr;
+        if (b.best_role != RingBackwardResult::none) {
+          EXPECT_EQ(a.best_j, b.best_j) << wr;
+          EXPECT_EQ(a.best_start, b.best_start) << wr;
+          EXPECT_EQ(a.best_end, b.best_end) << wr;
+          EXPECT_EQ(a.best_ready, b.best_ready) << wr;
+        }
+      }
+    }
+    ++cases;
+  }
+  EXPECT_EQ(cases, 600);
+  EXPECT_EQ(staircases_taken, 600);
+}
+
+TEST(RingBackward, RefusesWhatItCannotTime) {
+  std::vector<double> cost{1, 1, 1};
+  std::vector<RingBackwardRank> in(3);
+  for (int r = 0; r < 3; ++r) in[static_cast<size_t>(r)].cost = &cost, in[static_cast<size_t>(r)].prev = (r + 2) % 3;
+  RingBackwardWork w;
+  std::vector<RingBackwardResult> out;
+  EXPECT_TRUE(ring_backward_closed_form(1, 3, 0.5, 0.5, in, out, w));
+  in[1].prev = 1;  // its own upstream (one simulated rank standing for a symmetric ring): the sweep's case
+  EXPECT_FALSE(ring_backward_closed_form(1, 3, 0.5, 0.5, in, out, w));
+  in[1].prev = 2;  // two ranks with the same upstream: not a ring
+  EXPECT_FALSE(ring_backward_closed_form(1, 3, 0.5, 0.5, in, out, w));
+  in[1].prev = 0;
+  EXPECT_FALSE(ring_backward_closed_form(0, 3, 0.5, 0.5, in, out, w)) << "step 0 is the generic loop's";
+  EXPECT_FALSE(ring_backward_closed_form(3, 3, 0.5, 0.5, in, out, w)) << "no steps";
+}
+
+}  // namespace
+}  // namespace ctx
