@@ -3,6 +3,7 @@
 //   mpirun -np 4 ctxrun --model tiny --seq 256 --steps 20 --plan "tp=2,cp=2,cp_kind=zigzag" --report run.json
 // Exit codes: 0 done, 1 internal error, 2 bad input, 3 the memory model says the plan does not fit,
 // 4 diverged (non-finite loss; the step and first layer are named), 130 interrupted (checkpoint saved).
+#include <algorithm>
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <cmath>
@@ -132,6 +133,8 @@ int run(int argc, char** argv, CommWorld& world) {
                                           " GPUs but ctxrun was launched with " + std::to_string(nranks) +
                                           " ranks (mpirun -np " + std::to_string(world_size(cluster)) + ")");
   PlanCheck chk = check_plan(plan, model, cluster, seq);
+  // ctxrun does not pad (executor_plan_problem): pad=1 is no way out here
+  chk.alternatives.erase(std::remove(chk.alternatives.begin(), chk.alternatives.end(), "pad=1"), chk.alternatives.end());
   if (!chk.ok())
     throw InputError(o.plan_file.empty() ? "--plan" : o.plan_file, "",
                      "the plan cannot run on " + std::to_string(nranks) + " ranks at " + std::to_string(seq) +

@@ -3,6 +3,7 @@
 // ctxplan.search/1 (`ctxplan plan --json`: the --pick'th ranked plan), ctxplan.prediction/1
 // (`ctxplan predict --json`) or ctxplan.measurement/1 (`ctxrun --report`: the same job again).
 // Exit 0 printed, 2 bad input, 3 the plan does not fit (the same check ctxrun makes before allocating).
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <regex>
@@ -200,6 +201,14 @@ std::function<int()> add_launch_command(CLI::App& app, CommonOptions& common) {
     else if (!lj.file_attention.empty() && canonical_attention(lj.file_attention) != rt.attention_kernels.front())
       std::cerr << "ctxplan launch: warning: the plan was made for attention '" << lj.file_attention << "'; ctxrun --backend "
                 << a->backend << " runs " << rt.attention_kernels.front() << ", so the prediction prices that\n";
+    {  // the plan's own errors first, without pad=1 among the ways out: ctxrun does not pad
+      Plan checked = lj.plan;
+      PlanCheck chk = check_plan(checked, r.model, r.cluster, r.seq);
+      chk.alternatives.erase(std::remove(chk.alternatives.begin(), chk.alternatives.end(), "pad=1"), chk.alternatives.end());
+      if (!chk.ok())
+        throw InputError(lj.plan_where, "", "the plan cannot run on " + r.cluster.name + " at " + std::to_string(r.seq) +
+                                                " tokens: " + chk.message());
+    }
     Prediction p = predict(r.model, r.cluster, rt, lj.plan, r.seq);
     if (p.pad_tokens > 0)  // ctxrun refuses it too (executor_plan_problem): say so before writing the job
       throw InputError(lj.plan_where, "pad",

@@ -181,6 +181,12 @@ TEST(Pad, LaunchRefusesAPlanThatPads) {
   EXPECT_EQ(r.exit_code, 2) << r.both();
   EXPECT_NE(r.err.find("pad=1"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("ctxrun does not pad"), std::string::npos) << r.err;
+  // without pad=1 the length is refused with the lengths that run, and not pad=1 (ctxrun does not pad)
+  const auto plain = ctxplan({"launch", "--model", "Llama-3.1-8B", "--cluster", "8xh100", "--seq", std::to_string(kSeq), "--plan",
+                              kPlan, "--local"});
+  EXPECT_EQ(plain.exit_code, 2) << plain.both();
+  EXPECT_NE(plain.err.find("--seq 130992 | --seq 131008"), std::string::npos) << plain.err;
+  EXPECT_EQ(plain.err.find("pad=1"), std::string::npos) << plain.err;
 }
 
 }  // namespace

@@ -216,6 +216,18 @@ TEST(ExecCli, VarlenStrategiesCtxrunDoesNotRunAreRefusedNamingTheKey) {
   EXPECT_NE(r.out.find("mask=doc:10"), std::string::npos) << r.out;
 }
 
+// Issue 21: ctxrun does not pad. A plan with pad=1 that would pad is refused naming the key and the
+// lengths that run; without pad=1 the refusal lists those lengths and not pad=1 (no way out here).
+TEST(ExecCli, PadThatWouldPadIsRefusedNamingTheKey) {
+  Result r = sh(ctxrun(2, "--model tiny --seq 66 --steps 1 --plan cp=2,cp_kind=zigzag,pad=1"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("ctxrun does not pad sequences: pad=1 would pad 66 tokens to 68"), std::string::npos) << r.out;
+  r = sh(ctxrun(2, "--model tiny --seq 66 --steps 1 --plan cp=2,cp_kind=zigzag"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("nearest valid: --seq 64 | --seq 68"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("pad=1"), std::string::npos) << r.out;
+}
+
 TEST(ExecCli, PlanTheMemoryModelRejectsIsRefusedWithExitCode3) {
   Result r = sh(ctxrun(1, "--model Llama-3.1-70B --seq 1m --steps 1 --plan recompute=none"));
   EXPECT_EQ(r.code, 3) << r.out;
