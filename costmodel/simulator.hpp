@@ -93,9 +93,10 @@ int64_t ring_steps_per_layer(const StepCosts& k);
 //
 // Without a recording, a backward ring of at least `ring_closed_form_min_ranks` simulated ranks
 // runs rank by rank in closed form (costmodel/ring_backward.hpp: O(ranks x pieces) per layer
-// instead of O(ranks x steps)); smaller ones sweep their steps on flat arrays, which is faster
-// there (bench/bench_simulator.cpp measured the two equal near 128 ranks, the closed form 1.2x
-// faster at 256 and 3.3x at 512). The tests pass 2 to take the closed form on small rings too.
+// instead of O(ranks x steps)); smaller ones sweep their steps on flat arrays, which is as fast
+// or faster there (whole simulations of the 70B/1M plain rings with recompute, same runs: equal
+// at 128 ranks, the closed form 1.2x faster at 256, 3.3x at 512, 4.1x at 1024 in
+// bench/bench_simulator.cpp). The tests pass 2 to take the closed form on small rings too.
 constexpr int kRingClosedFormMinRanks = 192;
 SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record = SimRecord::tasks,
                         int ring_closed_form_min_ranks = kRingClosedFormMinRanks);
