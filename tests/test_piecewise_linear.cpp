@@ -4,7 +4,8 @@
 // step exactly: max, min, add, sub, max with a constant, shift, restrict, the scan
 // s(i) = max(s(i-1) + inc(i), z(i)), the sum and the first step reaching a value. Crossings of two
 // lines inside a piece (where max and min split it) and the scan's takeover points are the cases
-// a closed form gets wrong; random slopes put them anywhere, also between two integer steps.
+// a closed form gets wrong; random slopes put them anywhere, also between two integer steps. The
+// even/odd sequences (pl::Seq2) get the same checks.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -134,6 +135,60 @@ TEST(PiecewiseLinear, FirstStepReachingAValue) {
   m.push(6, 7, 2);
   EXPECT_EQ(m.p.size(), 2u);
   EXPECT_EQ(m.at(8), 11);
+}
+
+// pl::Seq2 (even and odd steps apart, the staircases of long rings without recompute): the same
+// operations against their definitions step by step, on staircase-like random sequences (each
+// step a new value or the last plus a dyadic increment), ranges of every length and parity.
+TEST(PiecewiseLinear, EvenOddSequencesEqualTheirDefinitionAtEveryStep) {
+  Rng r;
+  auto seq2 = [&](int64_t a, int64_t b, bool constant, std::vector<double>& v) {
+    pl::Seq2 s;
+    s.clear(a, b);
+    v.assign(static_cast<size_t>(b), 0.0);
+    double x = r.uni(0, 40) / 4.0;
+    for (int64_t j = a; j < b; ++j) {
+      if (r.uni(0, 3) == 0) x = r.uni(0, 40) / 4.0;
+      else if (!constant) x += r.uni(0, 4) / 4.0;
+      v[static_cast<size_t>(j)] = x;
+      s.sub[j & 1].push(j >> 1, x, 0.0);
+    }
+    return s;
+  };
+  for (int trial = 0; trial < 1000; ++trial) {
+    const int64_t a = r.uni(1, 4), b = a + r.uni(1, 24);
+    std::vector<double> iv, zv;
+    const pl::Seq2 inc = seq2(a, b, true, iv), z = seq2(a, b, false, zv);
+    const double init = r.uni(0, 40) / 4.0;
+    const std::string w = "trial " + std::to_string(trial) + " [" + std::to_string(a) + ", " + std::to_string(b) + ")";
+    pl::Seq2 s, scratch[4], sh, mx, tp;
+    pl::scan(s, init, inc, z, scratch);
+    double prev = init;
+    for (int64_t j = a; j < b; ++j) {
+      const double want = std::max(prev + iv[static_cast<size_t>(j)], zv[static_cast<size_t>(j)]);
+      EXPECT_EQ(s.at(j), want) << w << " scan step " << j;
+      prev = want;
+    }
+    pl::shift(sh, z, 1);
+    pl::max(mx, inc, z);
+    pl::then_point(tp, z, b, 99.0);
+    for (int64_t j = a; j < b; ++j) {
+      EXPECT_EQ(sh.at(j + 1), zv[static_cast<size_t>(j)]) << w << " shift step " << j;
+      EXPECT_EQ(mx.at(j), std::max(iv[static_cast<size_t>(j)], zv[static_cast<size_t>(j)])) << w << " max step " << j;
+      EXPECT_EQ(tp.at(j), zv[static_cast<size_t>(j)]) << w << " then_point step " << j;
+    }
+    EXPECT_EQ(tp.at(b), 99.0) << w;
+    if (b > a + 1) {
+      pl::Seq2 rs, pt;
+      pl::restrict(rs, z, a + 1, b);
+      pl::point_then(pt, a, 77.0, rs, b);
+      EXPECT_EQ(pt.at(a), 77.0) << w;
+      for (int64_t j = a + 1; j < b; ++j) EXPECT_EQ(pt.at(j), zv[static_cast<size_t>(j)]) << w << " point_then step " << j;
+    }
+    double total = 0;
+    for (int64_t j = a; j < b; ++j) total += zv[static_cast<size_t>(j)];
+    EXPECT_EQ(pl::sum(z), total) << w;
+  }
 }
 
 }  // namespace
