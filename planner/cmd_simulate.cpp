@@ -59,7 +59,11 @@ std::function<int()> add_simulate_command(CLI::App& app, CommonOptions& common) 
     const StepTime& t = p.time;
     std::cout << "ctxplan simulate: " << p.model << " on " << p.cluster << " (" << p.world << " x " << p.gpu << "), seq " << p.seq
               << " tokens, runtime " << p.runtime << " (attention kernel " << p.attention << ")\n";
-    std::cout << "plan: " << plan_to_string(p.plan) << "\n\n";
+    std::cout << "plan: " << plan_to_string(p.plan) << "\n";
+    if (p.pad_tokens > 0)  // (as predict says it)
+      std::cout << "padded: " << p.pad_tokens << " pad tokens per sequence, memory and time priced at " << p.seq + p.pad_tokens
+                << " tokens; tokens/s counts the " << p.seq << " real ones\n";
+    std::cout << "\n";
     Table tt;
     tt.header = {"", "seconds", "share"};
     auto row = [&](const char* n, double v) { tt.rows.push_back({n, fixed(v, 4), fixed(100.0 * v / t.step_seconds, 1) + "%"}); };

@@ -135,6 +135,14 @@ TEST(Pad, PlanFileCarriesPadAndPredictReportsThePadTokens) {
   EXPECT_EQ(j.at("plan").at("pad"), true);
   const auto text = ctxplan({"predict", "--plan-file", path});
   EXPECT_NE(text.out.find("8 pad tokens per sequence"), std::string::npos) << text.out;
+  // simulate says it too, and prices the same padded step as predict
+  const auto sim = ctxplan({"simulate", "--plan-file", path});
+  ASSERT_EQ(sim.exit_code, 0) << sim.both();
+  EXPECT_NE(sim.out.find("8 pad tokens per sequence, memory and time priced at 131008 tokens"), std::string::npos) << sim.out;
+  const auto sim_json = ctxplan({"simulate", "--plan-file", path, "--json"});
+  ASSERT_EQ(sim_json.exit_code, 0) << sim_json.both();
+  EXPECT_EQ(json::parse(sim_json.out).at("pad_tokens"), 8);
+  EXPECT_DOUBLE_EQ(json::parse(sim_json.out).at("time").at("step_seconds").get<double>(), j.at("time").at("step_seconds").get<double>());
   std::remove(path.c_str());
 }
 
