@@ -227,7 +227,15 @@ std::function<int()> add_export_command(CLI::App& app, CommonOptions& common) {
                            " cannot express is listed with what was written instead)");
     if (!missing.empty())
       std::cerr << "ctxplan export: warning: " << missing << " (written anyway: --any-runtime)\n";
+    // pad=1: the stack is given the padded length (its data pipeline pads or packs to it), as
+    // ctxplan priced the step; the note says so
+    const int64_t real_seq = job.seq, padded = padded_seq(job.plan, job.seq);
+    job.seq = padded;
     StackExport e = export_stack(stack, job, profiles);
+    if (padded != real_seq)
+      e.notes.push_back("pad=1: written for the padded length " + std::to_string(padded) + " (" + std::to_string(real_seq) + " tokens + " +
+                        std::to_string(padded - real_seq) + " pad tokens per sequence, as ctxplan priced it): pad or pack the data to " +
+                        std::to_string(padded) + " tokens");
     std::ostream& report = a->out.empty() ? std::cerr : std::cout;
     if (!a->out.empty()) {  // the launch line names the file as written
       const std::string name = fs::path(a->out).filename().string();
@@ -237,7 +245,8 @@ std::function<int()> add_export_command(CLI::App& app, CommonOptions& common) {
     }
     if (!a->out.empty()) write_file_atomic(a->out, e.text);
     else std::cout << e.text;
-    report << "ctxplan export " << to_string(stack) << ": " << job.model.name << ", seq " << job.seq << " tokens, "
+    report << "ctxplan export " << to_string(stack) << ": " << job.model.name << ", seq " << real_seq << " tokens"
+           << (padded != real_seq ? " (padded to " + std::to_string(padded) + ")" : std::string()) << ", "
            << job.nodes << " node(s) x " << job.gpus_per_node << " GPUs, plan " << plan_to_string(job.plan) << "\n";
     if (!a->out.empty()) report << "wrote " << a->out << "\n";
     report << "launch:\n  " << e.launch << "\n";

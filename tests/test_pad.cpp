@@ -183,6 +183,23 @@ TEST(Pad, SearchPadsWhenToldAndCountsThePlansItLeftOut) {
   EXPECT_EQ(a.ranked.front().time.tokens_per_second, b.ranked.front().time.tokens_per_second);
 }
 
+// export writes the padded length the step was priced at, and says so in a note
+TEST(Pad, ExportWritesThePaddedLengthAndSaysSo) {
+  const auto r = ctxplan({"export", "megatron", "--model", "Llama-3.1-8B", "--cluster", "8xh100", "--seq", std::to_string(kSeq), "--plan",
+                          "cp=8,cp_kind=zigzag,zero=1,recompute=full,pad=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.both();
+  EXPECT_NE(r.out.find("--seq-length " + std::to_string(kPadded)), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("--seq-length " + std::to_string(kSeq)), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("pad=1: written for the padded length 131008 (131000 tokens + 8 pad tokens per sequence"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("seq 131000 tokens (padded to 131008)"), std::string::npos) << r.err;
+  // without padding nothing changes
+  const auto plain = ctxplan({"export", "megatron", "--model", "Llama-3.1-8B", "--cluster", "8xh100", "--seq", std::to_string(kPadded),
+                              "--plan", "cp=8,cp_kind=zigzag,zero=1,recompute=full,pad=1"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.both();
+  EXPECT_NE(plain.out.find("--seq-length " + std::to_string(kPadded)), std::string::npos) << plain.out;
+  EXPECT_EQ(plain.err.find("pad=1: written"), std::string::npos) << plain.err;
+}
+
 TEST(Pad, LaunchRefusesAPlanThatPads) {
   const auto r = ctxplan({"launch", "--model", "Llama-3.1-8B", "--cluster", "8xh100", "--seq", std::to_string(kSeq), "--plan",
                           std::string(kPlan) + ",pad=1", "--local"});
