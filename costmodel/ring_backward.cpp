@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace ctx {
 namespace {
@@ -50,7 +51,7 @@ const S& cost_seq(RingBackwardStore<S>& st, const std::vector<double>* cv, int64
 }
 
 // Rank r's sequences from its upstream's (u): the recurrences of the sweep (simulator.cpp's
-// ring_steps_fast), per step j:
+// ring_backward_sweep), per step j:
 //   receive  rs(j) = max(de(j-1), re(j-1), re_u(j-1))          re = rs + p      (j < steps - 1)
 //   hop      ds(j) = max(re(j) [last step: de(j-1)], ce_u(j), de_u(j-1))   de = ds + q
 //   compute  cs(j) = max(ce(j-1), re(j-1))                       ce = cs + cost
@@ -315,6 +316,217 @@ bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p
     w.period = 2;
   }
   return solve(w.stairs, w, j0, steps, p, q, in, out);
+}
+
+// ---- the sweep ------------------------------------------------------------------------------------
+// Each loop below is one task kind for every rank at one step, on arrays that do not alias (the
+// compiler vectorises them); `up` is the upstream's value of some array, gathered before the loop.
+namespace {
+namespace sweep {
+// Two ranks per operation (SSE2 / NEON width), in the compilers' vector extensions (GCC and
+// Clang): the loops select on the same comparison several times, which GCC's vectoriser does not
+// do by itself. vmax and vmin are std::max and std::min lane by lane (the same values, NaN and
+// signed zeros included); arrays are padded to an even count.
+typedef double v2 __attribute__((vector_size(16)));
+typedef long long m2 __attribute__((vector_size(16)));
+constexpr size_t kLanes = 2;
+inline v2 ld(const double* p) {
+  v2 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void st(double* p, v2 v) { std::memcpy(p, &v, sizeof v); }
+inline v2 splat(double x) { return v2{x, x}; }
+inline v2 sel(m2 m, v2 a, v2 b) { return reinterpret_cast<v2>((m & reinterpret_cast<m2>(a)) | (~m & reinterpret_cast<m2>(b))); }
+inline v2 vmax(v2 a, v2 b) { return sel(a < b, b, a); }
+inline v2 vmin(v2 a, v2 b) { return sel(b < a, b, a); }
+
+void gather(double* up, const double* x, const int* prev, size_t n, bool shift) {
+  if (shift) {  // prev[r] = r - 1 (mod n): the plain ring
+    up[0] = x[n - 1];
+    std::copy(x, x + n - 1, up + 1);
+  } else {
+    for (size_t r = 0; r < n; ++r) up[r] = x[prev[r]];
+  }
+}
+
+// The top of a stream: the step, role, start and readiness of its last strict rise.
+struct Top {
+  double *role, *j, *start, *ready;
+};
+inline void rise_to(const Top& t, size_t r, m2 rise, double role, double j, v2 start, v2 ready) {
+  st(t.role + r, sel(rise, splat(role), ld(t.role + r)));
+  st(t.j + r, sel(rise, splat(j), ld(t.j + r)));
+  st(t.start + r, sel(rise, start, ld(t.start + r)));
+  st(t.ready + r, sel(rise, ready, ld(t.ready + r)));
+}
+
+// the receive of the next block: after r's ring stream, r's block and the upstream's block (a
+// rank that is its own upstream is ready only when the whole receive is)
+void receive(size_t n, double j, double p, const double* ring_end, const double* h_end, const double* up_h_end, const double* own,
+             double* nr_start, double* nr_end, double* nr_ready, const Top& top, bool first) {
+  const v2 zero = splat(0.0), pv = splat(p);
+  const m2 force = first ? m2{-1, -1} : m2{0, 0};
+  for (size_t r = 0; r < n; r += kLanes) {
+    const v2 re = ld(ring_end + r);
+    const v2 ready = vmax(vmax(zero, re), ld(h_end + r));
+    const v2 full = vmax(ready, ld(up_h_end + r));
+    const v2 rd = sel(ld(own + r) != zero, full, ready);
+    const v2 end = full + pv;
+    st(nr_start + r, full);
+    st(nr_end + r, end);
+    st(nr_ready + r, rd);
+    rise_to(top, r, (end > re) | force, 0.0, j, full, rd);
+  }
+}
+
+// the step's compute: after r's previous compute and its block; a wait is for other ranks as far
+// as the block's receive waited for them (attribute() in simulator.cpp), the rest for the transfer
+void compute(size_t n, double j, const double* cost, const double* h_start, const double* h_end, const double* h_ready, double* c_start,
+             double* c_end, double* prev_end, double* busy, double* imbalance, double* exposed, const Top& top, bool first) {
+  const v2 zero = splat(0.0);
+  const m2 force = first ? m2{-1, -1} : m2{0, 0};
+  for (size_t r = 0; r < n; r += kLanes) {
+    const v2 dur = ld(cost + r), ce = ld(c_end + r);
+    const v2 start = vmax(vmax(zero, ce), ld(h_end + r));
+    const v2 end = start + dur;
+    const v2 gap = start - ld(prev_end + r);
+    const v2 g = sel(gap > zero, gap, zero);
+    const v2 others = vmin(g, vmax(zero, ld(h_start + r) - ld(h_ready + r)));
+    st(busy + r, ld(busy + r) + dur);
+    st(imbalance + r, ld(imbalance + r) + others);
+    st(exposed + r, ld(exposed + r) + (g - others));
+    const m2 rise = (end > ce) | force;
+    st(top.j + r, sel(rise, splat(j), ld(top.j + r)));
+    st(top.start + r, sel(rise, start, ld(top.start + r)));
+    st(prev_end + r, end);
+    st(c_start + r, start);
+    st(c_end + r, end);
+  }
+}
+
+// the dK,dV hop from the upstream: after r's ring stream (this step's receive, or the last hop),
+// the upstream's compute of the step and the upstream's previous hop
+void hop(size_t n, double j, double q, const double* ring_prev, const double* up_c_end, const double* up_d_end, const double* own,
+         double* d_start, double* d_end, double* d_ready, const Top& top, bool first) {
+  const v2 zero = splat(0.0), qv = splat(q);
+  const m2 force = first ? m2{-1, -1} : m2{0, 0};
+  for (size_t r = 0; r < n; r += kLanes) {
+    const v2 rp = ld(ring_prev + r);
+    const v2 ready = vmax(zero, rp);
+    const v2 full = vmax(vmax(ready, ld(up_c_end + r)), ld(up_d_end + r));
+    const v2 rd = sel(ld(own + r) != zero, full, ready);
+    const v2 end = full + qv;
+    st(d_start + r, full);
+    st(d_end + r, end);
+    st(d_ready + r, rd);
+    rise_to(top, r, (end > rp) | force, 2.0, j, full, rd);
+  }
+}
+}  // namespace sweep
+}  // namespace
+
+void ring_backward_sweep(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv_s, const std::vector<RingBackwardRank>& in,
+                         std::vector<RingBackwardResult>& out, RingSweepWork& w) {
+  const size_t n = in.size(), np = (n + sweep::kLanes - 1) / sweep::kLanes * sweep::kLanes;
+  const double p = std::max(0.0, p2p_s), q = std::max(0.0, p2p_dkv_s);
+  // the per-rank arrays (np each; the padding lanes compute on zeros and are never read)
+  enum : size_t {
+    kHStart, kHEnd, kHReady, kNrStart, kNrEnd, kNrReady, kCStart, kCEnd, kPrevEnd, kDStart, kDEnd, kDReady, kRingEnd, kBusy,
+    kImbalance, kExposed, kCtJ, kCtStart, kRtRole, kRtJ, kRtStart, kRtReady, kUp1, kUp2, kCostRow, kOwn, kArrays
+  };
+  w.v.assign(kArrays * np, 0.0);
+  auto a = [&](size_t k) { return w.v.data() + k * np; };
+  w.prev.resize(n);
+  bool shift = n >= 2;
+  for (size_t r = 0; r < n; ++r) {
+    const RingBackwardRank& x = in[r];
+    w.prev[r] = x.prev;
+    a(kOwn)[r] = x.prev == static_cast<int>(r) ? 1.0 : 0.0;
+    shift = shift && static_cast<size_t>(x.prev) == (r + n - 1) % n;
+    a(kHStart)[r] = x.have_start, a(kHEnd)[r] = x.have_end, a(kHReady)[r] = x.have_ready;
+    a(kCEnd)[r] = x.compute_end, a(kPrevEnd)[r] = x.prev_end;
+    a(kDEnd)[r] = x.dkv_end, a(kRingEnd)[r] = x.ring_end;
+    a(kCtJ)[r] = -1, a(kRtRole)[r] = -1, a(kRtJ)[r] = -1;
+  }
+  const sweep::Top ctop{nullptr, a(kCtJ), a(kCtStart), nullptr}, rtop{a(kRtRole), a(kRtJ), a(kRtStart), a(kRtReady)};
+  // the costs: a (steps, ranks) matrix built once per set of cost vectors when it is small, else
+  // gathered per step
+  auto cost_at = [&](size_t r, int64_t j) {
+    const std::vector<double>& cv = *in[r].cost;
+    return std::max(0.0, static_cast<size_t>(j) < cv.size() ? cv[static_cast<size_t>(j)] : 0.0);
+  };
+  const bool matrix = static_cast<double>(steps) * static_cast<double>(np) <= static_cast<double>(1 << 20);
+  if (matrix) {
+    bool same = w.cost_steps == steps && w.cost_of.size() == n;
+    for (size_t r = 0; same && r < n; ++r) same = w.cost_of[r] == in[r].cost;
+    if (!same) {
+      w.cost_steps = steps;
+      w.cost_of.resize(n);
+      for (size_t r = 0; r < n; ++r) w.cost_of[r] = in[r].cost;
+      w.cost.assign(static_cast<size_t>(steps) * np, 0.0);
+      for (int64_t j = 0; j < steps; ++j)
+        for (size_t r = 0; r < n; ++r) w.cost[static_cast<size_t>(j) * np + r] = cost_at(r, j);
+    }
+  }
+  const int* prev = w.prev.data();
+  // the block held and the next one received swap roles after every step with a receive; the
+  // ring stream's last task is the previous step's hop after the first step
+  size_t have[3] = {kHStart, kHEnd, kHReady}, recv[3] = {kNrStart, kNrEnd, kNrReady};
+  for (int64_t j = j0; j < steps; ++j) {
+    const double jd = static_cast<double>(j);
+    const bool has_recv = j + 1 < steps;
+    const double* ring_end = j == j0 ? a(kRingEnd) : a(kDEnd);
+    if (has_recv) {
+      sweep::gather(a(kUp1), a(have[1]), prev, n, shift);
+      sweep::receive(np, jd, p, ring_end, a(have[1]), a(kUp1), a(kOwn), a(recv[0]), a(recv[1]), a(recv[2]), rtop, j == j0);
+    }
+    const double* cost = a(kCostRow);
+    if (matrix) {
+      cost = w.cost.data() + static_cast<size_t>(j) * np;
+    } else {
+      for (size_t r = 0; r < n; ++r) a(kCostRow)[r] = cost_at(r, j);
+    }
+    sweep::compute(np, jd, cost, a(have[0]), a(have[1]), a(have[2]), a(kCStart), a(kCEnd), a(kPrevEnd), a(kBusy), a(kImbalance), a(kExposed),
+                   ctop, j == j0);
+    sweep::gather(a(kUp1), a(kCEnd), prev, n, shift);
+    if (j == j0) {  // a rank that has sent no hop yet has none to wait for
+      for (size_t r = 0; r < n; ++r)
+        a(kUp2)[r] = in[static_cast<size_t>(prev[r])].dkv_valid ? a(kDEnd)[prev[r]] : -std::numeric_limits<double>::infinity();
+    } else {
+      sweep::gather(a(kUp2), a(kDEnd), prev, n, shift);
+    }
+    // the hop's ring stream before it: this step's receive, or (the last step) the previous hop
+    // (read before it is overwritten, lane by lane)
+    sweep::hop(np, jd, q, has_recv ? a(recv[1]) : ring_end, a(kUp1), a(kUp2), a(kOwn), a(kDStart), a(kDEnd), a(kDReady), rtop,
+               j == j0 && !has_recv);
+    if (has_recv) std::swap(have, recv);
+  }
+  out.resize(n);
+  for (size_t r = 0; r < n; ++r) {
+    RingBackwardResult& o = out[r];
+    o = RingBackwardResult{};
+    o.busy_s = a(kBusy)[r], o.imbalance_s = a(kImbalance)[r], o.exposed_s = a(kExposed)[r];
+    o.c_start = a(kCStart)[r], o.c_end = a(kCEnd)[r];
+    o.d_start = a(kDStart)[r], o.d_end = a(kDEnd)[r], o.d_ready = a(kDReady)[r];
+    // the last-ending task: each stream's ends never decrease, so a stream's latest end is first
+    // reached at its last strict rise (its first task in these steps counting as one); of the two
+    // streams the later end, on a tie the task created first (within a step: receive, compute,
+    // hop); none unless it ends after every earlier task
+    const double ec = o.c_end, er = o.d_end, top = std::max(ec, er);
+    if (!(top > in[r].best_end)) continue;
+    const bool ring_first =
+        er == ec ? (a(kRtJ)[r] < a(kCtJ)[r] || (a(kRtJ)[r] == a(kCtJ)[r] && a(kRtRole)[r] == 0.0)) : er > ec;
+    if (ring_first) {
+      o.best_role = a(kRtRole)[r] == 0.0 ? RingBackwardResult::recv : RingBackwardResult::dkv;
+      o.best_j = static_cast<int64_t>(a(kRtJ)[r]);
+      o.best_start = a(kRtStart)[r], o.best_end = er, o.best_ready = a(kRtReady)[r];
+    } else {
+      o.best_role = RingBackwardResult::compute;
+      o.best_j = static_cast<int64_t>(a(kCtJ)[r]);
+      o.best_start = a(kCtStart)[r], o.best_end = ec, o.best_ready = a(kCtStart)[r];
+    }
+  }
 }
 
 }  // namespace ctx

@@ -64,7 +64,17 @@ struct RingBackwardStore {
   std::unordered_map<const std::vector<double>*, S> cost_seq;  // per cost vector, over [j0, steps)
   std::vector<const S*> costs;                                 // per rank
 };
+// Flat per-rank arrays of the sweep (ring_backward_sweep), kept between calls, and the costs as a
+// (steps, ranks) matrix, transposed once per set of cost vectors.
+struct RingSweepWork {
+  std::vector<double> v;                          // the per-rank arrays, back to back
+  std::vector<int> prev;
+  std::vector<double> cost;                       // (steps, ranks), when small enough
+  std::vector<const std::vector<double>*> cost_of;  // what `cost` was built from
+  int64_t cost_steps = -1;
+};
 struct RingBackwardWork {
+  RingSweepWork sweep;
   RingBackwardStore<pl::Seq> lines;
   RingBackwardStore<pl::Seq2> stairs;
   std::vector<int> next, order;
@@ -80,6 +90,14 @@ struct RingBackwardWork {
 // masks' many cost runs) or its check did not hold: the caller sweeps the steps instead. Times
 // that are not a few lines but a staircase (computes that alternate between waiting and not, step
 // by step: long plain rings without recompute) are tried on even and odd steps apart.
+// The same steps [j0, steps) (1 <= j0 < steps) swept one at a time across all ranks (every rank's
+// receive, then compute, then hop: a hop needs its upstream's compute of the same step), O(ranks)
+// per step on flat arrays that the compiler vectorises; any `prev` (a rank may be its own
+// upstream). The rank's last-ending task follows from the two streams' last strict rises (each
+// stream's ends never decrease). The exact recurrences; the closed form equals it up to rounding.
+void ring_backward_sweep(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv_s, const std::vector<RingBackwardRank>& in,
+                         std::vector<RingBackwardResult>& out, RingSweepWork& w);
+
 bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv_s, const std::vector<RingBackwardRank>& in,
                                std::vector<RingBackwardResult>& out, RingBackwardWork& w);
 

@@ -367,7 +367,7 @@ class Builder {
     };
     const int64_t steps = k_.ring;
     // without a recording, the steps after the first (whose dependencies are all tasks of this
-    // loop) run on flat arrays: ring_steps_fast
+    // loop) run on flat arrays: ring_backward
     const int64_t generic_steps = record_ ? steps : 1;
     for (int64_t j = 0; j < generic_steps; ++j) {
       std::vector<T> recv(static_cast<size_t>(nreps()));
@@ -398,14 +398,7 @@ class Builder {
         cost_of[static_cast<size_t>(r)] = &costs[static_cast<size_t>(rep.pack_class)][static_cast<size_t>(rep.cp_index)];
         prev[static_cast<size_t>(r)] = prev_of(r);
       }
-      if (backward) {
-        // (once the closed form has given way in a step, the later layers sweep: they are alike)
-        if (nreps() < ring_closed_form_min_ranks_ || ring_closed_form_failed_ ||
-            !ring_backward_by_rank(generic_steps, steps, cost_of, prev, have, have_dkv, last_compute)) {
-          ring_closed_form_failed_ = nreps() >= ring_closed_form_min_ranks_;
-          ring_steps_fast(generic_steps, steps, cost_of, prev, have, have_dkv, last_compute);
-        }
-      }
+      if (backward) ring_backward(generic_steps, steps, cost_of, prev, have, have_dkv, last_compute);
       else ring_forward_by_rank(pass, steps, cost_of, prev, have, last_compute);
     }
     if (!backward) return last_compute;
@@ -417,153 +410,15 @@ class Builder {
     return last_compute;
   }
 
-  // Backward ring steps [j0, steps) without a recording: the tasks of the generic loop above
-  // (ring_kv, the step's compute, ring_dkv), created in the same order with the same ids, timed
-  // and accounted exactly as add() and finish() would (same operations in the same order per rank:
-  // bit-identical), from flat per-rank arrays of times: every dependency of these steps is a task
-  // of this loop. Each block's dK,dV hop needs the upstream rank's compute of the same step, so the
-  // steps go one at a time across all ranks. `have`, `have_dkv` and `last_compute` are the state
-  // after step j0 - 1 and are updated.
-  void ring_steps_fast(int64_t j0, int64_t steps, const std::vector<const std::vector<double>*>& cost_of,
-                       const std::vector<int>& prev, std::vector<T>& have, std::vector<T>& have_dkv, std::vector<T>& last_compute) {
-    const int R = nreps();
-    const size_t n = static_cast<size_t>(R);
-    const double p2p = std::max(0.0, k_.p2p_fwd), p2p_dkv = std::max(0.0, k_.p2p_dkv);
-    // times of: the block held (have: the last receive), the last dK,dV hop, the last compute,
-    // the ring stream's last task; the new receive and hop of the step
-    std::vector<double> h_start(n), h_end(n), h_ready(n), d_end(n), c_start(n), c_end(n), ring_end(n), nr_start(n), nr_end(n), nr_ready(n), nd_end(n),
-        d_start(n), d_ready(n);
-    std::vector<char> own(n), d_valid(n);
-    bool d_all_valid = false;  // after the first step every rank has sent a hop
-    // the task ending last per rank (RepAcc::last), kept as times and what identifies it
-    enum Role : char { kNone, kRecv, kComp, kDkv };
-    std::vector<double> best_end(n), best_start(n), best_ready(n);
-    std::vector<char> best_role(n, kNone);
-    std::vector<int64_t> best_j(n);
-    // the rank's accumulators, as flat arrays while the steps run (each summed in the same order)
-    std::vector<double> busy(n), stream_busy(n), compute(n), imbalance(n), exposed(n), prev_end(n);
-    for (size_t r = 0; r < n; ++r) {
-      const RepAcc& a = acc_[r];
-      busy[r] = a.busy, stream_busy[r] = a.stream_busy, compute[r] = a.b.compute, imbalance[r] = a.b.imbalance;
-      exposed[r] = a.b.exposed_comm, prev_end[r] = a.prev_end;
-    }
-    for (size_t r = 0; r < n; ++r) {
-      const T& ring = last_[r * kSimStreams + static_cast<int>(SimStream::ring)];
-      ring_end[r] = ring.id >= 0 ? ring.end : 0.0;
-      h_start[r] = have[r].start;
-      h_end[r] = have[r].end;
-      h_ready[r] = have[r].ready;
-      d_valid[r] = have_dkv[r].id >= 0;
-      d_end[r] = have_dkv[r].id >= 0 ? have_dkv[r].end : 0.0;
-      c_end[r] = last_compute[r].end;
-      own[r] = prev[r] == static_cast<int>(r);
-      best_end[r] = acc_[r].last.id >= 0 ? acc_[r].last.end : -std::numeric_limits<double>::infinity();
-    }
-    // finish()'s per-task accounting: RepAcc::end is the end of RepAcc::last (set after the loop);
-    // backward tasks have no forward span
-    auto seen = [&](size_t r, Role role, int64_t j, double start, double end, double ready) {
-      if (end > best_end[r]) {
-        best_end[r] = end;
-        best_start[r] = start;
-        best_ready[r] = ready;
-        best_role[r] = role;
-        best_j[r] = j;
-      }
-    };
-    const int64_t id0 = next_id_;
-    auto block_id = [&](int64_t j, int block) {  // step j creates receives (if any), computes, hops
-      int64_t base = id0;
-      for (int64_t i = j0; i < j; ++i) base += (i + 1 < steps ? 3 : 2) * static_cast<int64_t>(R);
-      const bool has_recv = j + 1 < steps;
-      return base + (block == kRecv ? 0 : block == kComp ? (has_recv ? R : 0) : (has_recv ? 2 * R : R));
-    };
-    auto cost = [&](size_t r, int64_t j) {
-      const std::vector<double>& cv = *cost_of[r];
-      return std::max(0.0, static_cast<size_t>(j) < cv.size() ? cv[static_cast<size_t>(j)] : 0.0);
-    };
-    for (int64_t j = j0; j < steps; ++j) {
-      const bool has_recv = j + 1 < steps;
-      if (has_recv) {
-        for (size_t r = 0; r < n; ++r) {
-          const size_t q = static_cast<size_t>(prev[r]);
-          nr_ready[r] = std::max(std::max(0.0, ring_end[r]), h_end[r]);
-          const double full = std::max(nr_ready[r], h_end[q]);
-          if (own[r]) nr_ready[r] = full;
-          nr_start[r] = full;
-          nr_end[r] = full + p2p;
-          seen(r, kRecv, j, full, nr_end[r], nr_ready[r]);
-        }
-      }
-      for (size_t r = 0; r < n; ++r) {
-        const double dur = cost(r, j);
-        const double start = std::max(std::max(0.0, c_end[r]), h_end[r]);
-        const double end = start + dur;
-        busy[r] += dur;
-        stream_busy[r] += dur;
-        const double gap = start - prev_end[r];  // attribute(): the binding dependency is the received block
-        if (gap > 0) {
-          const double others = std::min(gap, std::max(0.0, h_start[r] - h_ready[r]));
-          imbalance[r] += others;
-          exposed[r] += gap - others;
-        }
-        compute[r] += dur;
-        prev_end[r] = end;
-        c_start[r] = start;
-        c_end[r] = end;
-        seen(r, kComp, j, start, end, start);
-      }
-      for (size_t r = 0; r < n; ++r) {
-        const size_t q = static_cast<size_t>(prev[r]);
-        const double pv = has_recv ? nr_end[r] : ring_end[r];
-        double ready = std::max(0.0, pv);
-        double full = std::max(ready, c_end[q]);
-        if (d_all_valid || d_valid[q]) full = std::max(full, d_end[q]);
-        if (own[r]) ready = full;
-        d_start[r] = full;
-        d_ready[r] = ready;
-        nd_end[r] = full + p2p_dkv;
-        seen(r, kDkv, j, full, nd_end[r], ready);
-      }
-      d_end.swap(nd_end);
-      d_all_valid = true;
-      ring_end = d_end;
-      if (has_recv) {
-        h_start.swap(nr_start);
-        h_end.swap(nr_end);
-        h_ready.swap(nr_ready);
-      }
-    }
-    // back to tasks: the last of each stream, the returned state, the rank's last-ending task
-    int64_t created = 0;
-    for (int64_t i = j0; i < steps; ++i) created += (i + 1 < steps ? 3 : 2) * static_cast<int64_t>(R);
-    next_id_ = id0 + created;
-    ntasks_ += created;
-    const int64_t last_j = steps - 1;
-    auto make = [&](size_t r, Role role, int64_t j, double start, double end, double ready) {
-      return task_of(block_id(j, role) + static_cast<int64_t>(r), static_cast<int>(r), start, end, ready,
-                     role == kRecv ? p2p : role == kDkv ? p2p_dkv : cost(r, j), role == kComp ? SimStream::compute : SimStream::ring,
-                     role == kComp ? SimCategory::compute : SimCategory::comm);
-    };
-    for (size_t r = 0; r < n; ++r) {
-      RepAcc& a = acc_[r];
-      a.busy = busy[r], a.stream_busy = stream_busy[r], a.b.compute = compute[r], a.b.imbalance = imbalance[r], a.b.exposed_comm = exposed[r], a.prev_end = prev_end[r];
-      if (best_role[r] != kNone) a.end = std::max(a.end, best_end[r]);
-      if (best_role[r] != kNone) a.last = make(r, static_cast<Role>(best_role[r]), best_j[r], best_start[r], best_end[r], best_ready[r]);
-      const T c = make(r, kComp, last_j, c_start[r], c_end[r], c_start[r]);
-      last_compute[r] = c;
-      last_[r * kSimStreams + static_cast<int>(SimStream::compute)] = c;
-      const T d = make(r, kDkv, last_j, d_start[r], d_end[r], d_ready[r]);
-      have_dkv[r] = d;
-      last_[r * kSimStreams + static_cast<int>(SimStream::ring)] = d;
-    }
-  }
-
-  // Backward ring steps [j0, steps) without a recording, rank by rank in closed form
-  // (costmodel/ring_backward.hpp): the same tasks, ids, accounting and breakdown as
-  // ring_steps_fast, equal to it up to rounding. False (nothing changed) where the closed form
-  // does not apply; the caller sweeps then.
-  bool ring_backward_by_rank(int64_t j0, int64_t steps, const std::vector<const std::vector<double>*>& cost_of, const std::vector<int>& prev,
-                             const std::vector<T>& have, std::vector<T>& have_dkv, std::vector<T>& last_compute) {
+  // Backward ring steps [j0, steps) without a recording (costmodel/ring_backward.hpp): the tasks
+  // of the generic loop above (ring_kv, the step's compute, ring_dkv), with the same ids,
+  // accounting and breakdown, from the state after step j0 - 1 (`have`, `have_dkv`,
+  // `last_compute`, updated); every dependency of these steps is a task of this loop. Rings of
+  // at least ring_closed_form_min_ranks_ ranks go rank by rank in closed form; smaller ones, and
+  // every later layer once the closed form has given way, are swept step by step on flat arrays.
+  // Equal to the generic loop up to rounding.
+  void ring_backward(int64_t j0, int64_t steps, const std::vector<const std::vector<double>*>& cost_of, const std::vector<int>& prev,
+                     const std::vector<T>& have, std::vector<T>& have_dkv, std::vector<T>& last_compute) {
     const int R = nreps();
     const size_t n = static_cast<size_t>(R);
     ring_in_.resize(n);
@@ -581,14 +436,19 @@ class Builder {
       x.ring_end = ring.id >= 0 ? ring.end : 0.0;
       x.best_end = a.last.id >= 0 ? a.last.end : -std::numeric_limits<double>::infinity();
     }
-    if (!ring_backward_closed_form(j0, steps, k_.p2p_fwd, k_.p2p_dkv, ring_in_, ring_out_, ring_work_)) return false;
+    const bool closed = R >= ring_closed_form_min_ranks_ && !ring_closed_form_failed_ &&
+                        ring_backward_closed_form(j0, steps, k_.p2p_fwd, k_.p2p_dkv, ring_in_, ring_out_, ring_work_);
+    if (!closed) {
+      ring_closed_form_failed_ = R >= ring_closed_form_min_ranks_;  // (the later layers are alike)
+      ring_backward_sweep(j0, steps, k_.p2p_fwd, k_.p2p_dkv, ring_in_, ring_out_, ring_work_.sweep);
+    }
     const double p2p = std::max(0.0, k_.p2p_fwd), p2p_dkv = std::max(0.0, k_.p2p_dkv);
     const int64_t id0 = next_id_;
     int64_t created = 0;
     for (int64_t i = j0; i < steps; ++i) created += (i + 1 < steps ? 3 : 2) * static_cast<int64_t>(R);
     next_id_ = id0 + created;
     ntasks_ += created;
-    // the ids ring_steps_fast gives: step j creates receives (if any), computes, hops, R each
+    // the ids of the generic loop: step j creates receives (if any), computes, hops, R each
     auto make = [&](size_t r, RingBackwardResult::Role role, int64_t j, double start, double end, double ready) {
       const int64_t before = (j - j0) * 3 * static_cast<int64_t>(R);  // steps j0 .. j-1 all have receives
       const bool has_recv = j + 1 < steps;
@@ -622,7 +482,6 @@ class Builder {
       have_dkv[r] = d;
       last_[r * kSimStreams + static_cast<int>(SimStream::ring)] = d;
     }
-    return true;
   }
 
   // Where the cost of a rank's ring steps changes: the starts of its runs of equal cost over

@@ -2,9 +2,10 @@
 // rank's added compute, waits for other ranks and for transfers, its last compute and dK,dV hop and
 // the task ending last, in both representations (a few lines per rank, pl::Seq; lines on even and
 // odd steps apart, pl::Seq2, the staircases of long rings without recompute). The sweep below is
-// the recurrence of simulator.cpp's ring_steps_fast written out step by step (receive, compute, hop
-// per rank and step); the inputs are small dyadic numbers (multiples of 1/4), so both must agree
-// exactly. Rings of 2-12 ranks, one or two cycles (usp's rings), costs in runs (zero-cost steps
+// the recurrence of the simulator's generic loop written out step by step (receive, compute, hop
+// per rank and step, seen() tracking the task ending last as finish() does); the inputs are small
+// dyadic numbers (multiples of 1/4), so both must agree exactly. ring_backward_sweep (flat arrays,
+// two ranks per operation, the last-ending task from each stream's last rise) must equal it too. Rings of 2-12 ranks, one or two cycles (usp's rings), costs in runs (zero-cost steps
 // included), hops of 0 to 1, a first hop sent or not.
 #include <gtest/gtest.h>
 
@@ -42,6 +43,7 @@ std::vector<RingBackwardResult> sweep(int64_t j0, int64_t steps, double p, doubl
       const size_t u = static_cast<size_t>(in[r].prev);
       nr_ready[r] = std::max(std::max(0.0, ring_end[r]), h_end[r]);
       nr_start[r] = std::max(nr_ready[r], h_end[u]);
+      if (u == r) nr_ready[r] = nr_start[r];  // its own upstream: ready when the whole receive is
       nr_end[r] = nr_start[r] + p;
       seen(r, RingBackwardResult::recv, j, nr_start[r], nr_end[r], nr_ready[r]);
     }
@@ -63,9 +65,10 @@ std::vector<RingBackwardResult> sweep(int64_t j0, int64_t steps, double p, doubl
     }
     for (size_t r = 0; r < n; ++r) {
       const size_t u = static_cast<size_t>(in[r].prev);
-      const double ready = std::max(0.0, has_recv ? nr_end[r] : ring_end[r]);
+      double ready = std::max(0.0, has_recv ? nr_end[r] : ring_end[r]);
       double full = std::max(ready, c_end[u]);
       if (j > j0 || d_valid[u]) full = std::max(full, d_end[u]);
+      if (u == r) ready = full;
       nd_end[r] = full + q;
       out[r].d_start = full, out[r].d_end = nd_end[r], out[r].d_ready = ready;
       seen(r, RingBackwardResult::dkv, j, full, nd_end[r], ready);
@@ -75,6 +78,97 @@ std::vector<RingBackwardResult> sweep(int64_t j0, int64_t steps, double p, doubl
     if (has_recv) h_start = nr_start, h_end = nr_end, h_ready = nr_ready;
   }
   return out;
+}
+
+void expect_same(const std::vector<RingBackwardResult>& got, const std::vector<RingBackwardResult>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t r = 0; r < want.size(); ++r) {
+    const RingBackwardResult &a = got[r], &b = want[r];
+    const std::string wr = what + ", rank " + std::to_string(r);
+    EXPECT_EQ(a.busy_s, b.busy_s) << wr;
+    EXPECT_EQ(a.imbalance_s, b.imbalance_s) << wr;
+    EXPECT_EQ(a.exposed_s, b.exposed_s) << wr;
+    EXPECT_EQ(a.c_start, b.c_start) << wr;
+    EXPECT_EQ(a.c_end, b.c_end) << wr;
+    EXPECT_EQ(a.d_start, b.d_start) << wr;
+    EXPECT_EQ(a.d_end, b.d_end) << wr;
+    EXPECT_EQ(a.d_ready, b.d_ready) << wr;
+    EXPECT_EQ(a.best_role, b.best_role) << wr;
+    if (b.best_role != RingBackwardResult::none) {
+      EXPECT_EQ(a.best_j, b.best_j) << wr;
+      EXPECT_EQ(a.best_start, b.best_start) << wr;
+      EXPECT_EQ(a.best_end, b.best_end) << wr;
+      EXPECT_EQ(a.best_ready, b.best_ready) << wr;
+    }
+  }
+}
+
+// ring_backward_sweep against the written-out sweep: plain rings (the shifted-copy gather), random
+// upstream permutations and ranks that are their own upstream (the indexed gather, the own-rank
+// readiness), odd and even rank counts (the padding lane), any first step, and rings too large
+// for the cached cost matrix (costs gathered per step). Exact: the same operations per rank.
+TEST(RingBackward, FlatSweepEqualsTheStepByStepSweep) {
+  std::mt19937 rng(20261126);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto quarter = [&](int hi) { return uni(0, 4 * hi) / 4.0; };
+  int ties = 0, owns = 0, big = 0, compared = 0;
+  for (int trial = 0; trial < 402; ++trial) {
+    const bool large = trial >= 400;  // 1100 x 960 steps > the 2^20-entry matrix
+    const int kind = trial % 3;       // 0: plain ring, 1: a random permutation, 2: with own ranks
+    const int n = large ? 1100 + trial - 400 : uni(1, 13);
+    const int64_t steps = large ? 960 : uni(2, 14), j0 = large ? 1 : uni(1, static_cast<int>(steps) - 1);
+    const double p = uni(0, 4) / 4.0, q = uni(0, 4) / 4.0;
+    std::vector<int> prev(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) prev[static_cast<size_t>(r)] = (r + n - 1) % n;
+    if (kind >= 1) {
+      std::vector<int> perm(static_cast<size_t>(n));
+      for (int r = 0; r < n; ++r) perm[static_cast<size_t>(r)] = r;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (int r = 0; r < n; ++r) prev[static_cast<size_t>(r)] = perm[static_cast<size_t>(r)];
+    }
+    if (kind == 2 && n >= 1) prev[static_cast<size_t>(uni(0, n - 1))] = -1;  // marked: made its own below
+    std::vector<std::vector<double>> costs(static_cast<size_t>(n));
+    std::vector<RingBackwardRank> in(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      auto& cv = costs[static_cast<size_t>(r)];
+      const int64_t len = uni(0, 4) == 0 ? uni(0, static_cast<int>(steps)) : steps;  // shorter: 0 past its end
+      while (static_cast<int64_t>(cv.size()) < len) {
+        const double c = (uni(0, 3) == 0 ? 0 : 1) * quarter(3) - (uni(0, 9) == 0 ? 1.0 : 0.0);  // negative: 0
+        for (int k = uni(1, 5); k > 0 && static_cast<int64_t>(cv.size()) < len; --k) cv.push_back(c);
+      }
+      RingBackwardRank& x = in[static_cast<size_t>(r)];
+      x.cost = &cv;
+      x.prev = prev[static_cast<size_t>(r)] < 0 ? r : prev[static_cast<size_t>(r)];
+      owns += x.prev == r;
+      x.have_ready = quarter(8);
+      x.have_start = x.have_ready + quarter(2);
+      x.have_end = x.have_start + p;
+      x.dkv_valid = uni(0, 1) == 1;
+      x.dkv_end = x.dkv_valid ? quarter(10) : 0.0;
+      x.compute_end = quarter(10);
+      x.prev_end = uni(0, 1) ? x.compute_end : quarter(10);
+      x.ring_end = uni(0, 3) == 0 ? 0.0 : quarter(10);
+      x.best_end = uni(0, 2) == 0 ? -std::numeric_limits<double>::infinity() : quarter(14);
+    }
+    const std::vector<RingBackwardResult> want = sweep(j0, steps, p, q, in);
+    for (const RingBackwardResult& b : want) {
+      ties += b.best_role != RingBackwardResult::none && b.c_end == b.d_end && b.c_end == b.best_end;
+      ++compared;
+    }
+    RingBackwardWork w;
+    std::vector<RingBackwardResult> got;
+    const std::string what = "trial " + std::to_string(trial) + " (" + std::to_string(n) + " ranks, kind " + std::to_string(kind) + ", steps " +
+                             std::to_string(steps) + ", j0 " + std::to_string(j0) + ")";
+    ring_backward_sweep(j0, steps, p, q, in, got, w.sweep);
+    expect_same(got, want, what);
+    ring_backward_sweep(j0, steps, p, q, in, got, w.sweep);  // again, with the cached costs
+    expect_same(got, want, what + ", second call");
+    big += large;
+  }
+  EXPECT_EQ(big, 2);
+  EXPECT_GT(owns, 50);
+  EXPECT_GT(ties, 20) << "ties between a rank's two streams decide which task ends last: the case must occur";
+  EXPECT_GT(compared, 1500);
 }
 
 TEST(RingBackward, BothRepresentationsEqualTheSweepOnRandomRings) {
