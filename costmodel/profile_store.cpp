@@ -369,6 +369,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
   Field fields[] = {
       {"weight_bytes", &rt.weight_bytes, nullptr},
       {"grad_bytes", &rt.grad_bytes, nullptr},
+      {"grad_comm_bytes", &rt.grad_comm_bytes, nullptr, nullptr, true},  // absent: grad_bytes (below)
       {"master_bytes", &rt.master_bytes, nullptr},
       {"optimizer_bytes", &rt.optimizer_bytes, nullptr},
       {"grads_persistent", nullptr, &rt.grads_persistent},
@@ -481,6 +482,13 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
   else if (caching_allocator == "segments") rt.caching_allocator = RuntimeProfile::CachingAllocator::segments;
   else if (caching_allocator == "expandable_segments") rt.caching_allocator = RuntimeProfile::CachingAllocator::expandable_segments;
   else c.object("caching_allocator").fail("value", "'" + caching_allocator + "' is no caching allocator mode; valid: none, segments, expandable_segments");
+  // the gradient reduction's dtype on the wire: profiles before it existed reduced their grad_bytes
+  if (!c.has("grad_comm_bytes")) {
+    rt.grad_comm_bytes = rt.grad_bytes;
+    rt.sources["grad_comm_bytes"] = "absent: the gradient buffer's dtype (grad_bytes)";
+  } else if (rt.grad_comm_bytes != 1 && rt.grad_comm_bytes != 2 && rt.grad_comm_bytes != 4) {
+    c.object("grad_comm_bytes").fail("value", "must be 4 (fp32), 2 (bf16 or fp16) or 1 (an 8-bit format): bytes per gradient element the reduction sends");
+  }
   if (rt.nccl_channels != std::floor(rt.nccl_channels))
     c.object("nccl_channels").fail("value", "must be a whole number of channels");
   rt.reduce_bucket_bytes *= kMiB;

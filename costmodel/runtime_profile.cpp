@@ -43,8 +43,8 @@ RuntimeProfile runtime_for_plan(const RuntimeProfile& rt, const Plan& p) {
     out.sources["master_bytes"] = std::string("the plan's master=") + to_string(p.master);
   }
   if (overrides(p.grads, own.grads)) {
-    out.grad_bytes = grad_bytes_of(p.grads);
-    out.sources["grad_bytes"] = std::string("the plan's grads=") + to_string(p.grads);
+    out.grad_bytes = out.grad_comm_bytes = grad_bytes_of(p.grads);
+    out.sources["grad_bytes"] = out.sources["grad_comm_bytes"] = std::string("the plan's grads=") + to_string(p.grads);
   }
   if (overrides(p.moments, own.moments)) {
     out.optimizer_bytes = moment_bytes_of(p.moments);
@@ -55,8 +55,8 @@ RuntimeProfile runtime_for_plan(const RuntimeProfile& rt, const Plan& p) {
 }
 
 bool precision_changes_runtime(const RuntimeProfile& rt, Precision precision) {
-  return precision == Precision::fp32 &&
-         (rt.weight_bytes != kFp32Bytes || rt.activation_bytes != kFp32Bytes || rt.logits_bytes != kFp32Bytes);
+  return precision == Precision::fp32 && (rt.weight_bytes != kFp32Bytes || rt.activation_bytes != kFp32Bytes ||
+                                          rt.logits_bytes != kFp32Bytes || rt.grad_comm_bytes != kFp32Bytes);
 }
 
 RuntimeProfile runtime_for_precision(const RuntimeProfile& rt, Precision precision) {
@@ -66,9 +66,11 @@ RuntimeProfile runtime_for_precision(const RuntimeProfile& rt, Precision precisi
   out.weight_bytes = kFp32Bytes;      // the compute copy of the weights (and ZeRO-3 gathers, param offload)
   out.activation_bytes = kFp32Bytes;  // saved activations, TP/SP/CP/Ulysses communication
   out.logits_bytes = kFp32Bytes;      // the head's output
+  out.grad_comm_bytes = kFp32Bytes;   // the gradient reduction (fp32 gradients of fp32 weights)
   out.sources["weight_bytes"] = why;
   out.sources["activation_bytes"] = why;
   out.sources["logits_bytes"] = why;
+  out.sources["grad_comm_bytes"] = why;
   return out;
 }
 

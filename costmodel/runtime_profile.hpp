@@ -26,6 +26,11 @@ struct RuntimeProfile {
   // ---- model states, bytes per parameter
   double weight_bytes = 2;        // compute copy of the weights (bf16)
   double grad_bytes = 4;          // gradient accumulation buffer (fp32 main grads)
+  // bytes per gradient element the data-parallel reduction (reduce-scatter / all-reduce) puts on the
+  // wire: the stack's communication dtype, which need not be its accumulation dtype (DeepSpeed under
+  // bf16 reduces bf16 gradients into fp32 partitions; Megatron and FSDP2 reduce fp32). Optional in a
+  // profile: absent = grad_bytes. precision=fp32 plans make it 4, a plan's grads=... its dtype.
+  double grad_comm_bytes = 4;
   double master_bytes = 4;        // fp32 master weights
   double optimizer_bytes = 8;     // Adam m and v in fp32
   bool grads_persistent = true;   // gradient buffer lives across steps (not freed after the step)
@@ -103,8 +108,10 @@ struct RuntimeProfile {
 
 // The profile as a plan of this precision runs on it. A profile states its stack's bf16 sizes; a
 // precision=fp32 plan stores weights, activations and logits (and so sends communication) in 4 bytes
-// (IEEE float32) instead. Gradients, master weights and optimizer states stay as the profile says
-// (already fp32 in every profile). bf16 and fp8 plans get the profile unchanged (fp8 GEMMs keep bf16 storage).
+// (IEEE float32) instead, and reduces its gradients in fp32 (grad_comm_bytes 4: every stack's
+// communication dtype follows the model dtype when it is not fp32 already). Gradients, master weights
+// and optimizer states stay as the profile says (already fp32 in every profile). bf16 and fp8 plans get
+// the profile unchanged (fp8 GEMMs keep bf16 storage).
 RuntimeProfile runtime_for_precision(const RuntimeProfile& rt, Precision precision);
 // True when runtime_for_precision(rt, precision) differs from rt; lets the hot path skip the copy.
 bool precision_changes_runtime(const RuntimeProfile& rt, Precision precision);
@@ -120,7 +127,8 @@ StateDtypes runtime_state_dtypes(const RuntimeProfile& rt);
 
 // The profile as the plan runs on it: runtime_for_precision, then each of master, grads, moments
 // that the plan sets to a value other than the runtime's own replaces master_bytes, grad_bytes,
-// optimizer_bytes (master fp32 4, none 0; grads fp32 4, bf16 2; moments fp32 8, bf16 4, 8bit
+// optimizer_bytes (master fp32 4, none 0; grads fp32 4, bf16 2, and grad_comm_bytes with it: a plan's
+// gradient dtype is what it accumulates and reduces; moments fp32 8, bf16 4, 8bit
 // 2 + 2 x 4 / 256 = 2.03125: one int8 per element of m and of v plus an fp32 scale per 256-element
 // block, torchao AdamW8bit's default block). The one place the cost model resolves a plan's dtypes.
 RuntimeProfile runtime_for_plan(const RuntimeProfile& rt, const Plan& p);

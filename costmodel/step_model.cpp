@@ -316,7 +316,7 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
     k.zero3_embed_ag = collective_seconds(Coll::all_gather, embed_params * rt.weight_bytes, zg, c);
     k.zero3_head_ag = collective_seconds(Coll::all_gather, final_params * rt.weight_bytes, zg, c);
   }
-  const double grad_comm = rt.grad_bytes;
+  const double grad_comm = rt.grad_comm_bytes;  // the reduction's dtype on the wire (runtime_profile.hpp)
   if (zgrad.size > 1) {
     // the shard group's reduce-scatter (zero<=1: the all-reduce over dp*cp), plus under HSDP the
     // all-reduce of the 1/zdeg shard across the replicate groups, on the same stream after it (zero_comm.hpp)

@@ -22,12 +22,13 @@ std::vector<ZeroCommTerm> zero_comm_terms(const Plan& p, const LocalShapes& s, c
     out.push_back(std::move(t));
   };
   if (p.zero == 3) add("zero3_param_all_gather", Coll::all_gather, Group::zero_shard, s.params * rt.weight_bytes, 2.0 * ga);
-  // ZeRO-2/3 reduce every micro-batch, ZeRO-0/1 once per step (step_model.cpp's grad_reduce_every_microbatch)
+  // ZeRO-2/3 reduce every micro-batch, ZeRO-0/1 once per step (step_model.cpp's grad_reduce_every_microbatch),
+  // in the stack's communication dtype (grad_comm_bytes; bf16 for DeepSpeed, fp32 for Megatron and FSDP2)
   const double grad_calls = p.zero >= 2 ? ga : 1.0;
   add(zero_grad_collective(p) == Coll::reduce_scatter ? "grad_reduce_scatter" : "grad_all_reduce", zero_grad_collective(p), zero_grad_group(p),
-      s.params * rt.grad_bytes, grad_calls);
+      s.params * rt.grad_comm_bytes, grad_calls);
   if (zero_grad_replicated(p))
-    add("grad_replicate_all_reduce", Coll::all_reduce, Group::zero_replicate, s.params * rt.grad_bytes / n, grad_calls);
+    add("grad_replicate_all_reduce", Coll::all_reduce, Group::zero_replicate, s.params * rt.grad_comm_bytes / n, grad_calls);
   if (p.zero == 1 || p.zero == 2) add("param_all_gather", Coll::all_gather, Group::zero_shard, s.params * rt.weight_bytes, 1.0);
   return out;
 }
