@@ -267,11 +267,19 @@ class Builder {
   enum class G { self, ulysses, cp, zero };
   std::vector<T> collective(G g, SimStream s, const char* name, double dur, SimPass pass, int32_t layer,
                             const std::vector<T>& dep_per_rep) {
-    std::vector<T> ids(static_cast<size_t>(nreps()));
     if (dur <= 0) return dep_per_rep;  // nothing to wait for: later tasks depend on what this would have
-    std::vector<int32_t> coll_of_key(static_cast<size_t>(nreps()) + 1, -1);
-    std::vector<int32_t> key_of(static_cast<size_t>(nreps()), 0);
-    std::vector<double> arrival(static_cast<size_t>(nreps()) + 1, 0.0);
+    std::vector<T> ids(static_cast<size_t>(nreps()));
+    if (g == G::self) {  // one member each (TP ranks are collapsed): timed at once
+      for (int r = 0; r < nreps(); ++r)
+        ids[static_cast<size_t>(r)] = add(r, s, name, dur, pass, SimCategory::comm, layer, {dep_per_rep[static_cast<size_t>(r)]});
+      return ids;
+    }
+    std::vector<int32_t>& coll_of_key = coll_of_key_;
+    std::vector<int32_t>& key_of = key_of_;
+    std::vector<double>& arrival = arrival_;
+    coll_of_key.assign(static_cast<size_t>(nreps()) + 1, -1);
+    key_of.assign(static_cast<size_t>(nreps()), 0);
+    arrival.assign(static_cast<size_t>(nreps()) + 1, 0.0);
     for (int r = 0; r < nreps(); ++r) {
       int key = 0;
       const SimRep& rep = out_.reps[static_cast<size_t>(r)];
@@ -791,6 +799,20 @@ class Builder {
     s.ntasks = ntasks_;
   }
 
+  // The live state from a snapshot take() made (the inverse of take()).
+  void restore(const Snapshot& s, std::initializer_list<std::vector<T>*> carried) {
+    std::copy(s.tasks.begin(), s.tasks.begin() + static_cast<std::ptrdiff_t>(last_.size()), last_.begin());
+    size_t i = last_.size();
+    for (std::vector<T>* v : carried) {
+      std::copy(s.tasks.begin() + static_cast<std::ptrdiff_t>(i), s.tasks.begin() + static_cast<std::ptrdiff_t>(i + v->size()), v->begin());
+      i += v->size();
+    }
+    acc_ = s.acc;
+    next_id_ = s.next_id;
+    next_coll_ = s.next_coll;
+    ntasks_ = s.ntasks;
+  }
+
   class Period {
    public:
     explicit Period(bool micro_batches = false) : micro_batches_(micro_batches) {}
@@ -805,28 +827,66 @@ class Builder {
     // After observe() returned true: advances the loop by up to n iterations, `iterate(m)`
     // sweeping the m-th iteration after the observed one. Returns how many iterations were
     // done (0: none; the state is the observed one again).
+    //
+    // Each probe places the state at S(m - 1) on the line and sweeps one iteration to check the far
+    // end (see the comment above Snapshot): a check that holds proves the whole stretch [0, m], and
+    // proves it on the same line, so probes go on from the observed state: doubling while they
+    // hold, then between the farthest that held (`lo`) and the nearest that failed (`hi`). A
+    // failed check measures how far its sweep left the line (`off`); two failed probes give a
+    // secant guess of where it left, tried first (exact when one max flipped in between), else the
+    // midpoint. The search stops when no distance of at least 2 is left untried below `hi`; the
+    // state is then the farthest checked one (a miss costs one swept iteration, as a success).
     int64_t jump(Builder& b, std::initializer_list<std::vector<T>*> carried, int64_t n, const std::function<void(int64_t)>& iterate) {
-      // the distance grows while the line holds and shrinks after a miss (a miss costs one swept
-      // iteration: the state goes back to the observed one and the loop sweeps on)
-      const int64_t m = std::min(n, probe_);
-      if (m < 2) return 0;
-      place(b, carried, m - 1);
-      b.take(p_, carried);
-      iterate(m);
-      b.take(w_, carried);
-      if (same_step(s_[1], s_[2], p_, w_)) {
-        ++b.jumps_;
-        (micro_batches_ ? b.micro_batches_skipped_ : b.layers_skipped_) += m - 1;
-        std::swap(s_[1], p_);  // the line goes on from here
-        std::swap(s_[2], w_);
-        seen_ = 2;
-        probe_ = 2 * m;
-        return m;
+      int64_t lo = 0, hi = n + 1;  // the line holds up to lo; it fails at hi (n + 1: not seen)
+      double off_hi = 0, off_mid = 0;
+      int64_t mid_fail = -1;       // a second failed distance below hi (for the secant)
+      int64_t m = std::min(n, probe_);
+      while (m >= lo + 2 && m < hi) {
+        place(b, carried, m - 1);
+        b.take(p_, carried);
+        iterate(m);
+        b.take(w_, carried);
+        double off = 0;
+        if (same_step(s_[1], s_[2], p_, w_, &off)) {
+          lo = m;
+          std::swap(good_p_, p_);  // the farthest checked state
+          std::swap(good_w_, w_);
+        } else {
+          ++b.jump_misses_;
+          if (hi <= n) mid_fail = hi, off_mid = off_hi;
+          hi = m, off_hi = off;
+          if (mid_fail > hi && off_mid > off_hi && off_hi > 0) {
+            // off grows linearly past where the line was left (one max flipped): the secant of
+            // the two failed probes meets 0 there; the farthest distance whose sweep starts before
+            // it is the guess
+            const double left = static_cast<double>(hi - 1) - off_hi * static_cast<double>(mid_fail - hi) / (off_mid - off_hi);
+            const double guess = std::floor(left) + 1;
+            if (guess >= static_cast<double>(lo + 2) && guess < static_cast<double>(hi)) {
+              m = static_cast<int64_t>(guess);
+              continue;
+            }
+          }
+        }
+        if (hi > n) {
+          if (m == n) break;
+          m = std::min(n, 2 * m);  // doubling while every check held
+        } else {
+          m = lo + (hi - lo + 1) / 2;
+        }
       }
-      place(b, carried, 0);
-      ++b.jump_misses_;
-      probe_ = std::max<int64_t>(2, m / 2);
-      return 0;
+      if (lo == 0) {
+        place(b, carried, 0);  // the observed state again
+        probe_ = std::max<int64_t>(2, std::min(n, probe_) / 2);
+        return 0;
+      }
+      b.restore(good_w_, carried);
+      ++b.jumps_;
+      (micro_batches_ ? b.micro_batches_skipped_ : b.layers_skipped_) += lo - 1;
+      std::swap(s_[1], good_p_);  // the line goes on from here
+      std::swap(s_[2], good_w_);
+      seen_ = 2;
+      probe_ = hi > n ? 2 * lo : std::max<int64_t>(4, lo);
+      return lo;
     }
 
    private:
@@ -861,37 +921,64 @@ class Builder {
       b.ntasks_ = z.ntasks + m * (z.ntasks - y.ntasks);
     }
     // Does b0 -> b1 move every component as a0 -> a1 does?
-    static bool same_step(const Snapshot& a0, const Snapshot& a1, const Snapshot& b0, const Snapshot& b1) {
-      if (a0.tasks.size() != b1.tasks.size() || a1.tasks.size() != b1.tasks.size() || b0.tasks.size() != b1.tasks.size()) return false;
+    // `off` (if given and the steps differ): the largest difference between two steps, in seconds.
+    static bool same_step(const Snapshot& a0, const Snapshot& a1, const Snapshot& b0, const Snapshot& b1, double* off = nullptr) {
+      const double d = step_difference(a0, a1, b0, b1, off == nullptr);
+      if (off) *off = d;
+      return d == 0;
+    }
+    // The largest difference between the steps a0 -> a1 and b0 -> b1 of any component, 0 where
+    // within the tolerance (infinite where they differ in kind: ids, durations, counters, or a
+    // NaN); `first` stops at the first difference.
+    static double step_difference(const Snapshot& a0, const Snapshot& a1, const Snapshot& b0, const Snapshot& b1, bool first) {
+      constexpr double kInf = std::numeric_limits<double>::infinity();
+      if (a0.tasks.size() != b1.tasks.size() || a1.tasks.size() != b1.tasks.size() || b0.tasks.size() != b1.tasks.size()) return kInf;
       if (a1.next_id - a0.next_id != b1.next_id - b0.next_id || a1.next_coll - a0.next_coll != b1.next_coll - b0.next_coll ||
           a1.ntasks - a0.ntasks != b1.ntasks - b0.ntasks)
-        return false;
-      auto step = [](double p, double q, double r, double s) {
-        if (p == q) return r == s;  // unchanged (also infinities)
-        return std::abs((s - r) - (q - p)) <= kTol * std::max(std::abs(s), std::abs(q));
+        return kInf;
+      double worst = 0;
+      auto step = [&](double p, double q, double r, double s) {
+        double d = 0;
+        if (p == q) {  // unchanged (also infinities)
+          if (r != s) d = std::isfinite(r) && std::isfinite(s) ? std::abs(s - r) : kInf;
+        } else {
+          d = std::abs((s - r) - (q - p));
+          if (d <= kTol * std::max(std::abs(s), std::abs(q))) d = 0;
+          else if (std::isnan(d)) d = kInf;
+        }
+        worst = std::max(worst, d);
+        return d == 0;
       };
       auto task = [&](const T& p, const T& q, const T& r, const T& s) {
-        if (p.id == q.id) return r.id == s.id && (p.id < 0) == (r.id < 0);  // untouched (or no task) in both
-        if (p.id < 0 || r.id < 0 || q.id - p.id != s.id - r.id) return false;
-        if (p.rep != s.rep || q.rep != s.rep || r.rep != s.rep || p.stream != s.stream || q.stream != s.stream ||
-            r.stream != s.stream || p.category != s.category || q.category != s.category || r.category != s.category ||
-            p.duration != s.duration || q.duration != s.duration || r.duration != s.duration)
+        if (p.id == q.id) {  // untouched (or no task) in both
+          if (!(r.id == s.id && (p.id < 0) == (r.id < 0))) worst = kInf;
+          return worst == 0;
+        }
+        if (p.id < 0 || r.id < 0 || q.id - p.id != s.id - r.id || p.rep != s.rep || q.rep != s.rep || r.rep != s.rep ||
+            p.stream != s.stream || q.stream != s.stream || r.stream != s.stream || p.category != s.category ||
+            q.category != s.category || r.category != s.category || p.duration != s.duration || q.duration != s.duration ||
+            r.duration != s.duration) {
+          worst = kInf;
           return false;
-        return step(p.start, q.start, r.start, s.start) && step(p.end, q.end, r.end, s.end) && step(p.ready, q.ready, r.ready, s.ready);
+        }
+        const bool a = step(p.start, q.start, r.start, s.start);
+        const bool b = step(p.end, q.end, r.end, s.end);
+        const bool c = step(p.ready, q.ready, r.ready, s.ready);
+        return a && b && c;
       };
       for (size_t i = 0; i < b1.tasks.size(); ++i)
-        if (!task(a0.tasks[i], a1.tasks[i], b0.tasks[i], b1.tasks[i])) return false;
+        if (!task(a0.tasks[i], a1.tasks[i], b0.tasks[i], b1.tasks[i]) && (first || worst == kInf)) return worst;
       for (size_t r = 0; r < b1.acc.size(); ++r) {
         const RepAcc &p = a0.acc[r], &q = a1.acc[r], &u = b0.acc[r], &v = b1.acc[r];
-        if (!task(p.last, q.last, u.last, v.last)) return false;
+        if (!task(p.last, q.last, u.last, v.last) && (first || worst == kInf)) return worst;
         for (double RepAcc::*f : kRepAccNumbers)
-          if (!step(p.*f, q.*f, u.*f, v.*f)) return false;
+          if (!step(p.*f, q.*f, u.*f, v.*f) && first) return worst;
         for (double StepBreakdown::*f : kBreakdownNumbers)
-          if (!step(p.b.*f, q.b.*f, u.b.*f, v.b.*f)) return false;
+          if (!step(p.b.*f, q.b.*f, u.b.*f, v.b.*f) && first) return worst;
       }
-      return true;
+      return worst;
     }
-    Snapshot s_[3], p_, w_;
+    Snapshot s_[3], p_, w_, good_p_, good_w_;
     bool micro_batches_ = false;  // what an iteration is (for the statistics): a micro-batch, else a layer
     int seen_ = 0;
     int64_t probe_ = 4;
@@ -1094,9 +1181,11 @@ class Builder {
   std::vector<T> fwd_tail_, loss_end_, mb_end_, reduce_end_;
   std::unordered_map<const std::vector<double>*, std::vector<int64_t>> cost_runs_;  // ring_forward_by_rank's
   std::vector<int> ng_;
-  std::vector<RingBackwardRank> ring_in_;  // ring_backward_by_rank's
+  std::vector<RingBackwardRank> ring_in_;  // ring_backward's
   std::vector<RingBackwardResult> ring_out_;
   RingBackwardWork ring_work_;
+  std::vector<int32_t> coll_of_key_, key_of_;  // collective()'s scratch
+  std::vector<double> arrival_;
   std::vector<int64_t> ng_hops_;
 
  public:
