@@ -321,25 +321,38 @@ bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p
 // ---- the sweep ------------------------------------------------------------------------------------
 // Each loop below is one task kind for every rank at one step, on arrays that do not alias (the
 // compiler vectorises them); `up` is the upstream's value of some array, gathered before the loop.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define CTX_SWEEP_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define CTX_SWEEP_CLONES
+#endif
 namespace {
 namespace sweep {
-// Two ranks per operation (SSE2 / NEON width), in the compilers' vector extensions (GCC and
-// Clang): the loops select on the same comparison several times, which GCC's vectoriser does not
-// do by itself. vmax and vmin are std::max and std::min lane by lane (the same values, NaN and
-// signed zeros included); arrays are padded to an even count.
-typedef double v2 __attribute__((vector_size(16)));
-typedef long long m2 __attribute__((vector_size(16)));
-constexpr size_t kLanes = 2;
-inline v2 ld(const double* p) {
-  v2 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void st(double* p, v2 v) { std::memcpy(p, &v, sizeof v); }
-inline v2 splat(double x) { return v2{x, x}; }
-inline v2 sel(m2 m, v2 a, v2 b) { return reinterpret_cast<v2>((m & reinterpret_cast<m2>(a)) | (~m & reinterpret_cast<m2>(b))); }
-inline v2 vmax(v2 a, v2 b) { return sel(a < b, b, a); }
-inline v2 vmin(v2 a, v2 b) { return sel(b < a, b, a); }
+// Four ranks per operation, in the compilers' vector extensions (GCC and Clang): the loops select
+// on the same comparison several times, which GCC's vectoriser does not do by itself. On x86-64
+// the three loops are built twice, for AVX2 and for the baseline (two SSE2 halves), and the
+// loader picks one (target_clones); the operations are the same IEEE ones (no FMA), so both
+// give the same bits. CTX_VMAX and CTX_VMIN are std::max and std::min lane by lane (the same values, NaN
+// and signed zeros included); arrays are padded to a multiple of four.
+typedef double v2 __attribute__((vector_size(32)));
+typedef double v2u __attribute__((vector_size(32), aligned(8), may_alias));  // for loads and stores at any double
+typedef long long m2 __attribute__((vector_size(32)));
+constexpr size_t kLanes = 4;
+// (macros, not functions: no 32-byte vector crosses a call in the baseline build)
+#define CTX_LD(p) (*reinterpret_cast<const v2u*>(p))
+#define CTX_ST(p, v) (*reinterpret_cast<v2u*>(p) = (v))
+#define CTX_SEL(m, a, b) ((v2)(((m2)(m) & (m2)(a)) | (~(m2)(m) & (m2)(b))))
+#define CTX_VMAX(a, b) CTX_SEL((a) < (b), (b), (a))
+#define CTX_VMIN(a, b) CTX_SEL((b) < (a), (b), (a))
+// a stream's top becomes the task just timed where `rise` holds
+#define CTX_RISE_TO(top, r, rise, role_v, j_v, start_v, ready_v)                \
+  do {                                                                          \
+    const v2 role_ = zero + (role_v), j_ = zero + (j_v);                        \
+    CTX_ST((top).role + (r), CTX_SEL(rise, role_, CTX_LD((top).role + (r))));   \
+    CTX_ST((top).j + (r), CTX_SEL(rise, j_, CTX_LD((top).j + (r))));           \
+    CTX_ST((top).start + (r), CTX_SEL(rise, start_v, CTX_LD((top).start + (r)))); \
+    CTX_ST((top).ready + (r), CTX_SEL(rise, ready_v, CTX_LD((top).ready + (r)))); \
+  } while (0)
 
 void gather(double* up, const double* x, const int* prev, size_t n, bool shift) {
   if (shift) {  // prev[r] = r - 1 (mod n): the plain ring
@@ -354,75 +367,75 @@ void gather(double* up, const double* x, const int* prev, size_t n, bool shift) 
 struct Top {
   double *role, *j, *start, *ready;
 };
-inline void rise_to(const Top& t, size_t r, m2 rise, double role, double j, v2 start, v2 ready) {
-  st(t.role + r, sel(rise, splat(role), ld(t.role + r)));
-  st(t.j + r, sel(rise, splat(j), ld(t.j + r)));
-  st(t.start + r, sel(rise, start, ld(t.start + r)));
-  st(t.ready + r, sel(rise, ready, ld(t.ready + r)));
-}
 
 // the receive of the next block: after r's ring stream, r's block and the upstream's block (a
 // rank that is its own upstream is ready only when the whole receive is)
-void receive(size_t n, double j, double p, const double* ring_end, const double* h_end, const double* up_h_end, const double* own,
+CTX_SWEEP_CLONES void receive(size_t n, double j, double p, const double* ring_end, const double* h_end, const double* up_h_end, const double* own,
              double* nr_start, double* nr_end, double* nr_ready, const Top& top, bool first) {
-  const v2 zero = splat(0.0), pv = splat(p);
-  const m2 force = first ? m2{-1, -1} : m2{0, 0};
+  const v2 zero = {0.0, 0.0, 0.0, 0.0}, pv = zero + p;
+  const m2 force = {-first, -first, -first, -first};  // all ones: every lane rises
   for (size_t r = 0; r < n; r += kLanes) {
-    const v2 re = ld(ring_end + r);
-    const v2 ready = vmax(vmax(zero, re), ld(h_end + r));
-    const v2 full = vmax(ready, ld(up_h_end + r));
-    const v2 rd = sel(ld(own + r) != zero, full, ready);
+    const v2 re = CTX_LD(ring_end + r);
+    const v2 ready = CTX_VMAX(CTX_VMAX(zero, re), CTX_LD(h_end + r));
+    const v2 full = CTX_VMAX(ready, CTX_LD(up_h_end + r));
+    const v2 rd = CTX_SEL(CTX_LD(own + r) != zero, full, ready);
     const v2 end = full + pv;
-    st(nr_start + r, full);
-    st(nr_end + r, end);
-    st(nr_ready + r, rd);
-    rise_to(top, r, (end > re) | force, 0.0, j, full, rd);
+    CTX_ST(nr_start + r, full);
+    CTX_ST(nr_end + r, end);
+    CTX_ST(nr_ready + r, rd);
+    CTX_RISE_TO(top, r, (m2)(end > re) | force, 0.0, j, full, rd);
   }
 }
 
 // the step's compute: after r's previous compute and its block; a wait is for other ranks as far
 // as the block's receive waited for them (attribute() in simulator.cpp), the rest for the transfer
-void compute(size_t n, double j, const double* cost, const double* h_start, const double* h_end, const double* h_ready, double* c_start,
+CTX_SWEEP_CLONES void compute(size_t n, double j, const double* cost, const double* h_start, const double* h_end, const double* h_ready, double* c_start,
              double* c_end, double* prev_end, double* busy, double* imbalance, double* exposed, const Top& top, bool first) {
-  const v2 zero = splat(0.0);
-  const m2 force = first ? m2{-1, -1} : m2{0, 0};
+  const v2 zero = {0.0, 0.0, 0.0, 0.0};
+  const m2 force = {-first, -first, -first, -first};  // all ones: every lane rises
   for (size_t r = 0; r < n; r += kLanes) {
-    const v2 dur = ld(cost + r), ce = ld(c_end + r);
-    const v2 start = vmax(vmax(zero, ce), ld(h_end + r));
+    const v2 dur = CTX_LD(cost + r), ce = CTX_LD(c_end + r);
+    const v2 start = CTX_VMAX(CTX_VMAX(zero, ce), CTX_LD(h_end + r));
     const v2 end = start + dur;
-    const v2 gap = start - ld(prev_end + r);
-    const v2 g = sel(gap > zero, gap, zero);
-    const v2 others = vmin(g, vmax(zero, ld(h_start + r) - ld(h_ready + r)));
-    st(busy + r, ld(busy + r) + dur);
-    st(imbalance + r, ld(imbalance + r) + others);
-    st(exposed + r, ld(exposed + r) + (g - others));
-    const m2 rise = (end > ce) | force;
-    st(top.j + r, sel(rise, splat(j), ld(top.j + r)));
-    st(top.start + r, sel(rise, start, ld(top.start + r)));
-    st(prev_end + r, end);
-    st(c_start + r, start);
-    st(c_end + r, end);
+    const v2 gap = start - CTX_LD(prev_end + r);
+    const v2 g = CTX_SEL(gap > zero, gap, zero);
+    const v2 others = CTX_VMIN(g, CTX_VMAX(zero, CTX_LD(h_start + r) - CTX_LD(h_ready + r)));
+    CTX_ST(busy + r, CTX_LD(busy + r) + dur);
+    CTX_ST(imbalance + r, CTX_LD(imbalance + r) + others);
+    CTX_ST(exposed + r, CTX_LD(exposed + r) + (g - others));
+    const m2 rise = (m2)(end > ce) | force;
+    CTX_ST(top.j + r, CTX_SEL(rise, zero + j, CTX_LD(top.j + r)));
+    CTX_ST(top.start + r, CTX_SEL(rise, start, CTX_LD(top.start + r)));
+    CTX_ST(prev_end + r, end);
+    CTX_ST(c_start + r, start);
+    CTX_ST(c_end + r, end);
   }
 }
 
 // the dK,dV hop from the upstream: after r's ring stream (this step's receive, or the last hop),
 // the upstream's compute of the step and the upstream's previous hop
-void hop(size_t n, double j, double q, const double* ring_prev, const double* up_c_end, const double* up_d_end, const double* own,
+CTX_SWEEP_CLONES void hop(size_t n, double j, double q, const double* ring_prev, const double* up_c_end, const double* up_d_end, const double* own,
          double* d_start, double* d_end, double* d_ready, const Top& top, bool first) {
-  const v2 zero = splat(0.0), qv = splat(q);
-  const m2 force = first ? m2{-1, -1} : m2{0, 0};
+  const v2 zero = {0.0, 0.0, 0.0, 0.0}, qv = zero + q;
+  const m2 force = {-first, -first, -first, -first};  // all ones: every lane rises
   for (size_t r = 0; r < n; r += kLanes) {
-    const v2 rp = ld(ring_prev + r);
-    const v2 ready = vmax(zero, rp);
-    const v2 full = vmax(vmax(ready, ld(up_c_end + r)), ld(up_d_end + r));
-    const v2 rd = sel(ld(own + r) != zero, full, ready);
+    const v2 rp = CTX_LD(ring_prev + r);
+    const v2 ready = CTX_VMAX(zero, rp);
+    const v2 full = CTX_VMAX(CTX_VMAX(ready, CTX_LD(up_c_end + r)), CTX_LD(up_d_end + r));
+    const v2 rd = CTX_SEL(CTX_LD(own + r) != zero, full, ready);
     const v2 end = full + qv;
-    st(d_start + r, full);
-    st(d_end + r, end);
-    st(d_ready + r, rd);
-    rise_to(top, r, (end > rp) | force, 2.0, j, full, rd);
+    CTX_ST(d_start + r, full);
+    CTX_ST(d_end + r, end);
+    CTX_ST(d_ready + r, rd);
+    CTX_RISE_TO(top, r, (m2)(end > rp) | force, 2.0, j, full, rd);
   }
 }
+#undef CTX_LD
+#undef CTX_ST
+#undef CTX_SEL
+#undef CTX_VMAX
+#undef CTX_VMIN
+#undef CTX_RISE_TO
 }  // namespace sweep
 }  // namespace
 
