@@ -81,6 +81,10 @@ double ring_kv_bytes_per_step(const ModelSpec& m, const LocalShapes& s, double e
   return 2.0 * s.attn_tokens * s.kv_heads * static_cast<double>(m.head_dim) * elem_bytes;  // K and V blocks
 }
 
+double cp_kv_expansion(const RuntimeProfile& rt, const LocalShapes& s) {
+  return rt.cp_kv_query_heads && s.q_heads > s.kv_heads ? s.q_heads / s.kv_heads : 1.0;
+}
+
 LossWorkingSet loss_working_set(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, const LocalShapes& s) {
   if (plan_changes_runtime(rt, p)) return loss_working_set(m, runtime_for_plan(rt, p), p, s);
   // rows = tokens after the SP gather; columns = this rank's vocabulary shard
@@ -178,7 +182,11 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   // ---- attention transients
   const bool fp32_acts = a >= fp32;                       // fp32 activations: accumulators are the outputs
   const double q_fp32 = fp32_acts ? 0.0 : q / a * fp32;   // a separate fp32 accumulator of q's shape
-  const double kv_full = 2.0 * static_cast<double>(p.mbs) * static_cast<double>(seq) * S.kv_heads * d * a;
+  // K,V as the runtime's context parallelism exchanges them: the query heads' where it expands them
+  // before its attention call (cp_kv_query_heads: torchtitan's repeat_kv), else the KV heads'
+  const double cp_x = cp_kv_expansion(rt, S);
+  const double kv_cp = kv * cp_x;
+  const double kv_full = 2.0 * static_cast<double>(p.mbs) * static_cast<double>(seq) * S.kv_heads * d * a * cp_x;
   double fwd_comm = 0, bwd_attn_comm = 0, bwd_mlp_comm = 0, fwd_ws = 0;
   if (p.cp_comm == CpComm::allgather && p.cp > 1) {
     fwd_comm = kv_full;                                   // all-gathered K,V of the whole sequence
@@ -191,11 +199,11 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
     //     shard's shape in fp32 (convert_to_f32, default) or the input dtype, passed around the ring by
     //     the all-to-all rotater: the accumulators, the concatenated send buffer and the received one
     const double dkv_bytes = rt.allgather_dkv_fp32 ? fp32 : a;
-    const double dkv = rt.allgather_dkv_full_sequence ? kv_full / a * dkv_bytes : 3.0 * kv / a * dkv_bytes;
+    const double dkv = rt.allgather_dkv_full_sequence ? kv_full / a * dkv_bytes : 3.0 * kv_cp / a * dkv_bytes;
     bwd_attn_comm = kv_full + dkv;
   } else if (r > 1) {
-    fwd_comm = 2.0 * kv;                                  // double-buffered K,V receive for the ring
-    bwd_attn_comm = 2.0 * kv + rt.ring_dkv_fp32_buffers * kv / a * fp32;  // K,V receive + travelling fp32 dK,dV
+    fwd_comm = 2.0 * kv_cp;                               // double-buffered K,V receive for the ring
+    bwd_attn_comm = 2.0 * kv_cp + rt.ring_dkv_fp32_buffers * kv_cp / a * fp32;  // K,V receive + travelling fp32 dK,dV
     // fp32 output accumulator and (unless the kernel merges each block into it and the saved LSE in
     // place) a running LSE for the merge
     fwd_ws += q_fp32 + (fp32_acts || rt.attention_merges_in_place ? 0.0 : lse);

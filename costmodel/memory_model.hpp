@@ -76,6 +76,10 @@ LocalShapes local_shapes(const ModelSpec& m, const Plan& p, int64_t seq);
 // Bytes of K and V one rank sends to its ring neighbour per ring step and layer: its local
 // attention tokens x KV heads x head_dim, K and V, at `elem_bytes` each.
 double ring_kv_bytes_per_step(const ModelSpec& m, const LocalShapes& s, double elem_bytes);
+// How many times the KV bytes the runtime's context parallelism exchanges and holds are of the
+// model's KV heads: q heads / KV heads where it expands K,V before its attention call
+// (RuntimeProfile::cp_kv_query_heads), else 1.
+double cp_kv_expansion(const RuntimeProfile& rt, const LocalShapes& s);
 
 // The logits + loss working set at the loss, split by dtype (the memory model's logits term).
 struct LossWorkingSet {

@@ -55,6 +55,10 @@ struct RuntimeProfile {
   double ring_dkv_fp32_buffers = 2;  // fp32 [K;V]-shaped dK,dV buffers of a ring backward (send, receive, ...)
   bool allgather_dkv_full_sequence = true;  // all-gather CP: dK,dV accumulated over the gathered sequence (else the local shard's)
   bool allgather_dkv_fp32 = true;           // all-gather CP: those dK,dV accumulators are fp32 (else the activation dtype)
+  // context parallelism exchanges and holds K,V (and dK,dV) expanded to the query heads: the stack
+  // repeats the KV heads before the attention call its CP wraps (torchtitan's repeat_kv before SDPA).
+  // Scales the CP ring / all-gather bytes and buffers by q heads / KV heads; optional, absent = false
+  bool cp_kv_query_heads = false;
   bool unit_grads_fp32 = false;  // ZeRO-2/3's transient full gradient of a unit is fp32 (else the weights' dtype)
   bool attention_merges_in_place = false;  // ring steps merge into the output accumulator and saved LSE (no per-step copies)
   bool varlen_lse_padded = true;  // native varlen ring: the kernel's LSE is padded to [documents, heads, longest] (flash-attn 2; optional key)

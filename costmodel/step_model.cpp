@@ -279,7 +279,8 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   }
   if (k.ring > 1 && p.cp_comm != CpComm::a2a) {
     GroupPlacement g = group_placement(p, Group::ring, gpn);
-    double kv = ring_kv_bytes_per_step(m, s, a);
+    // K,V blocks as the runtime's CP moves them (cp_kv_expansion: torchtitan's are expanded to the query heads)
+    double kv = ring_kv_bytes_per_step(m, s, a) * cp_kv_expansion(rt, s);
     if (p.cp_comm == CpComm::allgather) {
       GroupPlacement gc = group_placement(p, Group::cp, gpn);
       k.kv_ag = collective_seconds(Coll::all_gather, kv * static_cast<double>(p.cp), gc, c);
