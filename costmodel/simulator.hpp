@@ -88,16 +88,17 @@ int64_t ring_steps_per_layer(const StepCosts& k);
 // is ready); per stream only the last task is kept unless `record` asks for the tasks. Without a
 // recording, ring steps run on flat arrays and layer iterations and micro-batches whose state moves
 // along a line are jumped (checked at the far end; see Period in simulator.cpp): equal to the full
-// sweep up to rounding (1.6e-13 relative on tests/test_simulator_oracle.cpp's 106 plans). With a
+// sweep up to rounding (3.8e-13 relative on tests/test_simulator_oracle.cpp's 106 plans). With a
 // recording every task is swept, bit-identical to simulate_step_reference.
 //
 // Without a recording, a backward ring of at least `ring_closed_form_min_ranks` simulated ranks
 // runs rank by rank in closed form (costmodel/ring_backward.hpp: O(ranks x pieces) per layer
-// instead of O(ranks x steps)); smaller ones sweep their steps on flat arrays, which is as fast
-// or faster there (whole simulations of the 70B/1M plain rings with recompute, same runs: equal
-// at 128 ranks, the closed form 1.2x faster at 256, 3.3x at 512, 4.1x at 1024 in
-// bench/bench_simulator.cpp). The tests pass 2 to take the closed form on small rings too.
-constexpr int kRingClosedFormMinRanks = 192;
+// instead of O(ranks x steps)); smaller ones are swept step by step on flat arrays, four ranks per
+// operation (ring_backward_sweep), which is as fast or faster there (whole simulations of the
+// 70B/1M plain rings with recompute, same runs: the sweep 1.8x faster at 128 ranks, equal at 256,
+// the closed form 2.8x faster at 512 and 5.7x at 1024; bench/bench_simulator.cpp). The tests pass
+// 2 to take the closed form on small rings too.
+constexpr int kRingClosedFormMinRanks = 256;
 SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record = SimRecord::tasks,
                         int ring_closed_form_min_ranks = kRingClosedFormMinRanks);
 
