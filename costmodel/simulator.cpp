@@ -49,11 +49,12 @@ namespace {
 // tasks are recorded.
 struct T {
   int64_t id = -1;  // -1: no task (nothing to wait for); without a recording only compared
-  int32_t rep = 0;
   double start = 0, end = 0, ready = 0, duration = 0;
+  int32_t rep = 0;
   SimStream stream = SimStream::compute;
   SimCategory category = SimCategory::compute;
 };
+static_assert(sizeof(T) == 48, "a task is six words (the sweep copies many)");
 
 const T kNoTask{};
 
@@ -160,7 +161,7 @@ class Builder {
   // is timed at once; a collective member (coll >= 0) is returned pending, with its own readiness in
   // `start`, and timed by `collective` once all members exist.
   T add(int rep, SimStream s, const char* name, double dur, SimPass pass, SimCategory cat, int32_t layer,
-        std::initializer_list<T> deps, int32_t coll = -1) {
+        std::initializer_list<const T*> deps, int32_t coll = -1) {
     T t;
     t.id = next_id_++;
     t.rep = rep;
@@ -172,7 +173,7 @@ class Builder {
     const T* binding = &kNoTask;  // for the breakdown: the latest dependency that is not the rank's own compute
     double latest = -1;
     // the previous task of the stream, then `deps` (as the recorded dependency list orders them)
-    for (const T* x = &prev, *it = deps.begin();; x = it++) {
+    for (const T *x = &prev, *const *it = deps.begin();; x = *it++) {
       if (x->id >= 0) {
         full_ready = std::max(full_ready, x->end);
         if (x->rep == rep) t.ready = std::max(t.ready, x->end);
@@ -198,8 +199,8 @@ class Builder {
       out_.tasks.push_back(st);
       std::vector<int32_t> d;
       if (prev.id >= 0) d.push_back(static_cast<int32_t>(prev.id));  // in-order stream
-      for (const T& x : deps)
-        if (x.id >= 0) d.push_back(static_cast<int32_t>(x.id));
+      for (const T* x : deps)
+        if (x->id >= 0) d.push_back(static_cast<int32_t>(x->id));
       out_.deps.push_back(std::move(d));
     }
     if (coll >= 0) {
@@ -271,7 +272,7 @@ class Builder {
     std::vector<T> ids(static_cast<size_t>(nreps()));
     if (g == G::self) {  // one member each (TP ranks are collapsed): timed at once
       for (int r = 0; r < nreps(); ++r)
-        ids[static_cast<size_t>(r)] = add(r, s, name, dur, pass, SimCategory::comm, layer, {dep_per_rep[static_cast<size_t>(r)]});
+        ids[static_cast<size_t>(r)] = add(r, s, name, dur, pass, SimCategory::comm, layer, {&dep_per_rep[static_cast<size_t>(r)]});
       return ids;
     }
     std::vector<int32_t>& coll_of_key = coll_of_key_;
@@ -296,7 +297,7 @@ class Builder {
         if (coll_of_key[static_cast<size_t>(key)] < 0) coll_of_key[static_cast<size_t>(key)] = new_collective();
         c = coll_of_key[static_cast<size_t>(key)];
       }
-      ids[static_cast<size_t>(r)] = add(r, s, name, dur, pass, SimCategory::comm, layer, {dep_per_rep[static_cast<size_t>(r)]}, c);
+      ids[static_cast<size_t>(r)] = add(r, s, name, dur, pass, SimCategory::comm, layer, {&dep_per_rep[static_cast<size_t>(r)]}, c);
       if (c >= 0) arrival[static_cast<size_t>(key)] = std::max(arrival[static_cast<size_t>(key)], ids[static_cast<size_t>(r)].start);
     }
     if (g != G::self)
@@ -309,7 +310,7 @@ class Builder {
     std::vector<T> ids(static_cast<size_t>(nreps()));
     for (int r = 0; r < nreps(); ++r)
       ids[static_cast<size_t>(r)] = add(r, SimStream::compute, name, dur, pass, cat, layer,
-                                        {dep_a[static_cast<size_t>(r)], dep_b ? (*dep_b)[static_cast<size_t>(r)] : T{}});
+                                        {&dep_a[static_cast<size_t>(r)], dep_b ? &(*dep_b)[static_cast<size_t>(r)] : &kNoTask});
     return ids;
   }
   std::vector<T> host(const char* name, double dur, SimPass pass, int32_t layer, const std::vector<T>& dep,
@@ -317,7 +318,7 @@ class Builder {
     std::vector<T> ids(static_cast<size_t>(nreps()));
     if (dur <= 0) return dep;
     for (int r = 0; r < nreps(); ++r)
-      ids[static_cast<size_t>(r)] = add(r, SimStream::host, name, dur, pass, cat, layer, {dep[static_cast<size_t>(r)]});
+      ids[static_cast<size_t>(r)] = add(r, SimStream::host, name, dur, pass, cat, layer, {&dep[static_cast<size_t>(r)]});
     return ids;
   }
   std::vector<T> none() const { return std::vector<T>(static_cast<size_t>(nreps())); }
@@ -356,7 +357,7 @@ class Builder {
         dep = collective(G::cp, SimStream::tp, "kv_all_gather", k_.kv_ag, pass, layer, after);
       std::vector<T> ids(static_cast<size_t>(nreps()));
       for (int r = 0; r < nreps(); ++r)
-        ids[static_cast<size_t>(r)] = add(r, SimStream::compute, name, cost(r, 0), pass, SimCategory::compute, layer, {dep[static_cast<size_t>(r)]});
+        ids[static_cast<size_t>(r)] = add(r, SimStream::compute, name, cost(r, 0), pass, SimCategory::compute, layer, {&dep[static_cast<size_t>(r)]});
       if (backward && k_.cp_kind == CpKind::allgather && k_.dkv_rs > 0)
         ids = collective(G::cp, SimStream::tp, "dkv_reduce_scatter", k_.dkv_rs, pass, layer, ids);
       return ids;
@@ -382,17 +383,17 @@ class Builder {
       if (j + 1 < steps) {
         for (int r = 0; r < nreps(); ++r)
           recv[static_cast<size_t>(r)] = add(r, SimStream::ring, "ring_kv", k_.p2p_fwd, pass, SimCategory::comm, layer,
-                                             {have[static_cast<size_t>(r)], have[static_cast<size_t>(prev_of(r))]});
+                                             {&have[static_cast<size_t>(r)], &have[static_cast<size_t>(prev_of(r))]});
       }
       for (int r = 0; r < nreps(); ++r)
         last_compute[static_cast<size_t>(r)] = add(r, SimStream::compute, name, cost(r, static_cast<size_t>(j)), pass, SimCategory::compute,
-                                                   layer, {have[static_cast<size_t>(r)]});
+                                                   layer, {&have[static_cast<size_t>(r)]});
       if (backward) {
         std::vector<T> dkv(static_cast<size_t>(nreps()));
         for (int r = 0; r < nreps(); ++r) {
           const int prev = prev_of(r);
           dkv[static_cast<size_t>(r)] = add(r, SimStream::ring, "ring_dkv", k_.p2p_dkv, pass, SimCategory::comm, layer,
-                                            {last_compute[static_cast<size_t>(prev)], have_dkv[static_cast<size_t>(prev)]});
+                                            {&last_compute[static_cast<size_t>(prev)], &have_dkv[static_cast<size_t>(prev)]});
         }
         have_dkv = dkv;
       }
@@ -414,7 +415,7 @@ class Builder {
     for (int r = 0; r < nreps(); ++r)
       last_compute[static_cast<size_t>(r)] =
           add(r, SimStream::compute, "ring_dkv_sum", 0.0, pass, SimCategory::compute, layer,
-              {last_compute[static_cast<size_t>(r)], have_dkv[static_cast<size_t>(r)]});
+              {&last_compute[static_cast<size_t>(r)], &have_dkv[static_cast<size_t>(r)]});
     return last_compute;
   }
 
