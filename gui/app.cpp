@@ -109,6 +109,7 @@ void App::predict_selected() {
   prediction.cluster = job->cluster.name;
   prediction.gpu = job->cluster.gpu.name;
   prediction.runtime = job->runtime.name;
+  prediction.attention = job->attention.name;  // what step_costs prices (the simulation's prediction says the same)
   prediction.seq = job->seq_tokens;
   prediction.world = world_size(job->cluster);
   prediction.plan = p;
@@ -325,8 +326,9 @@ std::string App::command_line(const std::string& cluster_file) const {
   if (!job || !have_prediction) return "";
   std::ostringstream os;
   os << "ctxplan predict --model " << shell_quote(state.inputs.model) << " --cluster " << shell_quote(cluster_arg(cluster_file))
-     << " --seq " << job->seq_tokens << " --runtime " << shell_quote(state.inputs.runtime) << " --plan "
-     << shell_quote(plan_to_string(prediction.plan));
+     << " --seq " << job->seq_tokens << " --runtime " << shell_quote(state.inputs.runtime);
+  if (!state.inputs.attention.empty()) os << " --attention " << shell_quote(state.inputs.attention);
+  os << " --plan " << shell_quote(plan_to_string(prediction.plan));
   return os.str();
 }
 
@@ -362,6 +364,8 @@ std::string App::export_plan(const std::string& path) const {
             {"seq", job->seq_tokens},
             {"runtime", state.inputs.runtime},
             {"plan", plan_to_json(prediction.plan)}};
+  // as plan files carry it (planner/job_args.cpp runtime_with_job_attention); absent: the runtime's default
+  if (!state.inputs.attention.empty()) j["attention"] = state.inputs.attention;
   write_file_atomic(path, j.dump(2) + "\n");
   return cluster;
 }
@@ -401,6 +405,7 @@ void App::open_stack_config(const std::string& stack_name, const std::string& pa
     if (!sj.model.empty()) state.inputs.model = sj.model;
     if (sj.seq > 0) state.inputs.seq_tokens = sj.seq;
     state.inputs.runtime = sj.runtime;
+    state.inputs.attention.clear();  // as `ctxplan import` writes the plan file: the runtime's default kernel
     state.inputs.precision = to_string(sj.plan.precision);
     state.plan = plan_to_string(sj.plan);
     errors.erase("action");
@@ -428,6 +433,8 @@ json App::report(int frames) const {
     j["job"] = {{"model", job->model.name},
                 {"cluster", job->cluster.name},
                 {"runtime", job->runtime.name},
+                {"attention", job->attention.name},
+                {"attention_default", job->attention_default},
                 {"seq", job->seq_tokens},
                 {"world", world_size(job->cluster)}};
   j["time_pending"] = time_pending;
@@ -445,7 +452,9 @@ json App::report(int frames) const {
                  {"fitting", table.fitting},
                  {"simulated", table.simulated},
                  {"best", table.rows.empty() || !table.rows[0].fits ? "" : table.rows[0].text},
-                 {"no_fit_reason", table.no_fit_reason}};
+                 {"no_fit_reason", table.no_fit_reason},
+                 {"not_dividing", table.not_dividing},
+                 {"lower_precision", table.lower_precision}};
   if (!curve.points.empty() || curve_current()) {
     json pts = json::array();
     for (auto& p : curve.points)

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "costmodel/attention_kernels.hpp"
 #include "planner/job_args.hpp"
 
 namespace ctx::gui {
@@ -30,6 +31,15 @@ void read_inputs(const JsonReader& r, Inputs& in) {
   in.cluster = r.string_or("cluster", in.cluster);
   if (r.has("cluster_edit")) read_cluster_edit(r.object("cluster_edit"), in.cluster_edit);
   in.runtime = r.string_or("runtime", in.runtime);
+  if (r.has("attention")) {  // a name the cost model knows ("" = the runtime's default); whether the runtime runs it: resolve_inputs
+    const std::string a = r.string("attention");
+    in.attention = a.empty() ? "" : canonical_attention(a);
+    if (!a.empty() && in.attention.empty()) {
+      std::string all;
+      for (auto& k : attention_kernel_catalogue()) all += (all.empty() ? "" : ", ") + k.name;
+      r.fail("attention", "unknown attention implementation '" + a + "'; valid: " + all + ", or \"\" for the runtime's default");
+    }
+  }
   if (r.has("seq")) in.seq_tokens = r.integer_in("seq", 1, int64_t(1) << 34);
   if (r.has("global_batch_tokens")) {
     in.global_batch_tokens = r.integer("global_batch_tokens");
@@ -168,6 +178,7 @@ json state_to_json(const GuiState& s, bool include_headless) {
                    {"inter_gbps", in.cluster_edit.inter_gbps},
                    {"host_gib_per_node", in.cluster_edit.host_gib_per_node}}},
                  {"runtime", in.runtime},
+                 {"attention", in.attention},
                  {"seq", in.seq_tokens},
                  {"global_batch_tokens", in.global_batch_tokens},
                  {"docs",

@@ -37,6 +37,7 @@ struct Inputs {
   std::string cluster;             // profile name, <nodes>x<gpus>x<gpu>, or a cluster JSON path
   ClusterEdit cluster_edit;
   std::string runtime;
+  std::string attention;           // attention implementation, as the CLI's --attention (fa2, fa3, ...); empty = the runtime's default
   int64_t seq_tokens = 131072;
   int64_t global_batch_tokens = 0; // 0: one sequence per data-parallel rank
   DocMode docs = DocMode::causal;

@@ -110,8 +110,9 @@ void draw_selected_plan_header(App& app, FrameRequests& req) {
                           seconds_text(p.time_band.high(p.time.step_seconds)).c_str(), p.time_band.few ? ", few residuals" : "");
       if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", p.time_band.basis.c_str());
     }
-    ImGui::TextDisabled("%s on %s (%lld GPUs), %s tokens, runtime %s: %s", p.model.c_str(), p.cluster.c_str(),
-                        static_cast<long long>(p.world), tokens_text(p.seq).c_str(), p.runtime.c_str(), plan_to_string(p.plan).c_str());
+    ImGui::TextDisabled("%s on %s (%lld GPUs), %s tokens, runtime %s (attention %s): %s", p.model.c_str(), p.cluster.c_str(),
+                        static_cast<long long>(p.world), tokens_text(p.seq).c_str(), p.runtime.c_str(), p.attention.c_str(),
+                        plan_to_string(p.plan).c_str());
   } else {
     ImGui::TextDisabled("no prediction yet");
   }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "costmodel/attention_kernels.hpp"
 #include "gui/panels.hpp"
 #include "planner/format.hpp"
 
@@ -151,6 +152,63 @@ bool cluster_inputs(App& app) {
   return changed;
 }
 
+// The attention implementation, as the CLI's --attention: the runtime's default first, then every
+// kernel the cost model knows. A kernel the job cannot price (one the runtime does not run, no curve
+// on this GPU) is greyed with the cost model's reason; chosen anyway, that reason shows under the
+// combo and the previous inputs stay (resolve_inputs refuses it as the CLI does).
+bool attention_inputs(App& app) {
+  Inputs& in = app.state.inputs;
+  bool changed = false;
+  const ResolvedJob* job = app.job ? &*app.job : nullptr;
+  const std::string default_label =
+      "runtime default (" + (job ? (job->attention_default_here.empty() ? job->attention_default : job->attention_default_here) : "?") + ")";
+  const std::string current = in.attention.empty() ? default_label : in.attention;
+  if (ImGui::BeginCombo("attention", current.c_str())) {
+    if (ImGui::Selectable(default_label.c_str(), in.attention.empty())) {
+      changed = !in.attention.empty();
+      in.attention.clear();
+    }
+    for (const AttentionKernelInfo& k : attention_kernel_catalogue()) {
+      const std::string why = job ? attention_unavailable(*job, k.name) : "";
+      if (!why.empty()) ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+      if (ImGui::Selectable(k.name.c_str(), in.attention == k.name)) {
+        changed = in.attention != k.name;
+        in.attention = k.name;
+      }
+      if (!why.empty()) ImGui::PopStyleColor();
+      if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s%s%s", k.what.c_str(), why.empty() ? "" : "\n", why.c_str());
+    }
+    ImGui::EndCombo();
+  }
+  // the reason a choice cannot be priced (resolve_inputs' error), else what is priced and its curve's source
+  std::string error;
+  auto it = app.errors.find("inputs");
+  if (it != app.errors.end() && (it->second.field == "attention" || it->second.field == "constants.attention_kernel"))
+    error = it->second.message;
+  json shown = {{"choice", in.attention}, {"label", current}, {"error", error}};
+  if (!error.empty()) {
+    ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(0.95f, 0.4f, 0.4f, 1));
+    ImGui::TextWrapped("%s", error.c_str());
+    ImGui::PopStyleColor();
+  } else if (job) {
+    const AttentionKernel& k = job->attention;
+    std::string what;
+    for (const AttentionKernelInfo& i : attention_kernel_catalogue())
+      if (i.name == k.name) what = i.what;
+    ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+    if (in.attention.empty() && job->attention_default != k.name)  // "ctxrun_mma|fa2": the first with a curve here
+      ImGui::TextWrapped("%s's default %s prices %s (the first with a curve on %s)", in.runtime.c_str(), job->attention_default.c_str(),
+                         k.name.c_str(), job->cluster.gpu.name.c_str());
+    ImGui::TextWrapped("%s: %s", k.name.c_str(), what.c_str());
+    ImGui::TextWrapped("curve: %s", k.source.c_str());
+    ImGui::PopStyleColor();
+    shown["in_force"] = k.name;
+    shown["source"] = k.source;
+  }
+  app.shown["attention"] = shown;
+  return changed;
+}
+
 bool sequence_inputs(App& app) {
   Inputs& in = app.state.inputs;
   bool changed = false;
@@ -271,6 +329,7 @@ void draw_inputs_panel(App& app, double now) {
   bool changed = false;
   changed |= model_inputs(app);
   changed |= cluster_inputs(app);
+  changed |= attention_inputs(app);
   changed |= sequence_inputs(app);
   changed |= document_inputs(app);
   changed |= constraint_inputs(app);

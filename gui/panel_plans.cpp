@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "gui/panels.hpp"
 #include "gui/plot.hpp"
@@ -42,10 +43,32 @@ const std::vector<int>& displayed_order(const App& app) {
 
 std::string selected_text(const App& app) { return app.have_prediction ? plan_to_string(app.prediction.plan) : app.state.plan; }
 
-void search_banner(const App& app) {
+// Whether the fixed keys already give pad (then the search pads, or was told not to).
+bool fixed_keys_name_pad(const std::string& keys) {
+  std::stringstream items(keys);
+  for (std::string item; std::getline(items, item, ',');) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    if (item.rfind("pad=", 0) == 0) return true;
+  }
+  return false;
+}
+
+void search_banner(App& app) {
   if (app.search_running()) ImGui::TextDisabled("searching... %.0f%%", app.search_progress() * 100);
   else if (!app.table_current() && !app.table.rows.empty()) ImGui::TextColored(ImVec4(0.95f, 0.75f, 0.3f, 1), "results are for previous inputs");
   if (!app.table.no_fit_reason.empty()) ImGui::TextWrapped("%s", app.table.no_fit_reason.c_str());
+  // the plans the search left out (a layout that does not divide the sequence) and the lower optimizer
+  // precision, as `ctxplan plan` words them; the nearest edit is one click
+  const std::vector<std::string> notes = search_notes(app.table);
+  for (const std::string& n : notes) ImGui::TextColored(ImVec4(0.95f, 0.75f, 0.3f, 1), "%s", n.c_str());
+  Inputs& in = app.state.inputs;
+  if (app.table.not_dividing > 0 && app.table_current() && !fixed_keys_name_pad(in.fixed_keys)) {
+    if (ImGui::SmallButton("add pad=1 to the fixed keys")) {
+      in.fixed_keys += std::string(in.fixed_keys.empty() ? "" : ",") + "pad=1";
+      app.inputs_changed(ImGui::GetTime());
+    }
+  }
+  app.shown["search_notes"] = notes;
 }
 
 }  // namespace

@@ -24,6 +24,10 @@ PlanTable build_plan_table(const SearchRequest& req, const std::function<bool(do
   t.simulated = r.simulated;
   t.cancelled = r.cancelled;
   t.no_fit_reason = r.no_fit_reason;
+  t.not_dividing = r.not_dividing;
+  t.lower_precision = r.lower_precision;
+  t.seq = req.seq;
+  t.runtime = req.runtime.name;
   std::unordered_set<std::string> on_frontier;
   for (auto& c : r.pareto) on_frontier.insert(plan_to_string(c.plan));
   std::unordered_set<std::string> seen;
@@ -71,6 +75,18 @@ PlanTable build_plan_table(const SearchRequest& req, const std::function<bool(do
   t.complete = !t.cancelled;
   t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return t;
+}
+
+std::vector<std::string> search_notes(const PlanTable& t) {
+  std::vector<std::string> out;
+  if (t.not_dividing > 0)
+    out.push_back(std::to_string(t.not_dividing) + " plans left out: their layout does not divide the " + std::to_string(t.seq) +
+                  "-token sequence (pad=1 pads it and prices the pad tokens: add it to the fixed keys)");
+  if (t.lower_precision)
+    out.push_back("no plan fits at " + t.runtime +
+                  "'s own optimizer precision: the plans below set the lower master/grads/moments it allows (the most precise "
+                  "that fits each)");
+  return out;
 }
 
 const char* column_name(PlanColumn c) {

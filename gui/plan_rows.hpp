@@ -33,10 +33,22 @@ struct PlanTable {
   bool cancelled = false;
   bool complete = false;          // a finished (not cancelled) search
   std::string no_fit_reason;
+  // issue 21: plans the search left out because their layout does not divide the sequence (pad=1
+  // pads it), and whether no plan fits at the runtime's own optimizer precision (the ranked plans
+  // then set the lower master/grads/moments it allows): SearchResult's not_dividing, lower_precision
+  int64_t not_dividing = 0;
+  bool lower_precision = false;
+  int64_t seq = 0;                // the searched job's sequence and runtime, for the notes' words
+  std::string runtime;
   std::string job_key;            // the job it belongs to
 };
 
 PlanTable build_plan_table(const SearchRequest& req, const std::function<bool(double)>& progress);
+
+// The search's notes above the table, worded as `ctxplan plan` prints them (planner/cmd_plan.cpp)
+// with the GUI's edit: the plans left out because their layout does not divide the sequence and the
+// nearest edit (pad=1 among the fixed keys), and the lower optimizer precision. Empty: nothing to say.
+std::vector<std::string> search_notes(const PlanTable& t);
 
 // Columns of the table (also the sort keys; a state file's view.sort_column is this number, so new
 // columns go at the end). kColumnDisplayOrder: the order they are drawn in.

@@ -1,5 +1,6 @@
 #include "gui/resolve_inputs.hpp"
 
+#include "costmodel/attention_kernels.hpp"
 #include "costmodel/limits.hpp"
 #include "planner/validation_points.hpp"
 
@@ -60,12 +61,19 @@ ResolvedJob resolve_inputs(const Profiles& profiles, const Inputs& in) {
     job.cluster.name = "edited-" + job.cluster.name;
     job.cluster.source = "edited in ctxplan-gui from " + in.cluster;
   }
-  job.runtime = with_time_residuals(profiles, resolve_runtime(profiles, in.runtime));  // the step time's band
   if (in.docs == DocMode::histogram && in.doc_bins.empty())
     throw InputError(kInputsWhere, "docs.bins", "a histogram needs at least one [tokens, fraction] bin");
   std::string base = "mask=" + mask_text(in) + ",packing=" + (in.sorted_packing ? "sorted" : "greedy") +
                      ",precision=" + in.precision;
   job.base = parse_plan(base, std::string(kInputsWhere) + " (documents)");
+  // the attention choice, then the step time's band, in the CLI's order (planner/job_args.cpp resolve_job)
+  RuntimeProfile rt = resolve_runtime(profiles, in.runtime);
+  job.attention_default = rt.attention_kernel;
+  try {
+    job.attention_default_here = find_attention_kernel(job.cluster, rt).name;
+  } catch (const InputError&) {  // said when the default is in force (below); a choice may still price
+  }
+  job.runtime = with_time_residuals(profiles, runtime_with_attention(std::move(rt), job.cluster, job.base, in.attention, &job.attention));
 
   SearchRequest& r = job.request;
   r.model = job.model;
@@ -91,6 +99,7 @@ ResolvedJob resolve_inputs(const Profiles& profiles, const Inputs& in) {
     r.base = parse_plan(base + "," + in.fixed_keys, where);
     r.fixed_fields = fixed_plan_fields(in.fixed_keys, where);
     check_constraints(r, where);
+    attention_mask(r.base, job.attention, job.runtime);  // a mask among the fixed keys meets the kernel here, not in the search
   }
 
   // the key: every input the job depends on, plus what the files resolved to
@@ -101,6 +110,31 @@ ResolvedJob resolve_inputs(const Profiles& profiles, const Inputs& in) {
     << job.model.hidden << "|" << job.cluster.name << "|" << job.cluster.host_bytes_per_node;
   job.key = k.str();
   return job;
+}
+
+RuntimeProfile runtime_with_attention(RuntimeProfile rt, const ClusterSpec& cluster, const Plan& base, const std::string& name,
+                                      AttentionKernel* kernel) {
+  if (!name.empty()) rt = with_attention(std::move(rt), name, kInputsWhere, "attention");
+  // what step_costs will look up: a kernel without a curve here (fa3 on an A100), or without a
+  // variable-length entry for the inputs' documents, is refused now with the cost model's words
+  // rather than by the simulation and the search on their workers
+  const AttentionKernel& k = find_attention_kernel(cluster, rt);
+  attention_mask(base, k, rt);
+  if (kernel) *kernel = k;
+  return rt;
+}
+
+std::string attention_unavailable(const ResolvedJob& job, const std::string& name) {
+  RuntimeProfile rt = job.runtime;  // back to the profile's default, then `name` as resolve_inputs applies it
+  rt.attention_kernel = job.attention_default;
+  rt.attention_where.clear();
+  rt.attention_field.clear();
+  try {
+    runtime_with_attention(std::move(rt), job.cluster, job.base, name);
+    return "";
+  } catch (const InputError& e) {
+    return e.what();
+  }
 }
 
 Plan selected_plan(const ResolvedJob& job, const std::string& text) {

@@ -4,6 +4,7 @@
 #pragma once
 #include <string>
 
+#include "costmodel/hardware_spec.hpp"
 #include "costmodel/profile_store.hpp"
 #include "gui/gui_state.hpp"
 #include "planner/search.hpp"
@@ -13,7 +14,12 @@ namespace ctx::gui {
 struct ResolvedJob {
   ModelSpec model;
   ClusterSpec cluster;
-  RuntimeProfile runtime;
+  RuntimeProfile runtime;      // with the inputs' attention kernel in force (as the CLI's --attention)
+  // The attention implementation: the runtime's default as its profile states it ("ctxrun_mma|fa2":
+  // the first with a curve on the GPU is priced), and the kernel priced here, with its curve's source.
+  std::string attention_default;
+  std::string attention_default_here;  // the kernel the default prices on this GPU ("" when none of them has a curve)
+  AttentionKernel attention;
   Plan base;                   // mask, documents, packing, precision from the inputs
   int64_t seq_tokens = 0;
   SearchRequest request;       // the search over this job with the inputs' constraints
@@ -24,6 +30,17 @@ struct ResolvedJob {
 constexpr const char* kInputsWhere = "inputs";
 
 ResolvedJob resolve_inputs(const Profiles& profiles, const Inputs& in);
+
+// The runtime with the attention implementation `name` in force for this cluster and base plan
+// ("" = the runtime's default), through the CLI's functions (attention_kernels.hpp with_attention,
+// find_attention_kernel, attention_mask). Throws their InputError, naming inputs and field
+// "attention" (a kernel the runtime does not run, one without a curve on this GPU, one that cannot
+// run the inputs' packed documents); `kernel` receives the kernel priced.
+RuntimeProfile runtime_with_attention(RuntimeProfile rt, const ClusterSpec& cluster, const Plan& base, const std::string& name,
+                                      AttentionKernel* kernel = nullptr);
+// Why the job could not price attention implementation `name` ("" = the runtime's default): the
+// cost model's error text, or "" when it can (the picker's note beside each kernel).
+std::string attention_unavailable(const ResolvedJob& job, const std::string& name);
 
 // The selected plan: `text` parsed, with the job's mask/documents/packing/precision applied; a
 // combination the parser refuses (cp_varlen without a document mask) throws its InputError.

@@ -441,6 +441,89 @@ TEST(GuiHeadless, ExportedPlanAndCommandLineReproduceThePrediction) {
   EXPECT_DOUBLE_EQ(cli2["time"]["step_seconds"].get<double>(), gui["time"]["step_seconds"].get<double>());
 }
 
+// The attention picker (issue 16): the chosen kernel, its curve's source and the prediction are
+// what `ctxplan predict --attention X` gives; the command line the GUI copies carries the choice.
+TEST(GuiHeadless, AttentionPickerPricesAsCtxplanPredictAttention) {
+  REQUIRE_HEADLESS();
+  const std::string dir = fresh_dir("attention");
+  const std::string plan = "cp=8,cp_kind=ulysses,zero=3,recompute=full";
+  GuiRun r = run_gui(dir, "attention",
+                     json{{"inputs", {{"runtime", "hf-deepspeed"}, {"attention", "fa3"}}}, {"plan", plan}, {"search", false}});
+  expect_clean_picture(r);
+  EXPECT_TRUE(r.report["errors"].empty()) << r.report["errors"].dump();
+  const json& shown = r.report["shown"]["attention"];
+  EXPECT_EQ(shown["in_force"], "fa3");
+  EXPECT_EQ(shown["label"], "fa3");
+  const RuntimeProfile rt = ref().runtime("hf-deepspeed");
+  for (auto& k : ref().cluster().gpu.kernels.attention)
+    if (k.name == "fa3") EXPECT_EQ(shown["source"], k.source);
+  std::string out;
+  const std::string profiles = std::string("--profiles=") + CTXPLAN_SOURCE_DIR + "/profiles";
+  ASSERT_EQ(run_program({CTXPLAN_BIN, profiles, "predict", "--runtime", "hf-deepspeed", "--attention", "fa3", "--plan", plan, "--json"}, &out, dir), 0)
+      << out;
+  const json cli = json::parse(out);
+  const json& gui = r.report["prediction"];
+  EXPECT_EQ(gui["attention"], "fa3");
+  EXPECT_EQ(cli["attention"], "fa3");
+  EXPECT_DOUBLE_EQ(cli["time"]["step_seconds"].get<double>(), gui["time"]["step_seconds"].get<double>());
+  EXPECT_DOUBLE_EQ(cli["memory"]["peak_bytes"].get<double>(), gui["memory"]["peak_bytes"].get<double>());
+  // without --attention the CLI prices hf-deepspeed's default (fa2), a different step
+  ASSERT_EQ(run_program({CTXPLAN_BIN, profiles, "predict", "--runtime", "hf-deepspeed", "--plan", plan, "--json"}, &out, dir), 0) << out;
+  EXPECT_NE(json::parse(out)["time"]["step_seconds"].get<double>(), gui["time"]["step_seconds"].get<double>());
+  // the copied command line reproduces the prediction
+  std::string cmd = r.report["shown"]["header"]["command_line"];
+  ASSERT_NE(cmd.find(" --attention fa3 "), std::string::npos) << cmd;
+  cmd = std::string(CTXPLAN_BIN) + " " + profiles + " predict" + cmd.substr(std::string("ctxplan predict").size()) + " --json";
+  ASSERT_EQ(run_program({"sh", "-c", cmd}, &out, dir), 0) << cmd << "\n" << out;
+  EXPECT_DOUBLE_EQ(json::parse(out)["time"]["step_seconds"].get<double>(), gui["time"]["step_seconds"].get<double>());
+}
+
+// A kernel without a curve on the GPU (FA3 on an A100): the cost model's words beside the picker and
+// in the error panel, exit 0, as `ctxplan predict --attention fa3` refuses it (exit 2).
+TEST(GuiHeadless, AttentionWithoutACurveShowsTheCostModelsReason) {
+  REQUIRE_HEADLESS();
+  const std::string dir = fresh_dir("attention-a100");
+  GuiRun r = run_gui(dir, "attention-a100",
+                     json{{"inputs", {{"runtime", "hf-deepspeed"}, {"cluster", "8xa100"}, {"attention", "fa3"}}}, {"search", false}});
+  expect_clean_picture(r);
+  const std::string error = r.report["shown"]["attention"]["error"];
+  const std::string says = "'fa3' has no throughput curve in hardware profile A100";
+  EXPECT_NE(error.find(says), std::string::npos) << error;
+  ASSERT_EQ(r.report["errors"].size(), 1u);
+  EXPECT_EQ(r.report["errors"][0]["field"], "attention");
+  EXPECT_GT(r.image.count_color(r.region("errors"), kErrorBg), 500) << "no error panel";
+  std::string out;
+  const std::string profiles = std::string("--profiles=") + CTXPLAN_SOURCE_DIR + "/profiles";
+  EXPECT_EQ(run_program({"sh", "-c", std::string(CTXPLAN_BIN) + " " + profiles +
+                                         " predict --runtime hf-deepspeed --cluster 8xa100 --attention fa3 --plan cp=8,cp_kind=ulysses,zero=3 2>&1"},
+                        &out, dir),
+            kExitBadInput);
+  // the same words after where each names the input (--attention; the GUI's inputs.attention)
+  EXPECT_EQ(error.substr(error.find(says)), out.substr(out.find(says), error.size() - error.find(says))) << out;
+}
+
+// Issue 21 follow-up: the plans the search left out because their layout does not divide the
+// sequence, counted as the search counts them, with the nearest edit.
+TEST(GuiHeadless, PlansTabShowsTheSearchsNotDividingCount) {
+  REQUIRE_HEADLESS();
+  json state = {{"inputs", {{"seq", 131000}, {"constraints", {{"cp_kinds", {"ring", "zigzag"}}, {"cp", "8"}}}}}, {"view", {{"tab", "plans"}}}};
+  GuiRun r = run_gui(fresh_dir("notdividing"), "notdividing", state);
+  expect_clean_picture(r);
+  SearchRequest req = ref().request(131000);
+  req.cp_kinds = {CpKind::ring, CpKind::zigzag};
+  req.cp_values = {8};
+  const SearchResult s = search_plans(req);
+  ASSERT_GT(s.not_dividing, 0);
+  EXPECT_EQ(r.report["search"]["not_dividing"].get<int64_t>(), s.not_dividing);
+  EXPECT_EQ(r.report["search"]["valid"].get<int64_t>(), s.valid);
+  const json& notes = r.report["shown"]["search_notes"];
+  ASSERT_EQ(notes.size(), 1u) << notes;
+  EXPECT_EQ(notes[0].get<std::string>().rfind(std::to_string(s.not_dividing) + " plans left out: their layout does not divide the 131000-token sequence", 0), 0u)
+      << notes[0];
+  EXPECT_NE(notes[0].get<std::string>().find("pad=1"), std::string::npos);
+  expect_region_drawn(r, "plans.table");
+}
+
 }  // namespace
 
 // ---- hostile settings and sizes (issue 17) -------------------------------------------------------
