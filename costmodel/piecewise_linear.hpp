@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace ctx::pl {
@@ -295,10 +297,10 @@ inline void restrict(Seq2& out, const Seq2& x, int64_t a, int64_t b) {
   for (int par = 0; par < 2; ++par)
     if (out.has(par)) restrict(out.sub[par], x.sub[par], Seq2::lo(a, par), Seq2::lo(b, par));
 }
-// out(j) = x(j - 1)
+// out(j) = x(j - k), for k = 1 only (the ring's one-step delays: a shift by one swaps the even and
+// odd sub-sequences; another k is a programming error, refused in every build)
 inline void shift(Seq2& out, const Seq2& x, int64_t k) {
-  // (k = 1 only: the ring's one-step delays)
-  (void)k;
+  if (k != 1) throw std::logic_error("pl::shift of an even/odd sequence by " + std::to_string(k) + " steps: only 1 is supported");
   out.clear(x.a + 1, x.b + 1);
   if (x.has(1)) shift(out.sub[0], x.sub[1], 1);
   if (x.has(0)) out.sub[1] = x.sub[0];

@@ -191,5 +191,14 @@ TEST(PiecewiseLinear, EvenOddSequencesEqualTheirDefinitionAtEveryStep) {
   }
 }
 
+TEST(PiecewiseLinear, EvenOddShiftRefusesAnythingButOneStep) {
+  pl::Seq2 x, out;
+  x.clear(0, 6);
+  for (int64_t j = 0; j < 6; ++j) x.sub[j & 1].push(j >> 1, static_cast<double>(j), 0.0);
+  EXPECT_NO_THROW(pl::shift(out, x, 1));
+  EXPECT_THROW(pl::shift(out, x, 2), std::logic_error);
+  EXPECT_THROW(pl::shift(out, x, 0), std::logic_error);
+}
+
 }  // namespace
 }  // namespace ctx
