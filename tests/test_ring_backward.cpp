@@ -212,25 +212,7 @@ TEST(RingBackward, BothRepresentationsEqualTheSweepOnRandomRings) {
                                " cycles, p " + std::to_string(p) + ", q " + std::to_string(q) + ", period " + std::to_string(period) + ")";
       ASSERT_TRUE(ring_backward_closed_form(j0, steps, p, q, in, got, w)) << what;
       staircases_taken += period == 2;
-      for (size_t r = 0; r < want.size(); ++r) {
-        const RingBackwardResult &a = got[r], &b = want[r];
-        const std::string wr = what + ", rank " + std::to_string(r);
-        EXPECT_EQ(a.busy_s, b.busy_s) << wr;
-        EXPECT_EQ(a.imbalance_s, b.imbalance_s) << wr;
-        EXPECT_EQ(a.exposed_s, b.exposed_s) << wr;
-        EXPECT_EQ(a.c_start, b.c_start) << wr;
-        EXPECT_EQ(a.c_end, b.c_end) << wr;
-        EXPECT_EQ(a.d_start, b.d_start) << wr;
-        EXPECT_EQ(a.d_end, b.d_end) << wr;
-        EXPECT_EQ(a.d_ready, b.d_ready) << wr;
-        EXPECT_EQ(a.best_role, b.best_role) << wr;
-        if (b.best_role != RingBackwardResult::none) {
-          EXPECT_EQ(a.best_j, b.best_j) << wr;
-          EXPECT_EQ(a.best_start, b.best_start) << wr;
-          EXPECT_EQ(a.best_end, b.best_end) << wr;
-          EXPECT_EQ(a.best_ready, b.best_ready) << wr;
-        }
-      }
+      expect_same(got, want, what);
     }
     ++cases;
   }
