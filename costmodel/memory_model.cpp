@@ -118,7 +118,7 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   // (chunks) the pipeline schedule keeps in flight (pipeline_stages.hpp: 1F1B keeps up to pp on
   // the first stage). pp = 1: L and 0.
   const double L = static_cast<double>(stage.chunk_layers);
-  const double others = static_cast<double>(stage.in_flight_chunks - 1) * L;
+  const double others = static_cast<double>(std::max<int64_t>(0, stage.in_flight_layers - stage.chunk_layers));
   const double Z = S.zero_degree;
   const double u = static_cast<double>(ulysses_degree(p)), r = static_cast<double>(ring_degree(p));
   const double fp32 = 4.0;
@@ -403,7 +403,7 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   }
   if (out.peak_phase == Phase::forward) out.peak_layer = stage.chunk_layers - 1;
   else if (out.peak_phase != Phase::backward) out.peak_layer = -1;
-  if (out.peak_layer >= 0) out.peak_layer += stage.stage * stage.chunk_layers;  // the model's layer index (first chunk)
+  if (out.peak_layer >= 0) out.peak_layer += stage.first_layer;  // the model's layer index (first chunk)
 
   // ---- host memory per node
   const int64_t world = plan_world(p);
@@ -433,7 +433,8 @@ MemoryPrediction predict_memory(const ModelSpec& m, const ClusterSpec& c, const 
   const int64_t pp = std::max<int64_t>(1, p.pp);
   if (pp == 1) return predict_stage_memory(m, c, rt, p, seq, pipeline_stage(m, p, 0));
   // The first stage (embedding, the most micro-batches in flight), the second (the most of the
-  // middle stages: in-flight counts fall with the stage) and the last (head and loss); the device
+  // middle stages: in-flight counts fall with the stage, and an uneven split gives the middle
+  // stages equal layers, pipeline_stages.hpp) and the last (head and loss); the device
   // peak is the highest stage's, the host figure the highest stage's as if a node held only it.
   MemoryPrediction best, most_host;
   for (int64_t s : {int64_t(0), std::min<int64_t>(1, pp - 1), pp - 1}) {

@@ -36,8 +36,8 @@ int64_t pipeline_warmup_forwards(int64_t stages, int64_t chunks, int64_t micro_b
 // (1F1B: min(stages - stage, micro_batches)). Allocation-free.
 int64_t pipeline_in_flight(int64_t stages, int64_t chunks, int64_t micro_batches, int64_t stage);
 
-// Seconds of one micro-batch's tasks. Virtual stage v = chunk * stages + stage runs layers
-// [v * L/(stages*chunks), (v+1) * L/(stages*chunks)).
+// Seconds of one micro-batch's tasks. Virtual stage v = chunk * stages + stage runs its chunk's
+// layers (pipeline_stages.hpp pipeline_chunk_layers: L/(stages*chunks) each when even).
 struct PipelineTimes {
   int64_t stages = 1, chunks = 1, micro_batches = 1;
   std::vector<double> fwd_s, bwd_s;          // [virtual stage]: forward / backward of one micro-batch
@@ -63,8 +63,14 @@ PipelineSchedule schedule_pipeline(const PipelineTimes& t);
 // plus the fill and drain: the other stages' time, divided by v chunks per stage (the paper's
 // bubble (p - 1) t / v for equal stages), and every send between stages once. 1F1B also bounds
 // the period by a micro-batch's round trip (all stages and sends) over the p micro-batches the
-// first stage holds. Exact without sends (equal or unequal stages); with sends within their sum of
-// schedule_pipeline (tests/test_pipeline_schedule.cpp). The search ranks with it.
+// first stage holds. Exact without sends for equal stages and for heavier end stages (a head and
+// loss on the last, the embedding on the first); with sends within their sum of schedule_pipeline
+// (tests/test_pipeline_schedule.cpp). It assumes one bottleneck stage: with two or more heavy stages
+// next to each other (an uneven split's middle stages, pp_first/pp_last) 1F1B runs them a
+// micro-batch's round trip apart and the closed form is above the exact schedule (stages of 1, 4,
+// 4, 1 layers, 4 micro-batches: 66 vs 63 layer-forwards, tests/test_pipeline_stages.cpp; the
+// difference is at most the light stages' times). The search ranks with it; predict and the
+// finalists run the exact schedule.
 double pipeline_step_closed_form(const PipelineTimes& t);
 
 }  // namespace ctx

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "costmodel/collectives.hpp"
@@ -94,13 +95,23 @@ StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const Runt
     }
     return k;
   };
-  // chunk kinds: (first, last); stages of one kind cost the same
-  std::map<std::pair<bool, bool>, Part> chunk_part, stage_part;
-  auto chunk = [&](bool first, bool last) -> const Part& {
-    auto key = std::make_pair(first, last);
+  // each virtual stage's layers (even, or Megatron's uneven split: pipeline_stages.hpp)
+  const std::vector<int64_t> chunk_layers = pipeline_chunk_layers(m.layers, p);
+  auto stage_layers = [&](int64_t s) {
+    int64_t n = 0;
+    for (int64_t ch = 0; ch < C; ++ch) n += chunk_layers[static_cast<size_t>(ch * P + s)];
+    return n;
+  };
+  // chunk kinds: (layers, first, last); chunks (stages) of one kind cost the same
+  using Kind = std::tuple<int64_t, bool, bool>;
+  std::map<Kind, Part> chunk_part, stage_part;
+  auto chunk = [&](int64_t v) -> const Part& {
+    const bool first = v == 0, last = v == V - 1;
+    const int64_t layers = chunk_layers[static_cast<size_t>(v)];
+    const Kind key{layers, first, last};
     auto it = chunk_part.find(key);
     if (it != chunk_part.end()) return it->second;
-    const StepCosts k = costs(m.layers / V, first, last, false);
+    const StepCosts k = costs(layers, first, last, false);
     const StepTime t = run(k, ps, simulate);
     Part part;
     part.fwd_s = t.phase_seconds[static_cast<int>(TimePhase::forward)];
@@ -108,12 +119,14 @@ StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const Runt
     part.breakdown = t.breakdown;
     return chunk_part.emplace(key, part).first->second;
   };
-  auto stage_tail = [&](bool first, bool last) -> const Part& {
-    auto key = std::make_pair(first, last);
+  auto stage_tail = [&](int64_t s) -> const Part& {
+    const bool first = s == 0, last = s == P - 1;
+    const int64_t layers = stage_layers(s);
+    const Kind key{layers, first, last};
     auto it = stage_part.find(key);
     if (it != stage_part.end()) return it->second;
-    const StepTime full = run(costs(m.layers / P, first, last, true), ps, simulate);
-    const StepTime bare = run(costs(m.layers / P, first, last, false), ps, simulate);
+    const StepTime full = run(costs(layers, first, last, true), ps, simulate);
+    const StepTime bare = run(costs(layers, first, last, false), ps, simulate);
     Part part;
     part.tail_s = std::max(0.0, full.step_seconds - bare.step_seconds);
     part.tail_optimizer_s = std::min(part.tail_s, full.breakdown.optimizer);
@@ -125,7 +138,7 @@ StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const Runt
   d.times.chunks = C;
   d.times.micro_batches = M;
   for (int64_t v = 0; v < V; ++v) {
-    const Part& part = chunk(v == 0, v == V - 1);
+    const Part& part = chunk(v);
     d.times.fwd_s.push_back(part.fwd_s);
     d.times.bwd_s.push_back(part.bwd_s);
   }
@@ -142,7 +155,7 @@ StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const Runt
     d.times.p2p_fwd_s.push_back(s);
     d.times.p2p_bwd_s.push_back(s);
   }
-  for (int64_t s = 0; s < P; ++s) d.tail_s.push_back(stage_tail(s == 0, s == P - 1).tail_s);
+  for (int64_t s = 0; s < P; ++s) d.tail_s.push_back(stage_tail(s).tail_s);
 
   double step = 0;
   if (simulate) {
@@ -169,7 +182,7 @@ StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const Runt
   double fwd = 0, busy = 0;
   for (int64_t ch = 0; ch < C; ++ch) {
     const int64_t v = ch * P + cs;
-    const Part& part = chunk(v == 0, v == V - 1);
+    const Part& part = chunk(v);
     const double mb = static_cast<double>(M);
     fwd += mb * part.fwd_s;
     busy += mb * (part.fwd_s + part.bwd_s);
@@ -178,7 +191,7 @@ StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const Runt
     t.breakdown.offload_stall += mb * part.breakdown.offload_stall;
     t.breakdown.imbalance += mb * part.breakdown.imbalance;
   }
-  const Part& tail = stage_tail(cs == 0, cs == P - 1);
+  const Part& tail = stage_tail(cs);
   t.breakdown.optimizer = tail.tail_optimizer_s;
   t.breakdown.exposed_comm += tail.tail_s - tail.tail_optimizer_s;
   t.breakdown.imbalance += std::max(0.0, step - busy - tail.tail_s);  // the pipeline bubble and exposed sends

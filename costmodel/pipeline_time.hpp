@@ -1,5 +1,6 @@
 // The step time of a pipeline-parallel plan (pp > 1): each model chunk's forward and backward of
-// one micro-batch priced on its own layers (the event simulator, or the closed form for the
+// one micro-batch priced on its own layers (even, or an uneven split's: pipeline_chunk_layers, so
+// that unequal chunks give the schedule unequal stage times) (the event simulator, or the closed form for the
 // search), the activation sends between stages on the links the rank grid puts them on, the
 // 1F1B or interleaved 1F1B schedule over them (pipeline_schedule.hpp), then each stage's
 // gradient reduction and optimizer step after its last backward.
@@ -49,6 +50,7 @@ StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const Runt
 //    chunk: T >= the whole model's compute for one micro-batch (estimate_step's breakdown.compute
 //    of the plan with pp = 1, ga = 1);
 //  - the stage tails and a fixed per-step overhead only add.
+// Uneven splits change none of it: the chunks' layers still sum to the model's.
 // tests/test_search.cpp checks it against every pipeline plan of a search space.
 double pipeline_step_lower_bound_s(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p,
                                    int64_t seq, const AttentionWork* pre = nullptr);

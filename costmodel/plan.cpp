@@ -154,6 +154,14 @@ const std::vector<std::pair<std::string, std::string>>& plan_key_help() {
       {"cp", "context-parallel degree (default 1)"},
       {"pp", "pipeline-parallel stages, outermost in the rank order; the layers split evenly (default 1)"},
       {"vpp", "model chunks per pipeline rank: 1 = 1F1B, >1 = interleaved 1F1B (Megatron's virtual pipeline; default 1)"},
+      {"pp_first", "layers on the first pipeline stage, the rest split evenly over the stages after it (Megatron's "
+                   "--decoder-first-pipeline-num-layers; with vpp a multiple of vpp; default 0 = the even split)"},
+      {"pp_last", "layers on the last pipeline stage, the rest split evenly over the stages before it (Megatron's "
+                  "--decoder-last-pipeline-num-layers; with vpp a multiple of vpp; default 0 = the even split)"},
+      {"pp_embed", "0|1: the embedding takes one layer's place in the even pipeline split, so the first model chunk "
+                   "builds one layer fewer (Megatron's --account-for-embedding-in-pipeline-split; default 0)"},
+      {"pp_loss", "0|1: the loss takes one layer's place in the even pipeline split, so the last model chunk builds "
+                  "one layer fewer (Megatron's --account-for-loss-in-pipeline-split; default 0)"},
       {"cp_kind", "shorthand for the CP axes: ring = p2p+contiguous, zigzag = p2p+headtail (default), "
                   "allgather = allgather+headtail (before issue 20 it meant contiguous: add cp_layout=contiguous for that), "
                   "ulysses = a2a, usp = a2a+p2p+headtail; a cp_comm that disagrees is an error"},
@@ -367,6 +375,10 @@ void set_key(Plan& p, const std::string& where, const std::string& key, const st
   else if (key == "cp") p.cp = parse_int(where, key, v, 1, kMaxDegree);
   else if (key == "pp") p.pp = parse_int(where, key, v, 1, kMaxDegree);
   else if (key == "vpp") p.vpp = parse_int(where, key, v, 1, kMaxDegree);
+  else if (key == "pp_first") p.pp_first = parse_int(where, key, v, 0, kMaxDegree);
+  else if (key == "pp_last") p.pp_last = parse_int(where, key, v, 0, kMaxDegree);
+  else if (key == "pp_embed") p.pp_embed = parse_bool(where, key, v);
+  else if (key == "pp_loss") p.pp_loss = parse_bool(where, key, v);
   else if (key == "cp_kind")
     set_cp_kind(p, parse_enum<CpKind>(where, key, v,
                                       {{"ring", CpKind::ring}, {"zigzag", CpKind::zigzag}, {"allgather", CpKind::allgather},
@@ -485,6 +497,10 @@ std::string plan_to_string(const Plan& p) {
   os << "dp=" << p.dp << ",tp=" << p.tp << ",cp=" << p.cp;
   if (p.pp != d.pp) os << ",pp=" << p.pp;
   if (p.vpp != d.vpp) os << ",vpp=" << p.vpp;
+  if (p.pp_first != d.pp_first) os << ",pp_first=" << p.pp_first;
+  if (p.pp_last != d.pp_last) os << ",pp_last=" << p.pp_last;
+  if (p.pp_embed) os << ",pp_embed=1";
+  if (p.pp_loss) os << ",pp_loss=1";
   // the CP axes: the shorthand where one names them, else the axis keys
   if (cp_kind_exact(p)) {
     if (p.cp > 1 || cp_kind_of(p) != cp_kind_of(d)) os << ",cp_kind=" << to_string(cp_kind_of(p));
@@ -526,6 +542,10 @@ json plan_to_json(const Plan& p) {
   j["cp"] = p.cp;
   j["pp"] = p.pp;
   j["vpp"] = p.vpp;
+  if (p.pp_first > 0) j["pp_first"] = p.pp_first;  // uneven splits only where set: older readers see the even plan's keys
+  if (p.pp_last > 0) j["pp_last"] = p.pp_last;
+  if (p.pp_embed) j["pp_embed"] = true;
+  if (p.pp_loss) j["pp_loss"] = true;
   if (cp_kind_exact(p)) j["cp_kind"] = to_string(cp_kind_of(p));  // for readers from before the axes
   j["cp_comm"] = to_string(p.cp_comm);
   j["cp_layout"] = to_string(p.cp_layout);

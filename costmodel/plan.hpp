@@ -51,6 +51,14 @@ struct Plan {
   int64_t cp = 1;
   int64_t pp = 1;                 // pipeline stages (outermost in the rank grid, as Megatron's tp-cp-ep-dp-pp)
   int64_t vpp = 1;                // model chunks per pipeline rank: 1 = 1F1B, >1 = interleaved 1F1B
+  // Uneven pipeline splits (Megatron's rules, pipeline_stages.hpp pipeline_chunk_layers): the layers
+  // on the first / last stage (--decoder-first/last-pipeline-num-layers; 0 = unset: the even split),
+  // the rest split evenly over the other stages; or the embedding / the loss taking one layer's
+  // place in an even split (--account-for-embedding/loss-in-pipeline-split). The two kinds exclude each other.
+  int64_t pp_first = 0;
+  int64_t pp_last = 0;
+  bool pp_embed = false;
+  bool pp_loss = false;
   CpComm cp_comm = CpComm::p2p;   // with cp_layout: the CP axes (default = cp_kind=zigzag)
   CpLayout cp_layout = CpLayout::headtail;
   CpVarlen cp_varlen;             // with mask=document

@@ -1,5 +1,7 @@
 #include "costmodel/plan_check.hpp"
 
+#include "costmodel/pipeline_stages.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 
@@ -90,25 +92,50 @@ PlanCheck check_plan(Plan& p, const ModelSpec& m, const ClusterSpec& c, int64_t 
     if (world % tpcp == 0) alt("dp=" + std::to_string(world / tpcp));
   }
 
-  // ---- pipeline parallel (Megatron's rules): the layers split evenly over pp*vpp model chunks
-  // (Megatron's uneven split, --decoder-first/last-pipeline-num-layers, is not modelled); the
-  // interleaved schedule needs the micro-batches divisible by pp (schedules.py,
-  // forward_backward_pipelining_with_interleaving raises "number of microbatches ... is not
-  // divisible by pipeline-model-parallel-size when using interleaved schedule"); DeepSpeed's
+  // ---- pipeline parallel (Megatron's rules): the layers split over pp*vpp model chunks, evenly or
+  // by Megatron's uneven rules (pp_first/pp_last, pp_embed/pp_loss: pipeline_stages.hpp
+  // pipeline_split_error); the interleaved schedule needs the micro-batches divisible by pp
+  // (schedules.py, forward_backward_pipelining_with_interleaving raises "number of microbatches ...
+  // is not divisible by pipeline-model-parallel-size when using interleaved schedule"); DeepSpeed's
   // PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism".
   const int64_t vpp = std::max<int64_t>(1, p.vpp);
-  if (pp > 1 || vpp > 1) {
-    if (m.layers % (pp * vpp) != 0) {
-      err(vpp > 1 ? "pp*vpp = " + std::to_string(pp) + "*" + std::to_string(vpp) + " must divide the " +
-                        std::to_string(m.layers) + " layers (each rank holds vpp chunks of layers/(pp*vpp) layers)"
-                  : "pp=" + std::to_string(pp) + " must divide the " + std::to_string(m.layers) +
-                        " layers (each stage holds layers/pp; uneven splits are not modelled)");
-      std::vector<int64_t> ok;
-      for (int64_t s : divisors(m.layers))
-        if (m.layers % (s * vpp) == 0 && world % (s * p.tp * p.cp) == 0) ok.push_back(s);
-      for (int64_t s : nearest(ok, pp)) alt("pp=" + std::to_string(s));
-      if (vpp > 1 && m.layers % pp == 0)
-        for (int64_t v : nearest(divisors(m.layers / pp), vpp)) alt("vpp=" + std::to_string(v));
+  const bool uneven = p.pp_first > 0 || p.pp_last > 0 || p.pp_embed || p.pp_loss;
+  if (pp > 1 || vpp > 1 || uneven) {
+    if (const std::string split = pipeline_split_error(m.layers, p); !split.empty()) {
+      err(split);
+      if (!uneven) {
+        std::vector<int64_t> ok;
+        for (int64_t s : divisors(m.layers))
+          if (m.layers % (s * vpp) == 0 && world % (s * p.tp * p.cp) == 0) ok.push_back(s);
+        for (int64_t s : nearest(ok, pp)) alt("pp=" + std::to_string(s));
+        if (vpp > 1 && m.layers % pp == 0)
+          for (int64_t v : nearest(divisors(m.layers / pp), vpp)) alt("vpp=" + std::to_string(v));
+      }
+      // the uneven splits Megatron builds at this pp and vpp, nearest the even share: the first and
+      // last stages one chunk's worth lighter (or heavier), the middle stages even
+      if (pp > 2 && !(p.pp_embed || p.pp_loss)) {
+        const int64_t share = m.layers / pp / vpp * vpp;
+        int shown = 0;
+        for (int64_t d = 0; d <= share && shown < 2; d += vpp)
+          for (int64_t f : {share - d, share + d}) {
+            Plan q = p;
+            q.pp_first = q.pp_last = f;
+            if (shown < 2 && f > 0 && (d > 0 || f == share) && pipeline_split_error(m.layers, q).empty()) {
+              alt("pp_first=" + std::to_string(f) + ",pp_last=" + std::to_string(f));
+              ++shown;
+            }
+            if (d == 0) break;
+          }
+      }
+      for (bool embed : {true, false})
+        for (bool loss : {true, false}) {
+          Plan q = p;
+          q.pp_first = q.pp_last = 0;
+          q.pp_embed = embed;
+          q.pp_loss = loss;
+          if ((embed || loss) && pp > 1 && pipeline_split_error(m.layers, q).empty())
+            alt(std::string(embed ? "pp_embed=1" : "") + (embed && loss ? "," : "") + (loss ? "pp_loss=1" : ""));
+        }
     }
     if (vpp > 1 && pp == 1) {
       err("vpp=" + std::to_string(vpp) + " interleaves model chunks over pipeline stages; it needs pp > 1");

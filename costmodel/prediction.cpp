@@ -82,6 +82,7 @@ json pipeline_to_json(const Plan& p, const ModelSpec& m, const PipelineStepDetai
     const size_t i = static_cast<size_t>(s);
     stages.push_back({{"stage", s},
                       {"layers", st.layers},
+                      {"first_layer", st.first_layer},
                       {"embedding", st.first},
                       {"head_and_loss", st.last},
                       {"in_flight_chunks", st.in_flight_chunks},
@@ -90,8 +91,9 @@ json pipeline_to_json(const Plan& p, const ModelSpec& m, const PipelineStepDetai
                       {"tail_seconds", i < d.tail_s.size() ? d.tail_s[i] : 0.0}});
   }
   json chunks = json::array();
+  const std::vector<int64_t> chunk_layers = pipeline_chunk_layers(m.layers, p);
   for (size_t v = 0; v < d.times.fwd_s.size(); ++v)
-    chunks.push_back({{"virtual_stage", v}, {"forward_seconds", d.times.fwd_s[v]}, {"backward_seconds", d.times.bwd_s[v]}});
+    chunks.push_back({{"virtual_stage", v}, {"layers", chunk_layers[v]}, {"forward_seconds", d.times.fwd_s[v]}, {"backward_seconds", d.times.bwd_s[v]}});
   json sends = json::array();
   for (size_t v = 0; v < d.times.p2p_fwd_s.size(); ++v)
     sends.push_back({{"from_virtual_stage", v}, {"seconds", d.times.p2p_fwd_s[v]}, {"inter_node", static_cast<bool>(d.p2p_inter_node[v])}});

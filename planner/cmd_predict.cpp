@@ -29,6 +29,7 @@ std::string print_table(const Prediction& p) {
        << " tokens; tokens/s counts the " << p.seq << " real ones\n";
   os << "\n";
   os << "Per-GPU memory at the peak (" << to_string(m.peak_phase);
+  if (p.plan.pp > 1) os << ", pipeline stage " << m.peak_stage << " of " << p.plan.pp;  // the stage with the most memory binds
   if (m.peak_layer >= 0) os << ", layer " << m.peak_layer;
   os << "):\n";
   Table t;

@@ -27,7 +27,7 @@ void add_job_options(CLI::App& app, JobArgs& a, bool with_plan) {
     app.add_option("--plan,-p", a.plan,
                    "plan as key=value,... (keys: dp tp sp cp cp_kind cp_comm cp_layout cp_varlen ulysses zero zero_shard mbs ga recompute "
                    "ckpt_offload opt_offload param_offload tiled_loss tiled_mlp mask packing pad precision master grads moments order "
-                   "pp vpp; default: " +
+                   "pp vpp pp_first pp_last pp_embed pp_loss; default: " +
                        std::string(kDefaultPlan) + ")");
     app.add_option("--plan-file", a.plan_file, "plan.json (may also carry model, cluster, seq, runtime, attention)");
   } else {

@@ -1,5 +1,7 @@
 #include "planner/search.hpp"
 
+#include "costmodel/pipeline_stages.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -42,8 +44,16 @@ std::vector<int64_t> pipeline_search_degrees(const SearchRequest& req) {
     if (world % req.base.pp == 0) out.push_back(req.base.pp);
     return out;
   }
-  for (int64_t pp : divisors(std::max<int64_t>(1, req.model.layers)))
-    if (pp <= kMaxSearchedPp && world % pp == 0 && allowed(req.pp_values, pp)) out.push_back(pp);
+  // with an uneven split given (pp_first, pp_last, pp_embed, pp_loss), every pp that builds it
+  const bool uneven = req.fixed_fields.contains("pp_first") || req.fixed_fields.contains("pp_last") ||
+                      req.fixed_fields.contains("pp_embed") || req.fixed_fields.contains("pp_loss");
+  for (int64_t pp = 1; pp <= kMaxSearchedPp; ++pp) {
+    if (world % pp != 0 || !allowed(req.pp_values, pp)) continue;
+    Plan q = req.base;
+    q.pp = pp;
+    q.vpp = 1;
+    if (req.model.layers % pp == 0 || (uneven && pp > 1 && pipeline_split_error(req.model.layers, q).empty())) out.push_back(pp);
+  }
   if (out.empty() || out.front() != 1) {
     if (allowed(req.pp_values, 1)) out.insert(out.begin(), 1);
   }
@@ -175,6 +185,11 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
                     p.tiled_mlp = tm;
                     p.pp = pp;
                     p.vpp = 1;
+                    // an uneven pipeline split only as the user gives it (plan_check refuses it where the pp does not build it)
+                    p.pp_first = has("pp_first") && pp > 1 ? g.pp_first : 0;
+                    p.pp_last = has("pp_last") && pp > 1 ? g.pp_last : 0;
+                    p.pp_embed = has("pp_embed") && pp > 1 && g.pp_embed;
+                    p.pp_loss = has("pp_loss") && pp > 1 && g.pp_loss;
                     std::vector<int64_t> mbs_values{1};
                     if (has("mbs")) mbs_values = {g.mbs};
                     else if (with_time_knobs)
@@ -188,7 +203,8 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
                       std::vector<int64_t> vpps{1};
                       // interleaved 1F1B with two chunks where Megatron runs it (ga divisible by pp)
                       if (has("vpp")) vpps = {g.vpp};
-                      else if (with_time_knobs && pp > 1 && p.ga % pp == 0 && req.model.layers % (2 * pp) == 0) vpps = {2, 1};
+                      else if (with_time_knobs && pp > 1 && p.ga % pp == 0 && req.model.layers % (2 * pp) == 0 &&
+                               !(p.pp_first || p.pp_last || p.pp_embed || p.pp_loss)) vpps = {2, 1};
                       for (int64_t vpp : vpps) {
                         p.vpp = vpp;
                         if (has("order")) {

@@ -280,15 +280,21 @@ StackJob import_megatron(const std::string& text, const std::string& where, cons
   if (a.has("num-layers-per-virtual-pipeline-stage")) {
     const int64_t per = a.integer("num-layers-per-virtual-pipeline-stage", 1);
     const int64_t layers = a.integer("num-layers", 0);
-    if (layers <= 0 || per <= 0 || layers % (p.pp * per) != 0)
+    // arguments.py: the layers counted with the embedding and loss where they take a layer's place
+    const int64_t counted = layers + (a.has("account-for-embedding-in-pipeline-split") ? 1 : 0) +
+                            (a.has("account-for-loss-in-pipeline-split") ? 1 : 0);
+    if (layers <= 0 || per <= 0 || counted % (p.pp * per) != 0)
       throw InputError(where, "--num-layers-per-virtual-pipeline-stage",
                        std::to_string(per) + " must divide --num-layers / --pipeline-model-parallel-size (" +
-                           std::to_string(layers) + " / " + std::to_string(p.pp) + ")");
-    p.vpp = layers / (p.pp * per);
+                           std::to_string(counted) + " / " + std::to_string(p.pp) + ")");
+    p.vpp = counted / (p.pp * per);
   }
-  for (const char* uneven : {"decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers"})
-    if (a.has(uneven))
-      throw InputError(where, std::string("--") + uneven, "uneven pipeline stages are not modelled; valid: layers split evenly over pp");
+  // uneven pipeline splits (arguments.py; the rules in pipeline_stages.hpp pipeline_split_error)
+  if (a.has("num-virtual-stages-per-pipeline-rank")) p.vpp = a.integer("num-virtual-stages-per-pipeline-rank", 1);
+  if (a.has("decoder-first-pipeline-num-layers")) p.pp_first = a.integer("decoder-first-pipeline-num-layers", 0);
+  if (a.has("decoder-last-pipeline-num-layers")) p.pp_last = a.integer("decoder-last-pipeline-num-layers", 0);
+  p.pp_embed = a.has("account-for-embedding-in-pipeline-split");
+  p.pp_loss = a.has("account-for-loss-in-pipeline-split");
   for (const char* moe : {"num-experts", "expert-model-parallel-size"})
     if (a.has(moe) && a.integer(moe, 1) > 1)
       throw InputError(where, std::string("--") + moe, "mixture of experts is not modelled; valid: dense models only");
@@ -500,7 +506,15 @@ StackExport export_megatron(const ExportJob& job, const Profiles& profiles) {
 
   add("--tensor-model-parallel-size", num(p.tp));
   add("--pipeline-model-parallel-size", num(p.pp));
-  if (p.vpp > 1) add("--num-layers-per-virtual-pipeline-stage", num(m.layers / (p.pp * p.vpp)));
+  // uneven splits (pipeline_stages.hpp): arguments.py refuses --num-layers-per-virtual-pipeline-stage
+  // with --decoder-first/last-pipeline-num-layers ("please use --num-virtual-stages-per-pipeline-rank")
+  const bool uneven = p.pp_first > 0 || p.pp_last > 0 || p.pp_embed || p.pp_loss;
+  if (p.vpp > 1 && uneven) add("--num-virtual-stages-per-pipeline-rank", num(p.vpp));
+  else if (p.vpp > 1) add("--num-layers-per-virtual-pipeline-stage", num(m.layers / (p.pp * p.vpp)));
+  if (p.pp_first > 0) add("--decoder-first-pipeline-num-layers", num(p.pp_first));
+  if (p.pp_last > 0) add("--decoder-last-pipeline-num-layers", num(p.pp_last));
+  if (p.pp_embed) add("--account-for-embedding-in-pipeline-split");
+  if (p.pp_loss) add("--account-for-loss-in-pipeline-split");
   add("--context-parallel-size", num(p.cp));
   if (p.cp > 1) {
     switch (cp_kind_of(p)) {

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "costmodel/errors.hpp"
 #include "costmodel/memory_model.hpp"
+#include "costmodel/pipeline_schedule.hpp"
 #include "costmodel/pipeline_stages.hpp"
 #include "costmodel/pipeline_time.hpp"
 #include "costmodel/plan.hpp"
@@ -99,7 +101,9 @@ TEST(PipelineStages, ChunksAddUpToTheWholeModelsMicroBatch) {
   const ClusterSpec c = resolve_cluster(profiles(), "8xh100");
   const RuntimeProfile rt = resolve_runtime(profiles(), "ctxrun-cuda");
   const int64_t seq = 16384;
-  for (const char* text : {"tp=1,cp=2,pp=4,dp=1,ga=8", "tp=1,cp=2,pp=4,vpp=2,dp=1,ga=8", "tp=1,cp=1,pp=2,dp=4,ga=4,recompute=full"}) {
+  // (uneven splits too: stages of 4, 8, 8, 12 layers; of 10 and 22)
+  for (const char* text : {"tp=1,cp=2,pp=4,dp=1,ga=8", "tp=1,cp=2,pp=4,vpp=2,dp=1,ga=8", "tp=1,cp=1,pp=2,dp=4,ga=4,recompute=full",
+                           "tp=1,cp=2,pp=4,dp=1,ga=8,pp_first=4,pp_last=12", "tp=1,cp=1,pp=2,dp=4,ga=4,pp_first=10"}) {
     const Plan p = checked(text, m, c, seq);
     Plan one = p;
     one.pp = 1;
@@ -145,8 +149,212 @@ TEST(PipelineStages, DISABLED_ChunksAddUpUnderTensorParallel) {
   }
 }
 
+// ---- Uneven pipeline splits (pp_first/pp_last, pp_embed/pp_loss): Megatron's rules, from
+// megatron/core/transformer/transformer_block.py get_num_layers_to_build and
+// transformer_config.py TransformerConfig.__post_init__ ("Uneven PP").
+
+TEST(PipelineStages, UnevenSplitsFollowMegatronsRules) {
+  auto chunks = [](int64_t layers, const char* text) { return pipeline_chunk_layers(layers, parse_plan(text)); };
+  using V = std::vector<int64_t>;
+  // 10 layers, pp=4: the first and last stages 1 layer each, the 8 left over the 2 middle stages: 4 each
+  EXPECT_EQ(chunks(10, "pp=4,pp_first=1,pp_last=1"), (V{1, 4, 4, 1}));
+  // only the first given: the 9 left over the other 3 stages (the last included)
+  EXPECT_EQ(chunks(10, "pp=4,pp_first=1"), (V{1, 3, 3, 3}));
+  EXPECT_EQ(chunks(10, "pp=4,pp_last=4"), (V{2, 2, 2, 4}));
+  // with vpp: each stage's layers over its vpp chunks, virtual stage v = chunk * pp + stage:
+  // 12 layers, pp=3, vpp=2, 2 on the first and last stage (1 a chunk), 8 in the middle (4 a chunk)
+  EXPECT_EQ(chunks(12, "pp=3,vpp=2,pp_first=2,pp_last=2"), (V{1, 4, 1, 1, 4, 1}));
+  // Llama-3.1-405B (126 layers) at pp=8: 15 on the ends, 96 / 6 = 16 in the middle (torchtitan's
+  // generate_split_points default: 126 + 2 "layers" / 8 = 16, the embedding and the output one each)
+  V tt(8, 16);
+  tt.front() = tt.back() = 15;
+  EXPECT_EQ(chunks(126, "pp=8,pp_first=15,pp_last=15"), tt);
+  // Megatron-Bridge's 405B recipe: pp=8, vpp=8, the embedding and the loss one layer each: 128 / 64
+  // = 2 a chunk, the first chunk of stage 0 and the last of stage 7 one layer
+  V mb(64, 2);
+  mb.front() = mb.back() = 1;
+  const Plan p405 = parse_plan("pp=8,vpp=8,pp_embed=1,pp_loss=1,ga=16");
+  EXPECT_EQ(pipeline_chunk_layers(126, p405), mb);
+  ModelSpec m405;
+  m405.layers = 126;
+  for (int64_t s = 0; s < 8; ++s) {
+    const PipelineStage st = pipeline_stage(m405, p405, s);
+    EXPECT_EQ(st.layers, s == 0 || s == 7 ? 15 : 16) << s;
+    EXPECT_EQ(st.chunk_layers, 2) << s;
+  }
+  // Interleaved warm-up on stage 0: 2 (8 - 1) + 7 * 8 + 1 = 71 chunks in flight at most (ga * vpp
+  // = 128 caps nothing); Megatron's order runs chunk 0 for micro-batches 0-7, chunk 1 for 0-7, ...,
+  // chunk 7, then chunk 0 for 8-15, ... The layers held peak after the 71st forward: 64 forwards
+  // of the first group (8 of chunk 0 at 1 layer, 56 at 2: 120 layers) and 7 of chunk 0 of the
+  // second group (7 layers), with no backward yet: 127 layers, not 71 * 2 = 142.
+  EXPECT_EQ(pipeline_stage(m405, p405, 0).in_flight_chunks, 71);
+  EXPECT_EQ(pipeline_stage(m405, p405, 0).in_flight_layers, 127);
+  // the first layer each stage's first chunk runs: 0, 1, 3, ... (1 + 2 (s - 1)) with pp_embed
+  EXPECT_EQ(pipeline_stage(m405, p405, 0).first_layer, 0);
+  EXPECT_EQ(pipeline_stage(m405, p405, 3).first_layer, 5);
+}
+
+TEST(PipelineStages, InvalidUnevenSplitsAreRefusedNamingTheKeyAndWhatWouldBeValid) {
+  ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  m.layers = 10;
+  m.layer_position.resize(10);
+  const ClusterSpec c = resolve_cluster(profiles(), "8xh100");
+  struct Case {
+    const char* plan;
+    const char* says;   // in the error
+    const char* alt;    // among the alternatives ("" = none checked)
+  };
+  for (const Case& k : {
+           // the even split: 10 layers do not divide over 4 stages; the uneven splits that do are offered
+           Case{"pp=4,dp=2,ga=8", "pp=4 must divide the 10 layers", "pp_first=1,pp_last=1"},
+           Case{"pp=4,dp=2,ga=8", "pp_first/pp_last", "pp_first=2,pp_last=2"},
+           // 10 - 2 - 1 = 7 layers left for 2 stages
+           Case{"pp=4,dp=2,ga=8,pp_first=2,pp_last=1", "leave 7 layers", "pp_first=1,pp_last=1"},
+           // with vpp, the end stages' layers are a multiple of vpp
+           Case{"pp=4,vpp=2,dp=2,ga=8,pp_first=1,pp_last=1", "pp_first=1 must be a multiple of vpp=2", ""},
+           // every layer on the ends, none for the middle stages (Megatron's "Mismatch")
+           Case{"pp=4,dp=2,ga=8,pp_first=9,pp_last=1", "each needs at least 1", ""},
+           Case{"pp=2,dp=4,ga=8,pp_first=4,pp_last=4", "must hold all 10", ""},
+           // the two kinds of uneven split exclude each other (TransformerConfig raises)
+           Case{"pp=4,dp=2,ga=8,pp_first=1,pp_last=1,pp_embed=1", "Megatron refuses both", ""},
+           // 10 + 1 = 11 places over 4 stages
+           Case{"pp=4,dp=2,ga=8,pp_embed=1", "pp=4 must divide into pp*vpp = 4", "pp_embed=1,pp_loss=1"},
+           // a split without pipeline stages
+           Case{"pp=1,dp=8,pp_first=2", "pp_first=2 sets how the layers split over pipeline stages; it needs pp > 1", ""},
+       }) {
+    Plan p = parse_plan(k.plan);
+    const PlanCheck chk = check_plan(p, m, c, 4096);
+    ASSERT_FALSE(chk.ok()) << k.plan;
+    std::string errors, alts;
+    for (const std::string& e : chk.errors) errors += e + "\n";
+    for (const std::string& a : chk.alternatives) alts += a + "\n";
+    EXPECT_NE(errors.find(k.says), std::string::npos) << k.plan << ":\n" << errors;
+    if (*k.alt) { EXPECT_NE(alts.find(std::string(k.alt) + "\n"), std::string::npos) << k.plan << ":\n" << alts; }
+  }
+  // the valid ones pass
+  for (const char* ok : {"pp=4,dp=2,ga=8,pp_first=1,pp_last=1", "pp=4,dp=2,ga=8,pp_first=4", "pp=2,dp=4,ga=8,pp_first=3,pp_last=7"}) {
+    Plan p = parse_plan(ok);
+    EXPECT_TRUE(check_plan(p, m, c, 4096).ok()) << ok;
+  }
+}
+
+// A 10-layer Llama-3.1-8B (the 8B's layer, a 4096-token vocabulary so that the head is light) at
+// pp=4, pp_first=1, pp_last=1: stages of 1, 4, 4 and 1 layers.
+//   one layer at tp=1: Wq 4096*4096 = 16,777,216; Wk, Wv 4096*1024 = 4,194,304 each; Wo
+//   16,777,216; SwiGLU 3*4096*14336 = 176,160,768; two RMSNorm weights 8,192: 218,112,000
+//   embedding and head 4096*4096 = 16,777,216 each
+//   stage 0: 218,112,000 + 16,777,216 = 234,889,216; stages 1, 2: 4 * 218,112,000 = 872,448,000;
+//   stage 3: 218,112,000 + 4,096 (final norm) + 16,777,216 = 234,893,312
+TEST(PipelineStages, UnevenStagesHoldTheirLayersAndTheHeaviestBinds) {
+  ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  m.layers = 10;
+  m.layer_position.resize(10);
+  m.vocab = 4096;
+  const ClusterSpec c = resolve_cluster(profiles(), "8xh100");
+  const RuntimeProfile rt = resolve_runtime(profiles(), "ctxrun-cuda");
+  const int64_t seq = 8192;
+  const Plan p = checked("pp=4,pp_first=1,pp_last=1,dp=2,recompute=full,ga=8", m, c, seq);
+  const double params[4] = {234889216.0, 872448000.0, 872448000.0, 234893312.0};
+  const int64_t layers[4] = {1, 4, 4, 1};
+  // 1F1B holds min(pp - s, ga) = 4, 3, 2, 1 micro-batches: 4*1, 3*4, 2*4, 1*1 layers of checkpoints,
+  // each the layer input [8192 tokens, 4096] in the activation dtype, times the allocator slack
+  const int64_t in_flight_layers[4] = {4, 12, 8, 1};
+  const double ckpt_per_layer = 8192.0 * 4096.0 * rt.activation_bytes * (1.0 + rt.fragmentation);
+  double most = 0;
+  int64_t binding = -1;
+  for (int64_t s = 0; s < 4; ++s) {
+    const PipelineStage st = pipeline_stage(m, p, s);
+    EXPECT_EQ(st.layers, layers[s]) << s;
+    EXPECT_EQ(st.first_layer, s == 0 ? 0 : 1 + 4 * (s - 1)) << s;
+    EXPECT_DOUBLE_EQ(pipeline_stage_params(m, st, 218112000.0, 4096.0), params[s]) << s;
+    const MemoryPrediction mp = predict_stage_memory(m, c, rt, p, seq, st);
+    const MemorySnapshot& loss = mp.phase_peak[static_cast<int>(Phase::loss)];
+    EXPECT_DOUBLE_EQ(loss[Mem::weights], rt.weight_bytes * params[s]) << s;
+    EXPECT_DOUBLE_EQ(loss[Mem::optimizer], rt.optimizer_bytes * params[s]) << s;
+    EXPECT_DOUBLE_EQ(loss[Mem::checkpoints], static_cast<double>(in_flight_layers[s]) * ckpt_per_layer) << s;
+    if (mp.peak.total() > most) { most = mp.peak.total(); binding = s; }
+  }
+  // stage 1 holds what stage 2 holds and 4 more checkpointed layers; stages 0 and 3 hold 637,554,688
+  // fewer parameters, each with its weight, gradient, master copy and Adam moments (over 10 GB),
+  // against stage 3's logits of a 4096-token vocabulary (8192 x 4096 in fp32: 134 MB a copy):
+  // stage 1 binds, and the plan's peak is its
+  EXPECT_EQ(binding, 1);
+  const MemoryPrediction plan_mem = predict_memory(m, c, rt, p, seq);
+  EXPECT_EQ(plan_mem.peak_stage, 1);
+  EXPECT_DOUBLE_EQ(plan_mem.peak.total(), most);
+}
+
+// The schedule with unequal stages, derived by hand (Megatron's 1F1B, pipeline_stage_order), pp = 4,
+// ga = 4, no sends. Stage s runs each micro-batch's forward in F_s and backward in B_s; stages 1
+// and 2 equal (F_1 = F_2 = f, B_1 = B_2 = b), the ends F_0 = x, B_0 = X, F_3 = y, B_3 = Y light:
+// y + Y <= min(f, b). Programs (warm-up pp - s - 1 forwards, then one forward one backward):
+//   s0: F0 F1 F2 F3 B0 B1 B2 B3    s1: F0 F1 F2 B0 F3 B1 B2 B3
+//   s2: F0 F1 B0 F2 B1 F3 B2 B3    s3: F0 B0 F1 B1 F2 B2 F3 B3
+// Timeline (only what the critical path needs; every other task ends before it is waited for):
+//   s0 F0 [0, x]; s1 F0 [x, x+f], F1 [x+f, x+2f], F2 [x+2f, x+3f]; s2 F0 [x+f, x+2f], F1 [x+2f, x+3f]
+//   s3's round trip of micro-batch 0 ends x+2f+y+Y <= x+3f, so s2 B0 [x+3f, x+3f+b] (waits for its own F1)
+//   s1 B0 [x+3f+b, x+3f+2b], s1 F3 [x+3f+2b, x+4f+2b]; s2 F2 [x+3f+b, x+4f+b], B1 [x+4f+b, x+4f+2b]
+//   s2 F3 [x+4f+2b, x+5f+2b] (waits for s1 F3); s3 B2 ends x+4f+b+y+Y <= x+5f+2b, so
+//   s2 B2 [x+5f+2b, x+5f+3b]; s3 B3 ends x+5f+2b+y+Y <= x+5f+3b, so s2 B3 [x+5f+3b, x+5f+4b]
+//   s1 B1 [x+4f+2b, x+4f+3b], B2 [x+5f+3b, x+5f+4b], B3 [x+5f+4b, x+5f+5b]; s0 B3 ends x+5f+5b+X
+// step = x + X + 5 (f + b). Each heavy stage idles while the other finishes the task it waits on:
+// two adjacent heavy stages of a 1F1B pipeline are 5 of their micro-batch times apart from the
+// start, where the closed form's ga t_max + sum of the other stages (Narayanan et al.) assumes one
+// bottleneck: 4 (f + b) + (x + X) + (f + b) + (y + Y), more by y + Y.
+TEST(PipelineStages, UnevenStagesFollowTheHandDerivedOneFOneBTimeline) {
+  // numbers: 1 layer = 1 s forward, 2 s backward; stages of 1, 4, 4, 1 layers
+  PipelineTimes t;
+  t.stages = 4;
+  t.chunks = 1;
+  t.micro_batches = 4;
+  t.fwd_s = {1, 4, 4, 1};
+  t.bwd_s = {2, 8, 8, 2};
+  t.p2p_fwd_s = t.p2p_bwd_s = {0, 0, 0};
+  const PipelineSchedule s = schedule_pipeline(t);
+  EXPECT_DOUBLE_EQ(s.step_s, 1 + 2 + 5 * (4 + 8));  // 63
+  EXPECT_DOUBLE_EQ(s.end_s[1], 61);                 // s1 B3 ends x + 5f + 5b
+  EXPECT_DOUBLE_EQ(s.busy_s[1], 48);
+  EXPECT_DOUBLE_EQ(s.bubble_s, 63 - 48);
+  // the closed form (pipeline_schedule.hpp) is above it by y + Y = 3 s: ga t_max + the others
+  EXPECT_DOUBLE_EQ(pipeline_step_closed_form(t), 4 * 12 + 3 + 12 + 3);  // 66
+
+  // The cost model's stages: the same plan priced chunk by chunk (pipeline_time.cpp), the 10-layer
+  // 8B of the test above at ga = 4; the formula applies where the ends are light, checked first
+  ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  m.layers = 10;
+  m.layer_position.resize(10);
+  m.vocab = 4096;
+  const ClusterSpec c = resolve_cluster(profiles(), "8xh100");
+  const RuntimeProfile rt = resolve_runtime(profiles(), "ctxrun-cuda");
+  const Plan p = checked("pp=4,pp_first=1,pp_last=1,dp=2,ga=4", m, c, 8192);
+  PipelineStepDetail d;
+  pipeline_step_time(m, c, rt, p, 8192, true, nullptr, &d);
+  ASSERT_EQ(d.times.fwd_s.size(), 4u);
+  // the two middle chunks are the same kind (4 layers, no embedding, no head): the same seconds
+  EXPECT_DOUBLE_EQ(d.times.fwd_s[1], d.times.fwd_s[2]);
+  EXPECT_DOUBLE_EQ(d.times.bwd_s[1], d.times.bwd_s[2]);
+  const double x = d.times.fwd_s[0], X = d.times.bwd_s[0], f = d.times.fwd_s[1], b = d.times.bwd_s[1];
+  const double y = d.times.fwd_s[3], Y = d.times.bwd_s[3];
+  ASSERT_LE(y + Y, std::min(f, b));
+  // the sends (a [8192, 4096] activation each way) are priced apart: without them the schedule
+  // of the model's chunk times is the hand timeline's
+  PipelineTimes no_sends = d.times;
+  std::fill(no_sends.p2p_fwd_s.begin(), no_sends.p2p_fwd_s.end(), 0.0);
+  std::fill(no_sends.p2p_bwd_s.begin(), no_sends.p2p_bwd_s.end(), 0.0);
+  const double hand = x + X + 5 * (f + b);
+  EXPECT_NEAR(schedule_pipeline(no_sends).step_s, hand, 1e-12 * hand);
+  // with the sends the step is at least that, and a path of the 32 tasks waits on at most 31 sends
+  double most_send = 0;
+  for (double v : d.times.p2p_fwd_s) most_send = std::max(most_send, v);
+  for (double v : d.times.p2p_bwd_s) most_send = std::max(most_send, v);
+  EXPECT_GT(most_send, 0);
+  EXPECT_GE(d.schedule.step_s, hand);
+  EXPECT_LE(d.schedule.step_s, hand + 31 * most_send + 1e-12 * hand);
+}
+
 TEST(PipelineStages, PpAndVppRoundTripThroughTextAndJson) {
-  for (const char* text : {"dp=2,tp=2,cp=1,pp=4", "dp=1,tp=1,cp=2,pp=2,vpp=3,ga=4", "dp=8,tp=1,cp=1"}) {
+  for (const char* text : {"dp=2,tp=2,cp=1,pp=4", "dp=1,tp=1,cp=2,pp=2,vpp=3,ga=4", "dp=8,tp=1,cp=1",
+                           "dp=1,tp=8,cp=2,pp=8,vpp=8,pp_embed=1,pp_loss=1", "dp=2,tp=1,cp=1,pp=4,pp_first=1,pp_last=1"}) {
     const Plan p = parse_plan(text);
     const Plan q = parse_plan(plan_to_string(p));
     EXPECT_EQ(q.pp, p.pp) << text;
@@ -155,12 +363,16 @@ TEST(PipelineStages, PpAndVppRoundTripThroughTextAndJson) {
     const Plan r = plan_from_json(plan_to_json(p), "plan.json");
     EXPECT_EQ(r.pp, p.pp) << text;
     EXPECT_EQ(r.vpp, p.vpp) << text;
+    EXPECT_EQ(r.pp_first, p.pp_first) << text;
+    EXPECT_EQ(r.pp_last, p.pp_last) << text;
+    EXPECT_EQ(r.pp_embed, p.pp_embed) << text;
+    EXPECT_EQ(r.pp_loss, p.pp_loss) << text;
     EXPECT_EQ(plan_to_string(r), plan_to_string(p)) << text;
   }
   // the defaults (one stage, one chunk) are not written in the text form
   EXPECT_EQ(plan_to_string(parse_plan("dp=8")).find("pp="), std::string::npos);
   // a stage count below one is an input error naming the key
-  for (const char* bad : {"pp=0", "vpp=0", "pp=-2", "pp=x"}) {
+  for (const char* bad : {"pp=0", "vpp=0", "pp=-2", "pp=x", "pp_first=-1", "pp_last=x", "pp_embed=2", "pp_loss=maybe"}) {
     try {
       parse_plan(bad);
       ADD_FAILURE() << bad << " accepted";

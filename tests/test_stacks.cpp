@@ -101,7 +101,11 @@ TEST(StackRoundTrip, MegatronKeepsEveryCpKindAndOption) {
                      "tp=2,cp=4,cp_kind=usp,ulysses=2", "cp=8,cp_kind=usp,ulysses=4", "zero=1,cp=2", "zero=2,cp=2",
                      "zero=3,cp=4,cp_kind=allgather", "recompute=selective,tp=4", "recompute=full,ckpt_offload=1,cp=8",
                      "zero=1,opt_offload=1", "mbs=2,ga=4,tp=2", "precision=fp32", "precision=fp8,tp=2",
-                     "zero=1,zero_shard=8", "zero=1,cp=2,zero_shard=4"});
+                     "zero=1,zero_shard=8", "zero=1,cp=2,zero_shard=4",
+                     // uneven pipeline splits (arguments.py: --decoder-first/last-pipeline-num-layers with
+                     // --num-virtual-stages-per-pipeline-rank; --account-for-embedding/loss-in-pipeline-split)
+                     "tp=2,pp=4,dp=2,ga=8,pp_first=2,pp_last=6", "pp=4,vpp=2,dp=4,ga=8,pp_first=6,pp_last=6",
+                     "pp=2,dp=8,ga=4,pp_embed=1,pp_loss=1", "pp=4,vpp=2,dp=4,ga=8"});
 }
 
 TEST(StackRoundTrip, TorchtitanKeepsEveryCpKindAndOption) {
@@ -258,8 +262,18 @@ TEST(StackImport, RefusesWhatChangesTheAnswer) {
   SKIP_UNLESS_READABLE(Stack::torchtitan);
   SKIP_UNLESS_READABLE(Stack::arctic);
   const std::string shape = " --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096";
-  std::string e = import_error(Stack::megatron, "--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 12" + shape);
-  EXPECT_NE(e.find("--decoder-first-pipeline-num-layers"), std::string::npos) << e;
+  // an uneven pipeline split is read (pp_first); one Megatron would refuse is refused by plan_check,
+  // naming pp_first (tests/test_pipeline_stages.cpp)
+  {
+    ImportOptions o;
+    o.world = 16;
+    const StackJob j = import_stack(Stack::megatron, "--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 12" + shape,
+                                    "cfg", profiles(), o);
+    EXPECT_EQ(j.plan.pp, 2);
+    EXPECT_EQ(j.plan.pp_first, 12);
+    EXPECT_EQ(j.plan.pp_last, 0);
+  }
+  std::string e;
   e = import_error(Stack::megatron, "--recompute-granularity full --recompute-method block --recompute-num-layers 4" + shape);
   EXPECT_NE(e.find("--recompute-method"), std::string::npos) << e;
   e = import_error(Stack::megatron, "--cp-comm-type ring" + shape);
