@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <regex>
 
 #include "costmodel/attention_kernels.hpp"
@@ -513,9 +514,19 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
     JsonReader cal = r.object("calibration");
     const json& list = cal.raw("residuals");
     if (!list.is_array()) cal.fail("residuals", "expected a list of {\"id\", \"gpu\", \"log_ratio\"}");
+    // each run's measured step (calibration.runs, by id): with the leave-one-out log ratio, the step
+    // predicted out of sample (ctxplan validate's leave-one-out column)
+    std::map<std::string, double> measured;
+    if (cal.has("runs") && cal.raw("runs").is_array())
+      for (const json& run : cal.raw("runs"))
+        if (run.is_object() && run.contains("id") && run["id"].is_string() && run.contains("measured_step_seconds") &&
+            run["measured_step_seconds"].is_number())
+          measured[run["id"].get<std::string>()] = run["measured_step_seconds"].get<double>();
     for (size_t i = 0; i < list.size(); ++i) {
       JsonReader e(list[i], where + ": calibration.residuals[" + std::to_string(i) + "]");
-      rt.time_residuals.push_back({e.string("id"), e.string("gpu"), e.number("log_ratio")});
+      TimeResidual t{e.string("id"), e.string("gpu"), e.number("log_ratio")};
+      if (auto it = measured.find(t.id); it != measured.end()) t.measured_step_seconds = it->second;
+      rt.time_residuals.push_back(t);
     }
   }
   // a calibrated profile may find memory-bound kernels faster than the hardware curve says (< 1)

@@ -18,6 +18,7 @@ struct TimeResidual {
   std::string id;         // the run or the validation point
   std::string gpu;        // hardware profile name of the run's cluster
   double log_ratio = 0;
+  double measured_step_seconds = 0;  // the run's measured step where the record states it (calibration.runs), else 0
 };
 
 struct RuntimeProfile {

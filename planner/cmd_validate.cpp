@@ -31,10 +31,20 @@ std::function<int()> add_validate_command(CLI::App& app, CommonOptions& common) 
   return [a, &common]() {
     Profiles profiles = load_profiles(common.profiles.empty() ? default_profiles_dir() : common.profiles);
     const std::string dir = profiles.dir + "/validation/";
-    struct Row { std::string id, metric; double published, predicted; std::string plan, note, attention, role; };
+    struct Row {
+      std::string id, metric;
+      double published, predicted;
+      std::string plan, note, attention, role;
+      double predicted_step = 0, implied_step = 0;  // time metrics: the predicted step, the step the published number implies
+      double out_of_sample = 0;  // the prediction out of sample: a calibrated runtime's fit point's leave-one-out, else predicted
+      bool loo = false;          // out_of_sample comes from the calibration record's leave-one-out fit
+    };
     std::vector<Row> rows;
     for (const PublishedTimeRow& p : predict_published_time(profiles, a->only, ""))
-      rows.push_back({p.id, p.metric, p.published, p.predicted, p.plan, p.note, p.attention, p.role});
+      rows.push_back({p.id, p.metric, p.published, p.predicted, p.plan, p.note, p.attention, p.role,
+                      p.time_metric ? p.predicted_step_seconds : 0.0,
+                      p.time_metric ? p.predicted_step_seconds * std::exp(p.step_log_ratio) : 0.0, p.predicted_out_of_sample,
+                      p.leave_one_out});
     for (const json& pt : read_jsonl(dir + "alst_maxseq.jsonl")) {
       JsonReader r(pt, dir + "alst_maxseq.jsonl");
       std::string id = r.string("id") + ":max_seq_tokens";
@@ -48,50 +58,67 @@ std::function<int()> add_validate_command(CLI::App& app, CommonOptions& common) 
       if (!chk.ok()) throw InputError(dir + "alst_maxseq.jsonl", id, chk.message());
       int64_t s = max_trainable_seq(m, c, rt, plan, static_cast<int64_t>(published * 4));
       rows.push_back({id, "max_seq_tokens", published, static_cast<double>(s), plan_to_string(plan), "",
-                      find_attention_kernel(c, rt).name, point_role(r)});
+                      find_attention_kernel(c, rt).name, point_role(r), 0.0, 0.0, static_cast<double>(s), false});
     }
-    // geometric-mean |error| per metric: all points, and the fit and check points apart
-    std::map<std::string, std::pair<double, int>> by_metric;                      // sum |ln ratio|, count
-    std::map<std::pair<std::string, std::string>, std::pair<double, int>> by_role;  // (metric, role) -> the same
+    // geometric-mean |error| per metric: all points, and the fit and check points apart; in sample (the
+    // prediction) and out of sample (a calibrated runtime's fit points at their leave-one-out fit)
+    struct Sum {
+      double in = 0, out = 0;
+      int n = 0;
+    };
+    std::map<std::string, Sum> by_metric;                      // sum |ln ratio| in and out of sample, count
+    std::map<std::pair<std::string, std::string>, Sum> by_role;  // (metric, role) -> the same
     for (auto& r : rows)
-      if (r.predicted > 0 && r.published > 0) {
-        const double e = std::abs(std::log(r.predicted / r.published));
-        by_metric[r.metric].first += e;
-        by_metric[r.metric].second += 1;
-        by_role[{r.metric, r.role}].first += e;
-        by_role[{r.metric, r.role}].second += 1;
+      if (r.predicted > 0 && r.published > 0 && r.out_of_sample > 0) {
+        const double e = std::abs(std::log(r.predicted / r.published)), o = std::abs(std::log(r.out_of_sample / r.published));
+        for (Sum* x : {&by_metric[r.metric], &by_role[{r.metric, r.role}]}) x->in += e, x->out += o, x->n += 1;
       }
-    auto geomean = [](const std::pair<double, int>& v) { return std::exp(v.first / v.second) - 1.0; };
+    auto geomean = [](const Sum& v) { return std::exp(v.in / v.n) - 1.0; };
+    auto geomean_out = [](const Sum& v) { return std::exp(v.out / v.n) - 1.0; };
+    auto pct = [](double predicted, double published) {
+      return (predicted >= published ? "+" : "") + fixed(100.0 * (predicted / published - 1.0), 1) + "%";
+    };
     if (a->json) {
       json jr = json::array(), js = json::object();
-      for (auto& r : rows)
-        jr.push_back({{"id", r.id}, {"metric", r.metric}, {"published", r.published}, {"predicted", r.predicted},
-                      {"error", r.predicted / r.published - 1.0}, {"plan", r.plan}, {"note", r.note},
-                      {"attention", r.attention},  // the kernel priced: the point's stated one, else the runtime's default
-                      {"role", r.role}});
-      for (auto& [k, v] : by_metric) js[k] = {{"points", v.second}, {"geomean_abs_error", geomean(v)}};
-      for (auto& [k, v] : by_role) js[k.first][k.second] = {{"points", v.second}, {"geomean_abs_error", geomean(v)}};
+      for (auto& r : rows) {
+        json row = {{"id", r.id}, {"metric", r.metric}, {"published", r.published}, {"predicted", r.predicted},
+                    {"error", r.predicted / r.published - 1.0}, {"plan", r.plan}, {"note", r.note},
+                    {"attention", r.attention},  // the kernel priced: the point's stated one, else the runtime's default
+                    {"role", r.role}};
+        // a step time or a rate: the predicted step, and the step the published number implies (a rate is
+        // inverse to the step): what `ctxplan calibrate --runs` takes as the measurement
+        if (r.implied_step > 0) row["predicted_step_seconds"] = r.predicted_step, row["implied_step_seconds"] = r.implied_step;
+        if (r.loo) row["predicted_leave_one_out"] = r.out_of_sample;
+        jr.push_back(row);
+      }
+      for (auto& [k, v] : by_metric)
+        js[k] = {{"points", v.n}, {"geomean_abs_error", geomean(v)}, {"geomean_abs_error_out_of_sample", geomean_out(v)}};
+      for (auto& [k, v] : by_role)
+        js[k.first][k.second] = {{"points", v.n}, {"geomean_abs_error", geomean(v)}, {"geomean_abs_error_out_of_sample", geomean_out(v)}};
       std::cout << json_dump(json{{"schema", "ctxplan.validation/1"}, {"rows", jr}, {"summary", js}}) << "\n";
       return kExitOk;
     }
     Table t;
-    t.header = {"point", "role", "published", "predicted", "error", "plan"};
+    t.header = {"point", "role", "published", "predicted", "error", "leave-one-out", "plan"};
     for (auto& r : rows) {
       int dec = r.published < 100 ? 2 : 0;
-      t.rows.push_back({r.id, r.role, fixed(r.published, dec), fixed(r.predicted, dec), (r.predicted >= r.published ? "+" : "") +
-                        fixed(100.0 * (r.predicted / r.published - 1.0), 1) + "%", r.plan + (r.note.empty() ? "" : " (" + r.note + ")")});
+      t.rows.push_back({r.id, r.role, fixed(r.published, dec), fixed(r.predicted, dec), pct(r.predicted, r.published),
+                        r.loo ? pct(r.out_of_sample, r.published) : "", r.plan + (r.note.empty() ? "" : " (" + r.note + ")")});
     }
     std::cout << "ctxplan validate: " << rows.size() << " reference points (profiles/validation/)\n" << t.render() << "\n";
     Table s;
-    s.header = {"metric", "points", "role", "geometric-mean |error|"};
+    s.header = {"metric", "points", "role", "geometric-mean |error|", "out of sample"};
     for (auto& [k, v] : by_metric) {
       const bool both = by_role.count({k, "fit"}) && by_role.count({k, "check"});
-      if (both) s.rows.push_back({k, std::to_string(v.second), "all", fixed(100.0 * geomean(v), 1) + "%"});
+      if (both) s.rows.push_back({k, std::to_string(v.n), "all", fixed(100.0 * geomean(v), 1) + "%", fixed(100.0 * geomean_out(v), 1) + "%"});
       for (const char* role : {"fit", "check"})
         if (auto it = by_role.find({k, role}); it != by_role.end())
-          s.rows.push_back({both ? "" : k, std::to_string(it->second.second), role, fixed(100.0 * geomean(it->second), 1) + "%"});
+          s.rows.push_back({both ? "" : k, std::to_string(it->second.n), role, fixed(100.0 * geomean(it->second), 1) + "%",
+                            fixed(100.0 * geomean_out(it->second), 1) + "%"});
     }
-    std::cout << s.render();
+    std::cout << s.render()
+              << "out of sample: a calibrated runtime's fit points predicted by the fit to its other points (its calibration "
+                 "record's leave-one-out step); every other point is out of sample as predicted\n";
     return kExitOk;
   };
 }

@@ -105,12 +105,24 @@ std::vector<PublishedTimeRow> predict_published_time(const Profiles& profiles, c
     row.note = p.memory.fits() ? "" : "predicted not to fit";
     row.published = r.number("published");
     row.predicted = metric_from(r.string("definition"), m, p);
+    row.predicted_step_seconds = p.time.step_seconds;
     // every time metric but the step itself is a rate (tokens/s, TFLOP/s, MFU): inversely proportional
     // to the step; a memory metric says nothing about the step
     const double ratio = row.published / row.predicted;
     const std::string def = r.string("definition");
     row.time_metric = def != "torch_max_reserved_gib";
     row.step_log_ratio = !row.time_metric ? 0.0 : def == "step_seconds" ? std::log(ratio) : -std::log(ratio);
+    // a calibrated runtime's own fit point: the step its leave-one-out fit predicted (the calibration
+    // record's measured step over exp(leave-one-out log ratio)), as this metric
+    row.predicted_out_of_sample = row.predicted;
+    if (row.time_metric)
+      for (const TimeResidual& t : rt.time_residuals)
+        if (t.id == row.point && t.measured_step_seconds > 0 && p.time.step_seconds > 0) {
+          const double loo_step = t.measured_step_seconds * std::exp(-t.log_ratio);
+          row.predicted_out_of_sample = def == "step_seconds" ? row.predicted * loo_step / p.time.step_seconds
+                                                               : row.predicted * p.time.step_seconds / loo_step;
+          row.leave_one_out = true;
+        }
     rows.push_back(row);
   }
   return rows;

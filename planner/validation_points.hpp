@@ -25,6 +25,11 @@ struct PublishedTimeRow {
   std::string role = "fit";   // "fit": feeds the runtime's error band; "check": only compared (point_role)
   double published = 0, predicted = 0;
   double step_log_ratio = 0;  // ln(measured / predicted step time) this metric implies (0 for memory)
+  double predicted_step_seconds = 0;  // the predicted step; x exp(step_log_ratio): the step the published metric implies
+  // the metric predicted out of sample: where the runtime was calibrated on this point (its calibration
+  // record's leave-one-out step), the metric at that step; else the prediction (already out of sample)
+  double predicted_out_of_sample = 0;
+  bool leave_one_out = false;  // predicted_out_of_sample comes from a leave-one-out fit
   bool time_metric = true;    // a step time or a rate; false for a memory metric (no residual for the band)
 };
 

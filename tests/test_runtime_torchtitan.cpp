@@ -36,7 +36,11 @@ TEST(TorchtitanRuntime, LoadsWithASourceForEveryConstantAndRunsSdpaByDefault) {
   const RuntimeProfile rt = resolve_runtime(profiles(), "torchtitan");
   const RuntimeProfile ds = resolve_runtime(profiles(), "hf-deepspeed");
   // every constant the parser reads for hf-deepspeed is stated for torchtitan too, each with a source
+  // (but hf-deepspeed's calibrated scales: optional, fitted to its own runs, docs/CALIBRATION.md)
   for (auto& [key, src] : ds.sources) {
+    bool calibrated = false;
+    for (auto& n : calibration_constant_names()) calibrated |= key == n;
+    if (calibrated) continue;
     auto it = rt.sources.find(key);
     ASSERT_NE(it, rt.sources.end()) << "torchtitan.json lacks " << key;
     EXPECT_GT(it->second.size(), 20u) << key << ": " << it->second;
