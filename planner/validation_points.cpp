@@ -102,6 +102,10 @@ std::vector<PublishedTimeRow> predict_published_time(const Profiles& profiles, c
     row.attention = p.attention;
     row.role = point_role(r);
     row.plan = plan_to_string(p.plan);
+    row.model = m.name;
+    row.source_plan = r.string("plan");
+    row.gpus = world_size(c);
+    row.seq = r.integer("seq");
     row.note = p.memory.fits() ? "" : "predicted not to fit";
     row.published = r.number("published");
     row.predicted = metric_from(r.string("definition"), m, p);

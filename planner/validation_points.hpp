@@ -21,6 +21,8 @@ double metric_from(const std::string& def, const ModelSpec& m, const Prediction&
 
 struct PublishedTimeRow {
   std::string id, point, metric, runtime, gpu, plan, note;
+  std::string model, source_plan;  // the model's name and the plan as the point states it (docs/VALIDATION.md's tables)
+  int64_t gpus = 0, seq = 0;       // the cluster's GPUs, the sequence length
   std::string attention;      // the kernel priced: the point's stated one, else the runtime's default
   std::string role = "fit";   // "fit": feeds the runtime's error band; "check": only compared (point_role)
   double published = 0, predicted = 0;
