@@ -396,6 +396,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"allgather_dkv_full_sequence", nullptr, &rt.allgather_dkv_full_sequence},
       {"allgather_dkv_fp32", nullptr, &rt.allgather_dkv_fp32},
       {"cp_kv_query_heads", nullptr, &rt.cp_kv_query_heads, nullptr, true},  // absent: false
+      {"step_overhead_optimizer_offload_only", nullptr, &rt.step_overhead_optimizer_offload_only, nullptr, true},  // absent: false
       {"reduce_bucket_mib", &rt.reduce_bucket_bytes, nullptr},
       {"reserved_mib", &rt.reserved_bytes, nullptr},
       {"fragmentation", &rt.fragmentation, nullptr},

@@ -103,6 +103,9 @@ struct RuntimeProfile {
   double attention_efficiency_scale = 1;  // x the attention kernel's efficiency curve
   double comm_efficiency_scale = 1;       // x the NVLink and network bandwidth of every collective and p2p hop
   double step_overhead_seconds = 0;       // added once per step (data loading, logging, host gaps)
+  // the overhead was fitted only on runs that offload the optimizer (its host gaps): plans that keep
+  // the optimizer on the device get none of it
+  bool step_overhead_optimizer_offload_only = false;
   // measured vs predicted step times this profile was checked against: a calibrated profile's own
   // (leave-one-out), or the published points `ctxplan validate` predicts for a built-in one
   std::vector<TimeResidual> time_residuals;

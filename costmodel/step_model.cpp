@@ -361,7 +361,8 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   }
   if ((p.zero == 1 || p.zero == 2) && zdeg > 1)
     k.opt_param_ag = collective_seconds(Coll::all_gather, shard * zdeg * rt.weight_bytes, zg, c);
-  k.step_overhead_seconds = rt.step_overhead_seconds;
+  // a fixed overhead fitted only on optimizer-offload runs says nothing of a plan without offload
+  k.step_overhead_seconds = rt.step_overhead_optimizer_offload_only && !p.opt_offload ? 0 : rt.step_overhead_seconds;
 
   // ---- accounting
   double seqs = static_cast<double>(p.mbs * p.ga * dp);

@@ -132,6 +132,26 @@ TEST(Calibration, TheOverheadIsAddedOncePerStepWithAndWithoutAPipeline) {
   }
 }
 
+TEST(Calibration, AnOverheadFittedOnOffloadRunsIsAddedOnlyToPlansThatOffloadTheOptimizer) {
+  // hf-deepspeed's step_overhead_seconds was fitted on ALST runs that all offload the optimizer
+  // (step_overhead_optimizer_offload_only): a plan keeping the optimizer on the GPU gets none of it
+  const ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  const ClusterSpec c = resolve_cluster(profiles(), "8xh100");
+  const RuntimeProfile ds = resolve_runtime(profiles(), "hf-deepspeed");
+  ASSERT_TRUE(ds.step_overhead_optimizer_offload_only);
+  ASSERT_GT(ds.step_overhead_seconds, 0);
+  RuntimeProfile none = ds;
+  none.step_overhead_seconds = 0;
+  for (const char* plan : {"dp=8,zero=3", "dp=8,zero=3,opt_offload=1"}) {
+    const bool offload = std::string(plan).find("opt_offload") != std::string::npos;
+    const Prediction a = predict(m, c, none, parse_plan(plan), 8192), b = predict(m, c, ds, parse_plan(plan), 8192);
+    EXPECT_NEAR(b.time.step_seconds - a.time.step_seconds, offload ? ds.step_overhead_seconds : 0.0, 1e-9) << plan;
+    EXPECT_NEAR(b.time.breakdown.overhead, offload ? ds.step_overhead_seconds : 0.0, 1e-9) << plan;
+  }
+  // a runtime whose overhead holds for every plan (megatron's, fitted on runs without offload)
+  EXPECT_FALSE(resolve_runtime(profiles(), "megatron").step_overhead_optimizer_offload_only);
+}
+
 TEST(ErrorBand, InterpolatedQuantilesContainAllButTheTailsOfTheResiduals) {
   for (int n : {1, 2, 5, 10, 11, 23}) {
     RuntimeProfile rt;
