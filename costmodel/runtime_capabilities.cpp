@@ -7,7 +7,7 @@ namespace {
 
 const char* const kKeys[] = {"stack",     "tp",        "sp",   "pp",        "vpp",         "cp_comm",       "cp_layout", "zero_shard",
                              "cp_varlen", "zero",      "recompute", "opt_offload", "param_offload", "ckpt_offload",
-                             "tiled_loss", "tiled_mlp", "master", "grads", "moments"};
+                             "tiled_loss", "tiled_mlp", "master", "grads", "moments", "zero_with_pp"};
 
 // {"value": ..., "source": "..."} with a non-empty source
 const json& statement(const JsonReader& r, const std::string& key, RuntimeCapabilities& c) {
@@ -112,6 +112,11 @@ RuntimeCapabilities capabilities_from_json(const JsonReader& r) {
     if (v.is_boolean()) c.zero_shard = v.get<bool>() ? std::vector<int>{1, 2, 3} : std::vector<int>{};
     else c.zero_shard = zero_stages(r, "zero_shard", c, 1);
   }
+  // optional: absent = the zero list holds with pipeline stages too
+  if (r.has("zero_with_pp")) {
+    c.zero_with_pp = zero_stages(r, "zero_with_pp", c, 0);
+    c.zero_with_pp_declared = true;
+  }
   for (int i : names(r, "recompute", c, {"none", "selective", "full"})) c.recompute.push_back(static_cast<Recompute>(i));
   c.opt_offload = flag(r, "opt_offload", c);
   c.param_offload = flag(r, "param_offload", c);
@@ -156,6 +161,8 @@ std::vector<std::vector<std::string>> capability_rows(const RuntimeCapabilities&
   rows.push_back({"zero_shard", c.zero_shard.empty() ? "no (all dp*cp ranks)"
                                                      : "HSDP with zero " + list_text(c.zero_shard, [](int z) { return std::to_string(z); }),
                   src("zero_shard")});
+  if (c.zero_with_pp_declared)
+    rows.push_back({"zero_with_pp", "with pp > 1: zero " + list_text(c.zero_with_pp, [](int z) { return std::to_string(z); }), src("zero_with_pp")});
   rows.push_back({"recompute", list_text(c.recompute, [](Recompute x) { return to_string(x); }), src("recompute")});
   rows.push_back({"opt_offload", yes(c.opt_offload), src("opt_offload")});
   rows.push_back({"param_offload", yes(c.param_offload), src("param_offload")});
@@ -198,7 +205,13 @@ std::string missing_capability(const RuntimeCapabilities& c, const std::string& 
                                       }));
     }
   }
-  if (!listed(c.zero, p.zero)) return no("zero", std::to_string(p.zero), "zero " + list_text(c.zero, [](int z) { return std::to_string(z); }));
+  if (p.pp > 1 && c.zero_with_pp_declared) {
+    if (!listed(c.zero_with_pp, p.zero))
+      return no("zero_with_pp", std::to_string(p.zero) + " with pp=" + std::to_string(p.pp),
+                "zero " + list_text(c.zero_with_pp, [](int z) { return std::to_string(z); }) + " with pipeline stages");
+  } else if (!listed(c.zero, p.zero)) {
+    return no("zero", std::to_string(p.zero), "zero " + list_text(c.zero, [](int z) { return std::to_string(z); }));
+  }
   if (p.zero >= 1 && zero_replicate_degree(p) > 1 && !listed(c.zero_shard, p.zero))
     return no("zero_shard", std::to_string(p.zero_shard) + " with zero=" + std::to_string(p.zero),
               c.zero_shard.empty() ? "ZeRO over all dp*cp ranks only (zero_shard=0)"

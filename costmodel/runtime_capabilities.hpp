@@ -17,6 +17,9 @@
 //                                                    stages (true = all); optional, absent = false (a stack
 //                                                    that states capabilities and not this one shards over
 //                                                    all dp*cp ranks)
+//     "zero_with_pp": {"value": [0, 1, 2, 3]},       the ZeRO stages with pp > 1 (a stack whose sharding
+//                                                    changes meaning under pipeline stages); optional,
+//                                                    absent = the "zero" list holds with pp > 1 too
 //     "recompute": {"value": ["none", "selective", "full"]},
 //     "opt_offload", "param_offload", "ckpt_offload", "tiled_loss", "tiled_mlp": {"value": true | false}
 //     "master":    {"value": ["fp32", "none"]},       optimizer precision (plan keys master, grads, moments);
@@ -47,6 +50,8 @@ struct RuntimeCapabilities {
   std::vector<CpVarlen::Kind> cp_varlen;
   std::vector<int> zero;
   std::vector<int> zero_shard;     // ZeRO stages with HSDP (shard over zero_shard ranks, replicate across); absent: none
+  std::vector<int> zero_with_pp;     // ZeRO stages with pp > 1 (zero_with_pp_declared); else the zero list
+  bool zero_with_pp_declared = false;
   std::vector<Recompute> recompute;
   bool opt_offload = true, param_offload = true, ckpt_offload = true, tiled_loss = true, tiled_mlp = true;
   // optimizer precision a plan may set (Plan::master, grads, moments); the profile reader adds the

@@ -4,8 +4,10 @@
 // local_batch_size / global_batch_size / seq_len / enable_cpu_offload / mixed_precision_param,
 // [parallelism] data_parallel_replicate_degree / data_parallel_shard_degree (-1 = the leftover
 // ranks) / fsdp_reshard_after_forward / tensor_parallel_degree / context_parallel_degree /
-// context_parallel_rotate_method, [activation_checkpoint] mode / selective_ac_option, [model] name /
-// flavor / converters) and the llama3 / qwen3 flavors in torchtitan/models/*/__init__.py. The
+// context_parallel_rotate_method / pipeline_parallel_degree / _schedule / _microbatch_size,
+// [activation_checkpoint] mode / selective_ac_option, [model] name / flavor / converters), the stage
+// split of torchtitan/distributed/pipeline.py, and the llama3 / qwen3 flavors in
+// torchtitan/models/*/__init__.py. The
 // mapping table is docs/STACKS.md "torchtitan". Read with toml++ (Debian libtomlplusplus-dev).
 #include <algorithm>
 #include <sstream>
@@ -14,6 +16,8 @@
 #endif
 
 #include "costmodel/errors.hpp"
+#include "costmodel/pipeline_stages.hpp"
+#include "costmodel/profile_store.hpp"
 #include "planner/stacks.hpp"
 
 namespace ctx {
@@ -35,6 +39,50 @@ bool ignored_section(const std::string& s) {
   static const char* names[] = {"job", "profiling", "metrics", "optimizer", "lr_scheduler", "checkpoint", "comm",
                                 "validation", "fault_tolerance", "experimental", "memory_estimation"};
   return std::find(std::begin(names), std::end(names), s) != std::end(names);
+}
+
+// torchtitan's split of `layers` over `stages` virtual pipeline stages (torchtitan
+// torchtitan/distributed/pipeline.py generate_module_names_per_stage, read at 0ab23071, with its
+// defaults input_weight = output_weight = 1): the embedding and the final norm + output weigh one
+// layer each; every stage gets (layers + 2) / stages effective layers, the first (layers + 2) %
+// stages stages one more, and stage 0 (stages - 1) builds one transformer layer fewer for the
+// embedding (the output). One stage builds everything. Empty when a stage would get no layer.
+std::vector<int64_t> torchtitan_stage_layers(int64_t layers, int64_t stages) {
+  if (stages <= 1) return {layers};
+  const int64_t effective = layers + 2, per = effective / stages, extra = effective % stages;
+  if (per < 1) return {};
+  std::vector<int64_t> out;
+  int64_t left = layers;
+  for (int64_t s = 0; s < stages; ++s) {
+    int64_t n = per + (s < extra ? 1 : 0) - (s == 0 || s == stages - 1 ? 1 : 0);
+    n = std::min(std::max<int64_t>(n, 0), left);
+    left -= n;
+    out.push_back(n);
+  }
+  for (int64_t n : out)
+    if (n < 1) return {};
+  return out;
+}
+
+// The plan keys (pp_embed / pp_loss, pp_first / pp_last, or none) whose split is torchtitan's for
+// plan p's pp and vpp; false when none gives it.
+bool express_torchtitan_split(int64_t layers, Plan& p) {
+  const std::vector<int64_t> want = torchtitan_stage_layers(layers, p.pp * p.vpp);
+  if (want.empty()) return false;
+  Plan even = p, embed_loss = p, first_last = p;
+  even.pp_embed = even.pp_loss = false;
+  even.pp_first = even.pp_last = 0;
+  embed_loss = even;
+  embed_loss.pp_embed = embed_loss.pp_loss = true;  // Megatron's account-for-embedding/loss rule
+  first_last = even;
+  first_last.pp_first = want.front() * p.vpp;       // exact for one chunk per stage (vpp = 1)
+  first_last.pp_last = want.back() * p.vpp;
+  for (const Plan* t : {&even, &embed_loss, &first_last}) {
+    if (!pipeline_split_error(layers, *t).empty() || pipeline_chunk_layers(layers, *t) != want) continue;
+    p = *t;
+    return true;
+  }
+  return false;
 }
 
 #if CTXPLAN_HAVE_TOML
@@ -159,10 +207,7 @@ StackJob import_torchtitan(const std::string& text, const std::string& where, co
   }
 
   // ---- parallel degrees ----
-  if (int64_t pp = t.integer("parallelism", "pipeline_parallel_degree", 1, 1); pp != 1)
-    throw InputError(where, "parallelism.pipeline_parallel_degree",
-                     std::to_string(pp) + ": torchtitan composes pipeline stages with FSDP, and ctxplan prices pipeline "
-                     "parallelism with ZeRO-0/1 only (Megatron; DeepSpeed's PipelineEngine refuses ZeRO-2/3); valid: 1");
+  p.pp = t.integer("parallelism", "pipeline_parallel_degree", 1, 1);
   if (t.integer("parallelism", "expert_parallel_degree", 1, 1) != 1)
     throw InputError(where, "parallelism.expert_parallel_degree", "mixture of experts is not modelled; valid: 1");
   p.tp = t.integer("parallelism", "tensor_parallel_degree", 1, 1);
@@ -180,7 +225,7 @@ StackJob import_torchtitan(const std::string& text, const std::string& where, co
   int64_t shard = t.integer("parallelism", "data_parallel_shard_degree", -1, -1);
   if (shard == 0) throw InputError(where, "parallelism.data_parallel_shard_degree", "0; valid: -1 (the leftover ranks) or >= 1");
   if (shard == -1 && job.world > 0) {
-    const int64_t other = replicate * p.tp * p.cp;
+    const int64_t other = replicate * p.tp * p.cp * p.pp;
     if (job.world % other != 0)
       throw InputError(where, "parallelism", "replicate x tp x cp = " + std::to_string(other) + " does not divide the " +
                                                  std::to_string(job.world) + " GPUs");
@@ -188,9 +233,9 @@ StackJob import_torchtitan(const std::string& text, const std::string& where, co
   }
   if (shard > 0) {
     p.dp = replicate * shard;
-    if (job.world > 0 && p.dp * p.tp * p.cp != job.world)
+    if (job.world > 0 && p.dp * p.tp * p.cp * p.pp != job.world)
       throw InputError(where, "parallelism",
-                       "replicate x shard x tp x cp = " + std::to_string(p.dp * p.tp * p.cp) + " but the job has " +
+                       "replicate x shard x tp x cp x pp = " + std::to_string(p.dp * p.tp * p.cp * p.pp) + " but the job has " +
                            std::to_string(job.world) + " GPUs");
   }
   const bool fsdp = shard == -1 || shard * p.cp > 1;  // FSDP shards over the dp_shard x cp mesh
@@ -204,7 +249,28 @@ StackJob import_torchtitan(const std::string& text, const std::string& where, co
   const std::string reshard = t.str("parallelism", "fsdp_reshard_after_forward", "default");
   if (reshard != "default" && reshard != "always" && reshard != "never")
     throw InputError(where, "parallelism.fsdp_reshard_after_forward", "unknown value '" + reshard + "'; valid: default, always, never");
-  if (fsdp) {
+  if (p.pp > 1 && !fsdp && replicate > 1)
+    throw InputError(where, "parallelism.data_parallel_replicate_degree",
+                     std::to_string(replicate) + " with pipeline_parallel_degree = " + std::to_string(p.pp) +
+                         ": torchtitan's DDP runs alone (apply_ddp: 'DDP has not supported > 1D parallelism'); valid: 1, or "
+                         "data_parallel_shard_degree for FSDP");
+  if (fsdp && p.pp > 1) {
+    // FSDP2 under torch.distributed.pipelining: torchtitan's "default" policy keeps the stage's
+    // parameters unsharded after forward when PP is on (parallelize.py apply_fsdp: reshard_after_forward
+    // = not pp_enabled), and PipelineStage.backward_maybe_with_nosync (torch/distributed/pipelining/
+    // stage.py) turns off reshard-after-backward and gradient sync for every micro-batch, reducing once
+    // after the last (_post_backward): unsharded parameters and gradients through the step, sharded
+    // optimizer states, one all-gather and one reduce-scatter per step: ZeRO-1's states and collectives
+    if (reshard == "always")
+      throw InputError(where, "parallelism.fsdp_reshard_after_forward",
+                       "\"always\" with pipeline_parallel_degree = " + std::to_string(p.pp) +
+                           ": parameters re-gathered for every micro-batch forward while gradients accumulate unsharded is "
+                           "no ZeRO stage ctxplan prices; valid: default, never (both keep the stage unsharded through the step)");
+    p.zero = 1;
+    job.warnings.push_back("FSDP with pipeline_parallel_degree = " + std::to_string(p.pp) +
+                           ": modelled as zero=1 (torchtitan keeps each stage's parameters and gradients unsharded across "
+                           "micro-batches and reduce-scatters once per step; optimizer states stay sharded)");
+  } else if (fsdp) {
     p.zero = reshard == "never" ? 2 : 3;
     if (reshard == "never")
       job.warnings.push_back("parallelism.fsdp_reshard_after_forward = \"never\": modelled as zero=2 (parameters stay "
@@ -223,6 +289,46 @@ StackJob import_torchtitan(const std::string& text, const std::string& where, co
                        "turning it into gradient accumulation needs the data-parallel size: give "
                        "parallelism.data_parallel_shard_degree or `ctxplan import --cluster`");
     p.ga = stacks::accumulation_from_global(global, p.mbs, p.dp, where, "training.global_batch_size");
+  }
+  // ---- pipeline schedule (torchtitan/distributed/pipeline.py build_pipeline_schedule) ----
+  if (p.pp > 1) {
+    const std::string schedule = t.str("parallelism", "pipeline_parallel_schedule", "1F1B");
+    if (schedule == "1F1B") p.vpp = 1;
+    else if (schedule == "Interleaved1F1B") p.vpp = 2;  // looped schedules: 2 stages per rank by default
+    else
+      throw InputError(where, "parallelism.pipeline_parallel_schedule",
+                       "\"" + schedule + "\" is not a schedule ctxplan prices; valid: 1F1B, Interleaved1F1B");
+    if (!t.str("parallelism", "pipeline_parallel_schedule_csv", "").empty())
+      throw InputError(where, "parallelism.pipeline_parallel_schedule_csv", "a custom schedule is not modelled; valid: \"\"");
+    if (!t.strings("parallelism", "pipeline_parallel_split_points").empty())
+      throw InputError(where, "parallelism.pipeline_parallel_split_points",
+                       "manual split points are not read; valid: [] (torchtitan's weighted split, which ctxplan reproduces)");
+    if (t.integer("parallelism", "pipeline_parallel_layers_per_stage", 0, 0) != 0)
+      throw InputError(where, "parallelism.pipeline_parallel_layers_per_stage",
+                       "not read (the stage count it gives differs between torchtitan versions); valid: absent (1F1B: one "
+                       "stage per rank, Interleaved1F1B: two)");
+    // local_batch_size is one schedule step's batch, cut into micro-batches of the pipeline's size
+    const int64_t micro = t.integer("parallelism", "pipeline_parallel_microbatch_size", 1, 1);
+    if (p.mbs % micro != 0)
+      throw InputError(where, "parallelism.pipeline_parallel_microbatch_size",
+                       std::to_string(micro) + " does not divide training.local_batch_size = " + std::to_string(p.mbs) +
+                           " (torchtitan raises); valid: a divisor of " + std::to_string(p.mbs));
+    p.ga *= p.mbs / micro;
+    p.mbs = micro;
+    const ModelSpec m = resolve_model(profiles, job.model);
+    if (!express_torchtitan_split(m.layers, p)) {
+      const std::vector<int64_t> split = torchtitan_stage_layers(m.layers, p.pp * p.vpp);
+      std::string layers;
+      for (int64_t n : split) layers += (layers.empty() ? "" : ", ") + std::to_string(n);
+      if (split.empty() || m.layers % (p.pp * p.vpp) != 0)
+        throw InputError(where, "parallelism.pipeline_parallel_degree",
+                         std::to_string(p.pp) + (p.vpp > 1 ? " x 2 stages per rank" : "") + " over " + std::to_string(m.layers) +
+                             " layers: torchtitan's split (" + (layers.empty() ? "a stage without layers" : layers) +
+                             ") is no split ctxplan prices (even, pp_first/pp_last, pp_embed/pp_loss); valid: a degree "
+                             "whose split is one of those");
+      job.warnings.push_back("pipeline split: torchtitan builds " + layers + " layers per virtual stage (embedding and output "
+                             "weigh one layer each); priced as the even split of " + std::to_string(m.layers / (p.pp * p.vpp)));
+    }
   }
   if (t.boolean("training", "enable_cpu_offload", false)) {
     if (!fsdp) throw InputError(where, "training.enable_cpu_offload", "FSDP's CPU offload needs FSDP (data_parallel_shard_degree or cp > 1)");
@@ -266,7 +372,6 @@ StackJob import_torchtitan(const std::string& text, const std::string& where, co
   std::vector<std::string> unread;
   t.unread(unread, job.ignored);
   for (const std::string& u : unread) job.warnings.push_back(u + ": not modelled (ignored)");
-  (void)profiles;
   return job;
 #endif
 }
@@ -294,6 +399,9 @@ StackExport export_torchtitan(const ExportJob& job, const Profiles& profiles) {
     shard = 1;
   } else if (p.zero == 0) {
     e.cannot_express.push_back("zero=0 with cp>1: torchtitan shards parameters over the cp ranks (FSDP); written as zero=3");
+  } else if (p.zero == 1 && p.pp > 1) {
+    e.notes.push_back("zero=1 with pp=" + std::to_string(p.pp) + " written as FSDP: under pipelining torchtitan keeps each stage's "
+                      "parameters and gradients unsharded across micro-batches and reduce-scatters once per step");
   } else if (p.zero == 1) {
     e.cannot_express.push_back("zero=1: FSDP2 has no optimizer-only sharding; written as zero=3 (full sharding)");
   } else if (p.zero == 2) {
@@ -323,6 +431,21 @@ StackExport export_torchtitan(const ExportJob& job, const Profiles& profiles) {
   }
   if (p.tp > 1 && !sp_enabled(p))
     e.cannot_express.push_back("sp=0: torchtitan's tensor parallel always shards the sequence (sequence parallel)");
+  if (p.pp > 1) {
+    if (p.vpp > 2)
+      e.cannot_express.push_back("vpp=" + std::to_string(p.vpp) + ": torchtitan's Interleaved1F1B builds 2 stages per rank unless "
+                                 "pipeline_parallel_layers_per_stage says otherwise; written as 2");
+    const int64_t stages = p.pp * std::min<int64_t>(p.vpp, 2);  // the virtual stages the file asks for
+    if (pipeline_split_error(job.model.layers, p).empty() &&
+        pipeline_chunk_layers(job.model.layers, p) != torchtitan_stage_layers(job.model.layers, stages)) {
+      std::string layers;
+      for (int64_t n : torchtitan_stage_layers(job.model.layers, stages))
+        layers += (layers.empty() ? "" : ", ") + std::to_string(n);
+      e.cannot_express.push_back("the plan's pipeline split: torchtitan splits " + std::to_string(job.model.layers) +
+                                 " layers as " + (layers.empty() ? "(none)" : layers) +
+                                 " per virtual stage (embedding and output weigh one layer each)");
+    }
+  }
   if (p.ckpt_offload) e.cannot_express.push_back("ckpt_offload=1: torchtitan has no activation checkpoint offload");
   if (p.opt_offload != p.param_offload)
     e.cannot_express.push_back("opt_offload/param_offload: torchtitan's enable_cpu_offload moves parameters, gradients and "
@@ -353,7 +476,9 @@ StackExport export_torchtitan(const ExportJob& job, const Profiles& profiles) {
   os << "\n[job]\ndescription = \"ctxplan: " << plan_to_string(p) << "\"\n";
   os << "\n[model]\nname = \"" << name << "\"\nflavor = \"" << flavor << "\"\n";
   if (p.precision == Precision::fp8) os << "converters = [\"float8\"]\n";
-  os << "\n[training]\nlocal_batch_size = " << p.mbs << "\nglobal_batch_size = " << p.mbs * p.dp * p.ga
+  // with pp > 1 one schedule step runs all ga micro-batches: local_batch_size = mbs x ga
+  const int64_t local = p.pp > 1 ? p.mbs * p.ga : p.mbs;
+  os << "\n[training]\nlocal_batch_size = " << local << "\nglobal_batch_size = " << p.mbs * p.dp * p.ga
      << "\nseq_len = " << job.seq << "\nmixed_precision_param = \"" << (p.precision == Precision::fp32 ? "float32" : "bfloat16")
      << "\"\nenable_cpu_offload = " << (p.opt_offload || p.param_offload ? "true" : "false") << "\n";
   os << "\n[parallelism]\ndata_parallel_replicate_degree = " << replicate << "\ndata_parallel_shard_degree = " << shard
@@ -361,7 +486,8 @@ StackExport export_torchtitan(const ExportJob& job, const Profiles& profiles) {
      << "\ncontext_parallel_degree = " << p.cp << "\ncontext_parallel_rotate_method = \"" << rotate
      << "\"\npipeline_parallel_degree = " << p.pp << "\n";
   if (p.pp > 1)  // torchtitan's schedule names (torch.distributed.pipelining): 1F1B, Interleaved1F1B
-    os << "pipeline_parallel_schedule = \"" << (p.vpp > 1 ? "Interleaved1F1B" : "1F1B") << "\"\n";
+    os << "pipeline_parallel_schedule = \"" << (p.vpp > 1 ? "Interleaved1F1B" : "1F1B")
+       << "\"\npipeline_parallel_microbatch_size = " << p.mbs << "\n";
   os << "\n[activation_checkpoint]\n";
   if (p.recompute == Recompute::none) os << "mode = \"none\"\n";
   if (p.recompute == Recompute::full) os << "mode = \"full\"\n";

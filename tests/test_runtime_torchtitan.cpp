@@ -99,11 +99,12 @@ TEST(TorchtitanRuntime, CapabilitiesAdmitItsPlansAndNameWhatItCannotRun) {
   ASSERT_TRUE(rt.capabilities.declared);
   // every key of runtime_capabilities.hpp, each sourced: the 15 plan axes, master/grads/moments
   // (issue 21 part 5: the runtime's own values when not stated) and zero_shard (part 4)
-  EXPECT_EQ(rt.capabilities.sources.size(), 19u);
+  // and zero_with_pp (FSDP under pipeline stages is ZeRO-1)
+  EXPECT_EQ(rt.capabilities.sources.size(), 20u);
   for (auto& [key, src] : rt.capabilities.sources) EXPECT_GT(src.size(), 20u) << key;
   for (const char* ok : {"dp=8,zero=3,recompute=selective", "dp=4,cp=2,cp_kind=allgather,zero=3,recompute=full",
                          "dp=2,cp=4,cp_kind=zigzag,zero=3,recompute=full", "dp=8,zero=2", "dp=8,zero=0,recompute=none",
-                         "dp=8,zero=3,opt_offload=1,param_offload=1"})
+                         "dp=8,zero=3,opt_offload=1,param_offload=1", "dp=4,pp=2,zero=1,ga=4", "dp=4,pp=2,zero=1,zero_shard=2,ga=4"})
     EXPECT_EQ(missing_capability(rt.capabilities, rt.name, parse_plan(ok)), "") << ok;
   const std::pair<const char*, const char*> refused[] = {
       {"cp=8,cp_kind=ulysses,zero=3", "cp_comm"},       // no all-to-all of heads
@@ -111,6 +112,7 @@ TEST(TorchtitanRuntime, CapabilitiesAdmitItsPlansAndNameWhatItCannotRun) {
       {"dp=8,zero=1", "zero"},                          // FSDP2 has no optimizer-only sharding
       {"dp=8,zero=3,recompute=full,ckpt_offload=1", "ckpt_offload"},
       {"dp=8,zero=3,tiled_loss=4096", "tiled_loss"},
+      {"dp=4,pp=2,zero=3,ga=4", "zero_with_pp"},       // FSDP under pipelining is never resharded mid-step
   };
   for (auto& [plan, key] : refused) {
     const std::string why = missing_capability(rt.capabilities, rt.name, parse_plan(plan));

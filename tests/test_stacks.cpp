@@ -9,6 +9,8 @@
 #include <fstream>
 
 #include "costmodel/errors.hpp"
+#include "costmodel/profile_store.hpp"
+#include "costmodel/runtime_capabilities.hpp"
 #include "planner/stacks.hpp"
 #include "tests/run_process.hpp"
 
@@ -114,7 +116,10 @@ TEST(StackRoundTrip, TorchtitanKeepsEveryCpKindAndOption) {
                     {"zero=0", "zero=3", "zero=2,cp=2", "tp=4,zero=3", "cp=8,cp_kind=zigzag,zero=3",
                      "cp=4,cp_kind=allgather,zero=3", "tp=2,cp=2,zero=3,recompute=selective", "zero=3,recompute=full",
                      "zero=3,opt_offload=1,param_offload=1", "zero=3,mbs=2,ga=3", "zero=3,precision=fp32",
-                     "zero=3,precision=fp8,tp=2", "zero=3,zero_shard=8", "cp=2,zero=3,zero_shard=4", "zero=2,zero_shard=8"});
+                     "zero=3,precision=fp8,tp=2", "zero=3,zero_shard=8", "cp=2,zero=3,zero_shard=4", "zero=2,zero_shard=8",
+                     // FSDP under pipeline stages is zero=1 (stack_torchtitan.cpp); 32 layers over 2 stages is
+                     // torchtitan's weighted split too: (32 + 2) / 2 = 17 each, minus the embedding / the output
+                     "dp=8,pp=2,zero=1,ga=4", "dp=4,tp=2,pp=2,zero=1,mbs=2,ga=3,recompute=full", "dp=8,pp=2,zero=1,zero_shard=4,ga=2"});
 }
 
 TEST(StackRoundTrip, DeepSpeedKeepsEveryOptionItsConfigHolds) {
@@ -222,6 +227,65 @@ TEST(StackImport, TorchtitanTomlMapsToDocumentedPlan) {
   EXPECT_FALSE(any_contains(j.warnings, "runtime profile"));
 }
 
+TEST(StackImport, TorchtitanPipelineStagesMapToZeroOneAndItsWeightedSplit) {
+  SKIP_UNLESS_READABLE(Stack::torchtitan);
+  // torchtitan/distributed/pipeline.py generate_module_names_per_stage: the embedding and the output
+  // weigh one layer each; (L + 2) / S per virtual stage, the first (L + 2) % S stages one more, the
+  // first and last stage one transformer layer fewer. By hand:
+  //  - 405B (126 layers), pp=8, 1F1B: 128 / 8 = 16 -> 15, 16 x 6, 15 = Megatron's pp_embed=1,pp_loss=1
+  //  - 8B (32 layers), pp=3: 34 / 3 = 11 r 1 -> 11 (12 - 1), 11, 10 (11 - 1) = pp_first=11,pp_last=10
+  //  - 70B (80 layers), pp=4: 82 / 4 = 20 r 2 -> 20, 21, 20, 19: no ctxplan split; 80 / 4 = 20 even, warned
+  // FSDP under pipelining keeps the stage unsharded through the step: zero=1. local_batch_size 8 in
+  // micro-batches of 2 = 4 per schedule step, x global 64 / (8 x dp 2 or 4) accumulation steps.
+  struct Case {
+    const char* flavor;
+    int64_t world, pp;
+    const char* plan;
+    const char* warning;  // "" = the split is exact
+  } cases[] = {
+      {"405B", 128, 8, "dp=2,tp=8,pp=8,zero=1,mbs=2,ga=16,pp_embed=1,pp_loss=1,recompute=full", ""},
+      {"8B", 12, 3, "dp=4,pp=3,zero=1,mbs=2,ga=8,pp_first=11,pp_last=10,recompute=full", ""},
+      {"70B", 64, 4, "dp=2,tp=8,pp=4,zero=1,mbs=2,ga=16,recompute=full", "20, 21, 20, 19"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.flavor);
+    ImportOptions o;
+    o.world = c.world;
+    const std::string tp = std::string(c.flavor) == "8B" ? "1" : "8";
+    const std::string toml = std::string("[model]\nname = \"llama3\"\nflavor = \"") + c.flavor +
+                             "\"\n[training]\nlocal_batch_size = 8\nglobal_batch_size = 64\n[parallelism]\ntensor_parallel_degree = " + tp +
+                             "\npipeline_parallel_degree = " + std::to_string(c.pp) +
+                             "\npipeline_parallel_microbatch_size = 2\n[activation_checkpoint]\nmode = \"full\"\n";
+    const StackJob j = import_stack(Stack::torchtitan, toml, "tt", profiles(), o);
+    EXPECT_TRUE(same_plan(j.plan, parse_plan(c.plan))) << plan_to_string(j.plan);
+    EXPECT_TRUE(any_contains(j.warnings, "modelled as zero=1"));
+    EXPECT_EQ(any_contains(j.warnings, "pipeline split"), *c.warning != 0);
+    if (*c.warning) EXPECT_TRUE(any_contains(j.warnings, c.warning));
+    // the runtime runs what the import produced
+    const RuntimeProfile rt = resolve_runtime(profiles(), j.runtime);
+    EXPECT_EQ(missing_capability(rt.capabilities, rt.name, j.plan), "");
+  }
+  // Interleaved1F1B: two stages per rank by default; 8B over 2 x 2 = 4 virtual stages is 8, 9, 8, 7
+  ImportOptions o;
+  o.world = 8;
+  const StackJob j = import_stack(Stack::torchtitan,
+                                  "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[training]\nlocal_batch_size = 4\n[parallelism]\n"
+                                  "pipeline_parallel_degree = 2\npipeline_parallel_schedule = \"Interleaved1F1B\"\n"
+                                  "[activation_checkpoint]\nmode = \"full\"\n",
+                                  "tt", profiles(), o);
+  EXPECT_EQ(j.plan.vpp, 2);
+  EXPECT_EQ(j.plan.ga, 4);
+  EXPECT_EQ(j.plan.zero, 1);
+  EXPECT_TRUE(any_contains(j.warnings, "8, 9, 8, 7"));
+  // every rank a pipeline stage (dp_shard = 1): no FSDP, zero=0
+  o.world = 2;
+  const StackJob alone = import_stack(Stack::torchtitan,
+                                      "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[parallelism]\npipeline_parallel_degree = 2\n"
+                                      "[activation_checkpoint]\nmode = \"full\"\n",
+                                      "tt", profiles(), o);
+  EXPECT_TRUE(same_plan(alone.plan, parse_plan("dp=1,pp=2,zero=0,ga=8,recompute=full"))) << plan_to_string(alone.plan);
+}
+
 TEST(StackImport, DeepSpeedJsonMapsToDocumentedPlan) {
   // train_batch_size 64 = micro 1 x accumulation 8 x 8 ranks; stage 3 with optimizer and parameters on the CPU
   StackJob j = import_stack(Stack::deepspeed, slurp(data("ds_config_zero3_offload.json")), "ds", profiles());
@@ -298,8 +362,17 @@ TEST(StackImport, RefusesWhatChangesTheAnswer) {
   EXPECT_NE(e.find("parallelism.data_parallel_shard_degree"), std::string::npos) << e;
   e = import_error(Stack::torchtitan, tt);  // torchtitan's default: selective, every 2nd layer
   EXPECT_NE(e.find("activation_checkpoint.selective_ac_option"), std::string::npos) << e;
-  e = import_error(Stack::torchtitan, tt + "[parallelism]\npipeline_parallel_degree = 4\n");
-  EXPECT_NE(e.find("parallelism.pipeline_parallel_degree"), std::string::npos) << e;
+  const std::string full = "[activation_checkpoint]\nmode = \"full\"\n";
+  e = import_error(Stack::torchtitan, tt + full + "[parallelism]\npipeline_parallel_degree = 4\npipeline_parallel_schedule = \"GPipe\"\n");
+  EXPECT_NE(e.find("valid: 1F1B, Interleaved1F1B"), std::string::npos) << e;
+  e = import_error(Stack::torchtitan, tt + full + "[parallelism]\npipeline_parallel_degree = 4\nfsdp_reshard_after_forward = \"always\"\n");
+  EXPECT_NE(e.find("parallelism.fsdp_reshard_after_forward"), std::string::npos) << e;
+  e = import_error(Stack::torchtitan, tt + full + "[parallelism]\npipeline_parallel_degree = 4\ndata_parallel_replicate_degree = 4\n"
+                                                  "data_parallel_shard_degree = 1\n");
+  EXPECT_NE(e.find("DDP has not supported"), std::string::npos) << e;
+  e = import_error(Stack::torchtitan, tt + full + "[training]\nlocal_batch_size = 6\n[parallelism]\npipeline_parallel_degree = 4\n"
+                                                  "pipeline_parallel_microbatch_size = 4\n");
+  EXPECT_NE(e.find("valid: a divisor of 6"), std::string::npos) << e;
   e = import_error(Stack::torchtitan, "[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n");
   EXPECT_NE(e.find("model.flavor"), std::string::npos) << e;
 
