@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace ctx {
 
@@ -110,32 +111,101 @@ PipelineSchedule schedule_pipeline(const PipelineTimes& t) {
   return out;
 }
 
-double pipeline_step_closed_form(const PipelineTimes& t) {
+double pipeline_step_closed_form(const PipelineTimes& t, std::vector<double>* end_s) {
   const int64_t P = std::max<int64_t>(1, t.stages), C = std::max<int64_t>(1, t.chunks);
-  const int64_t M = std::max<int64_t>(1, t.micro_batches);
-  // a stage's time per micro-batch (all its chunks, forward and backward): the slowest, and the
-  // sum over stages; the sends of every boundary, forward and backward
-  double t_max = 0, t_sum = 0, sends = 0;
-  for (int64_t s = 0; s < P; ++s) {
-    double ts = 0;
-    for (int64_t c = 0; c < C; ++c) {
-      const size_t v = static_cast<size_t>(c * P + s);
-      if (v < t.fwd_s.size() && v < t.bwd_s.size()) ts += t.fwd_s[v] + t.bwd_s[v];
-    }
-    t_max = std::max(t_max, ts);
-    t_sum += ts;
+  const int64_t M = std::max<int64_t>(1, t.micro_batches), V = P * C;
+  // interleaved programs small enough: the exact schedule (2 V M tasks; under ~0.1 ms)
+  if (C > 1 && 2 * V * M <= kPipelineExactTasks) {
+    PipelineSchedule exact = schedule_pipeline(t);
+    if (end_s) *end_s = std::move(exact.end_s);
+    return exact.step_s;
   }
-  for (size_t v = 0; v < t.p2p_fwd_s.size() && v < t.p2p_bwd_s.size(); ++v) sends += t.p2p_fwd_s[v] + t.p2p_bwd_s[v];
-  // Fill and drain: the other stages' work, 1/C of it with C chunks (for equal stages the paper's
-  // (p - 1) t / v), and every send once. 1F1B: the first stage holds min(p, m) micro-batches, and
-  // each later one waits for the round trip of the one p before it (every stage's work and every
-  // send), so it costs max(t_max, round trip / p).
+  if (end_s) end_s->assign(static_cast<size_t>(P), 0.0);
+  auto f = [&](int64_t v) { return v < static_cast<int64_t>(t.fwd_s.size()) ? t.fwd_s[static_cast<size_t>(v)] : 0.0; };
+  auto b = [&](int64_t v) { return v < static_cast<int64_t>(t.bwd_s.size()) ? t.bwd_s[static_cast<size_t>(v)] : 0.0; };
+  auto sends = [&](int64_t v) {  // boundary v -> v+1, forward and backward
+    const size_t i = static_cast<size_t>(v);
+    return (i < t.p2p_fwd_s.size() ? t.p2p_fwd_s[i] : 0.0) + (i < t.p2p_bwd_s.size() ? t.p2p_bwd_s[i] : 0.0);
+  };
   const double m = static_cast<double>(M);
-  const double fill = (t_sum - t_max) / static_cast<double>(C) + sends;
-  if (C > 1) return m * t_max + fill;
-  const double window = static_cast<double>(pipeline_in_flight(P, 1, M, 0));
-  const double period = std::max(t_max, (t_sum + sends) / window);
-  return std::min(m, window) * t_max + std::max(0.0, m - window) * period + fill;
+  // beyond[s]: (1F1B) a micro-batch's round trip past stage s: forward and backward of the stages
+  // after it and the sends between s and the last stage, both ways
+  std::vector<double> beyond(static_cast<size_t>(P) + 1, 0.0);
+  if (C == 1)
+    for (int64_t s = P - 2; s >= 0; --s) beyond[static_cast<size_t>(s)] = beyond[static_cast<size_t>(s) + 1] + f(s + 1) + b(s + 1) + sends(s);
+  double step = 0, head = 0, tail = 0;  // head: micro-batch 0's forward reaching stage s (chunk 0); tail: the last backward leaving it
+  for (int64_t s = 0; s < P; ++s) {
+    double ts = 0;  // stage s's tasks of one micro-batch (all its chunks)
+    for (int64_t c = 0; c < C; ++c) ts += f(c * P + s) + b(c * P + s);
+    double span = m * ts;  // from its first task's start to its last task's end: at least its work
+    if (C == 1) {
+      // 1F1B on stage s: w warm-up forwards, then B0 waits for micro-batch 0's round trip past s;
+      // at the end, B(M-1) waits for micro-batch M-1's round trip after F(M-1)
+      const double fs = f(s), bs = b(s), D = beyond[static_cast<size_t>(s)];
+      const int64_t w = pipeline_warmup_forwards(P, 1, M, s);
+      const double wd = static_cast<double>(w);
+      if (M - 1 <= w)  // every forward before B0: F0..F(M-1), then B0..B(M-1)
+        span = std::max({span, std::max(m * fs, fs + D) + m * bs, m * fs + D + bs});
+      else  // F0..Fw, B0 at max(F_w's end, F0's end + D), then M-1-w (F, B) pairs up to F(M-1), w B, B(M-1)
+        span = std::max(span, fs + std::max(wd * fs, D) + (m - 1 - wd) * (fs + bs) + std::max(wd * bs, D) + bs);
+      // the round-trip cycle: F(i + P - s) starts after B(i) ends (program order), B(i) ends at
+      // least F(i)'s start + fs + D + bs: every P - s micro-batches cost a round trip
+      const int64_t W = P - s, r = (M - 1) % W, q = (M - 1) / W + 1;
+      span = std::max(span, static_cast<double>(r) * fs + static_cast<double>(q) * (fs + D + bs));
+    }
+    step = std::max(step, head + span + tail);
+    if (end_s) (*end_s)[static_cast<size_t>(s)] = head + span;
+    if (s + 1 < P) {
+      head += f(s) + (s < static_cast<int64_t>(t.p2p_fwd_s.size()) ? t.p2p_fwd_s[static_cast<size_t>(s)] : 0.0);
+      tail += b(s) + (s < static_cast<int64_t>(t.p2p_bwd_s.size()) ? t.p2p_bwd_s[static_cast<size_t>(s)] : 0.0);
+    }
+  }
+  if (C == 1) {
+    // Paths that switch stages: F(j) on stage s starts at least head_s + a_s(j) (its program:
+    // j forwards and the backwards before F(j); or k = j / (pp - s) round-trip cycles after F(j - k (pp - s))),
+    // micro-batch j's forwards and sends reach stage s2 >= s, whose program from F(j) to its last
+    // task runs (M - j) forwards and the backwards from B(j - w_s2) on, then B(M-1)'s chain back
+    // to stage 0. The value is linear in j within each residue class mod (pp - s) and each side of
+    // w_s and w_s2: the ends of those ranges are the candidates.
+    std::vector<double> heads(static_cast<size_t>(P), 0.0), backs(static_cast<size_t>(P), 0.0);
+    for (int64_t s = 1; s < P; ++s) {
+      heads[static_cast<size_t>(s)] = heads[static_cast<size_t>(s) - 1] + f(s - 1) +
+                                      (s - 1 < static_cast<int64_t>(t.p2p_fwd_s.size()) ? t.p2p_fwd_s[static_cast<size_t>(s) - 1] : 0.0);
+      backs[static_cast<size_t>(s)] = backs[static_cast<size_t>(s) - 1] + b(s - 1) +
+                                      (s - 1 < static_cast<int64_t>(t.p2p_bwd_s.size()) ? t.p2p_bwd_s[static_cast<size_t>(s) - 1] : 0.0);
+    }
+    for (int64_t s = 0; s < P; ++s) {
+      const int64_t W = P - s, w = pipeline_warmup_forwards(P, 1, M, s);
+      const double fs = f(s), bs = b(s), R = fs + beyond[static_cast<size_t>(s)] + bs;
+      auto a = [&](int64_t j) {
+        const int64_t k = j / W;
+        return std::max(static_cast<double>(j) * fs + static_cast<double>(std::max<int64_t>(0, j - w)) * bs,
+                        static_cast<double>(j - k * W) * fs + static_cast<double>(k) * R);
+      };
+      for (int64_t s2 = s; s2 < P; ++s2) {
+        const int64_t w2 = pipeline_warmup_forwards(P, 1, M, s2);
+        auto path = [&](int64_t j) {
+          if (j < 0 || j >= M) return;
+          const double to_end = heads[static_cast<size_t>(s)] + a(j) + heads[static_cast<size_t>(s2)] - heads[static_cast<size_t>(s)] +
+                                static_cast<double>(M - j) * f(s2) + static_cast<double>(M - std::max<int64_t>(0, j - w2)) * b(s2);
+          if (end_s) (*end_s)[static_cast<size_t>(s2)] = std::max((*end_s)[static_cast<size_t>(s2)], to_end);
+          step = std::max(step, to_end + backs[static_cast<size_t>(s2)]);
+        };
+        for (int64_t rho = 0; rho < W && rho < M; ++rho) {
+          path(rho);
+          path(rho + (M - 1 - rho) / W * W);
+          for (int64_t edge : {w2, w + 1})
+            if (edge > rho) {
+              const int64_t j = rho + (edge - 1 - rho) / W * W;
+              path(j);
+              path(j + W);
+            }
+        }
+      }
+    }
+  }
+  if (end_s) (*end_s)[0] = step;  // stage 0's last backward is the schedule's last task
+  return step;
 }
 
 }  // namespace ctx

@@ -58,19 +58,40 @@ struct PipelineSchedule {
 // Throws std::logic_error on a schedule that deadlocks (cannot happen for valid inputs).
 PipelineSchedule schedule_pipeline(const PipelineTimes& t);
 
-// Closed form (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
-// Clusters Using Megatron-LM", sec. 2.2): m micro-batches of the slowest stage's time t = tf + tb,
-// plus the fill and drain: the other stages' time, divided by v chunks per stage (the paper's
-// bubble (p - 1) t / v for equal stages), and every send between stages once. 1F1B also bounds
-// the period by a micro-batch's round trip (all stages and sends) over the p micro-batches the
-// first stage holds. Exact without sends for equal stages and for heavier end stages (a head and
-// loss on the last, the embedding on the first); with sends within their sum of schedule_pipeline
-// (tests/test_pipeline_schedule.cpp). It assumes one bottleneck stage: with two or more heavy stages
-// next to each other (an uneven split's middle stages, pp_first/pp_last) 1F1B runs them a
-// micro-batch's round trip apart and the closed form is above the exact schedule (stages of 1, 4,
-// 4, 1 layers, 4 micro-batches: 66 vs 63 layer-forwards, tests/test_pipeline_stages.cpp; the
-// difference is at most the light stages' times). The search ranks with it; predict and the
-// finalists run the exact schedule.
-double pipeline_step_closed_form(const PipelineTimes& t);
+// Interleaved programs of at most this many tasks (2 * stages * chunks * micro_batches) are
+// scheduled exactly by pipeline_step_closed_form (schedule_pipeline: ~0.1 ms at 4096 tasks, ~1 ms
+// here on the build machine).
+constexpr int64_t kPipelineExactTasks = 16384;
+
+// The search's fast step (no task list): the longest of these paths of the exact schedule, each a
+// lower bound of schedule_pipeline's step (so never above it), for every stage s:
+//   micro-batch 0's forward reaching stage s (chunk 0: the forwards and sends of stages < s)
+//   + stage s's span from its first task's start to its last task's end
+//   + micro-batch M-1's backward leaving stage s (chunk 0: backwards and sends of stages < s).
+// The span is at least M t_s (t_s: stage s's forward and backward of one micro-batch, all its
+// chunks). With one chunk (1F1B) also: B0 waits for micro-batch 0's round trip past s (D_s: the
+// later stages' forward and backward and the sends between, both ways) after F0, while the stage
+// runs its w_s = pp - s - 1 warm-up forwards; B(M-1) waits for D_s after F(M-1) while it runs w_s
+// backwards: span >= f_s + max(w_s f_s, D_s) + (M - 1 - w_s) t_s + max(w_s b_s, D_s) + b_s; and
+// F(i + pp - s) follows B(i) in the program, which ends at least f_s + D_s + b_s after F(i) starts.
+// And paths through two stages s <= s2: stage s's program (or those round-trip cycles) up to F(j),
+// micro-batch j's forwards down to s2, s2's program from F(j) to its last task, the chain back.
+// The bubble is then set by the slowest stage and the fill and drain path to it, not by the sum of
+// the other stages: a middle-heavy split (stages 1, 4, 4, 1 layers) pays the light first stage
+// and the heavy stages before the last heavy one, not the light last stage
+// (tests/test_pipeline_stages.cpp derives 63 by hand). Narayanan et al. 2021 (sec. 2.2)'s
+// (m + p - 1) t for equal stages is the case s = p - 1. Measured against schedule_pipeline
+// (tests/test_pipeline_schedule.cpp; 90,000 random Megatron splits of 32-128 layers, pp 2-8, a
+// head of 0-4 layers): 1F1B without sends exact; with sends up to half a layer's forward per
+// boundary at most 4.1% below (0.6% for even splits). Interleaved (chunks > 1): the exact schedule up to kPipelineExactTasks tasks; beyond,
+// only the M t_s path: within 2% for even splits (with or without pp_embed/pp_loss), but up to 25%
+// below for pp_first/pp_last splits with vpp whose first and last stages are about equally the
+// slowest: interleaving then runs a steady period above t_max (32.2 vs 24 per micro-batch for
+// chunks 2,2,2,2,2,2,2,1 layers and a 4-layer head, pp=8, vpp=4), a cycle through both ends
+// this closed form does not derive (left open in issue 16).
+// Never above schedule_pipeline (the search's lower bound, pipeline_time.hpp, rests on it).
+// `end_s`, when given, gets [stage]: a lower bound of when its last task ends (head + span; stage
+// 0's is the step: its last backward ends the schedule), exact where the schedule is run.
+double pipeline_step_closed_form(const PipelineTimes& t, std::vector<double>* end_s = nullptr);
 
 }  // namespace ctx

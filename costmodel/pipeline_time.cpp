@@ -1,6 +1,7 @@
 #include "costmodel/pipeline_time.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -165,12 +166,13 @@ StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const Runt
       if (end > step) { step = end; d.critical_stage = static_cast<int>(s); }
     }
   } else {
-    // the closed form: the schedule's closed form, then the longest tail
-    d.schedule.step_s = pipeline_step_closed_form(d.times);
-    double tail = 0;
-    for (int64_t s = 0; s < P; ++s)
-      if (d.tail_s[static_cast<size_t>(s)] > tail) { tail = d.tail_s[static_cast<size_t>(s)]; d.critical_stage = static_cast<int>(s); }
-    step = d.schedule.step_s + tail;
+    // the closed form: each stage's end from the schedule's closed form (a lower bound of the
+    // exact one's, pipeline_schedule.hpp), then its tail, as the exact branch above
+    d.schedule.step_s = pipeline_step_closed_form(d.times, &d.schedule.end_s);
+    for (int64_t s = 0; s < P; ++s) {
+      const double end = d.schedule.end_s[static_cast<size_t>(s)] + d.tail_s[static_cast<size_t>(s)];
+      if (end > step) { step = end; d.critical_stage = static_cast<int>(s); }
+    }
   }
 
   // where the critical stage's step goes: M micro-batches of its chunks, its tail (reductions and
@@ -216,7 +218,9 @@ double pipeline_step_lower_bound_s(const ModelSpec& m, const ClusterSpec& c, con
   ps.vpp = 1;
   ps.ga = 1;
   const double compute_s = estimate_step(step_costs(m, c, rt, ps, seq, false, pre)).breakdown.compute;
-  return compute_s * ((M - 1.0 / C) / P + 1.0 / C);
+  if (C > 1) return compute_s * M / P;
+  // 1F1B: max_s (sum_{j<s} t_j + M t_s) >= T / (1 - (1 - 1/M)^P) (pipeline_time.hpp)
+  return compute_s / (1.0 - std::pow(1.0 - 1.0 / M, P));
 }
 
 }  // namespace ctx

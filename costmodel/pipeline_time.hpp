@@ -19,7 +19,7 @@ namespace ctx {
 
 struct PipelineStepDetail {
   PipelineTimes times;               // what the schedule was given
-  PipelineSchedule schedule;         // the exact schedule (simulated) or only step_s (closed form)
+  PipelineSchedule schedule;         // the exact schedule (simulated) or only step_s and end_s (closed form)
   std::vector<double> tail_s;        // [stage]: exposed gradient reduction + optimizer after its last backward
   double p2p_bytes = 0;              // one micro-batch's activation (or its gradient) between stages
   std::vector<bool> p2p_inter_node;  // [virtual boundary v -> v+1]: the send crosses nodes
@@ -41,10 +41,13 @@ StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const Runt
 // the whole model instead of the ten or so the chunks and stage tails take (the search prunes with
 // it, planner/search.cpp). Derivation, with M micro-batches, P stages, C chunks per stage, t_s one
 // micro-batch's forward and backward on stage s (all its chunks) and T = sum_s t_s:
-//  - the closed form (pipeline_schedule.cpp) is M t_max + (T - t_max) / C + sends for C > 1, and
-//    for C = 1 min(M, W) t_max + max(0, M - W) period + T - t_max + sends with period >= t_max:
-//    both >= (M - 1/C) t_max + T / C, and t_max >= T / P (the slowest stage is at least the
-//    mean), M >= 1 >= 1/C: >= T ((M - 1/C) / P + 1/C);
+//  - the closed form (pipeline_schedule.hpp) is at least, for every stage s, the forwards and
+//    backwards of the stages before s (chunk 0's, part of their t_j) plus M t_s. For C = 1 that is
+//    g_s = sum_{j<s} t_j + M t_s; the weights l_s = (1/M)(1 - 1/M)^(P-1-s) c, c = 1 / (1 - (1 -
+//    1/M)^P), sum to 1 and give every t_j the same coefficient c (M l_j + sum_{s>j} l_s = c), so
+//    max_s g_s >= sum_s l_s g_s = c T: the bound T / (1 - (1 - 1/M)^P) (T for M = 1, about
+//    M T / P + T (P - 1) / (2 P) for M >> P). For C > 1 (the exact schedule or the paths, both >=
+//    M t_max): M t_max >= M T / P;
 //  - a chunk's seconds (estimate_step of its costs) are at least its slowest rank's, hence at least
 //    the mean rank's compute, which is linear in the chunk's layers plus the head on the last
 //    chunk: T >= the whole model's compute for one micro-batch (estimate_step's breakdown.compute
