@@ -21,7 +21,7 @@ Prediction predict(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfil
   p.warnings = check.warnings;
   p.memory = predict_memory(m, c, rt, plan, seq);
   // at the plan's dtypes (runtime_for_plan: grads=bf16 halves the gradient reduction, as step_costs prices it)
-  p.zero_comm = zero_comm_terms(plan, local_shapes(m, plan, seq + p.pad_tokens), runtime_for_plan(rt, plan), c.gpus_per_node);
+  p.zero_comm = zero_comm_terms(m, plan, local_shapes(m, plan, seq + p.pad_tokens), runtime_for_plan(rt, plan), c.gpus_per_node);
   p.time_band = error_band(rt, c.gpu.name);  // from the runtime's residuals on this GPU (error_band.hpp)
   StepCosts costs = step_costs(m, c, rt, plan, seq, true);
   p.attention = costs.attention_kernel;

@@ -1,5 +1,9 @@
 #include "costmodel/zero_comm.hpp"
 
+#include <algorithm>
+
+#include "costmodel/pipeline_stages.hpp"
+
 namespace ctx {
 
 bool zero_grad_replicated(const Plan& p) { return p.zero >= 1 && zero_replicate_degree(p) > 1; }
@@ -31,6 +35,23 @@ std::vector<ZeroCommTerm> zero_comm_terms(const Plan& p, const LocalShapes& s, c
     add("grad_replicate_all_reduce", Coll::all_reduce, Group::zero_replicate, s.params * rt.grad_comm_bytes / n, grad_calls);
   if (p.zero == 1 || p.zero == 2) add("param_all_gather", Coll::all_gather, Group::zero_shard, s.params * rt.weight_bytes, 1.0);
   return out;
+}
+
+std::vector<ZeroCommTerm> zero_comm_terms(const ModelSpec& m, const Plan& p, const LocalShapes& s, const RuntimeProfile& rt,
+                                          int64_t gpus_per_node, int64_t* stage) {
+  if (stage) *stage = 0;
+  if (std::max<int64_t>(1, p.pp) == 1) return zero_comm_terms(p, s, rt, gpus_per_node);
+  // the stage with the most parameters on one TP rank (layers x layer_params, embedding, head)
+  LocalShapes st = s;
+  st.params = 0;
+  for (int64_t k = 0; k < p.pp; ++k) {
+    const double held = pipeline_stage_params(m, pipeline_stage(m, p, k), s.layer_params, s.vocab);
+    if (held > st.params) {
+      st.params = held;
+      if (stage) *stage = k;
+    }
+  }
+  return zero_comm_terms(p, st, rt, gpus_per_node);
 }
 
 }  // namespace ctx

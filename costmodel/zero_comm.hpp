@@ -36,7 +36,17 @@ struct ZeroCommTerm {
   double calls_per_step = 0;
   double inter_node_bytes_per_rank = 0;  // per step (inter_node_bytes_per_rank of collectives.hpp x calls)
 };
-// Whole-model granularity (every unit once per pass; a tied head's second gather is not listed).
+// Whole-model granularity (every unit once per pass; a tied head's second gather is not listed),
+// on the s.params one rank holds: the whole model's (pp = 1).
 std::vector<ZeroCommTerm> zero_comm_terms(const Plan& p, const LocalShapes& s, const RuntimeProfile& rt, int64_t gpus_per_node);
+
+// The same for plan p of model m: with pp > 1 each pipeline rank holds and reduces only its stage's
+// parameters (its layers, the embedding on the first stage, the final norm and head on the last:
+// pipeline_stage_params, pp_first/pp_last/pp_embed/pp_loss splits included), and the terms are the
+// largest stage's (the one its collectives take longest on); `stage`, when given, gets that stage
+// (0 when pp = 1). Megatron's all-reduce of a tied embedding's gradient between the first and last
+// stage (the embedding group) is not listed.
+std::vector<ZeroCommTerm> zero_comm_terms(const ModelSpec& m, const Plan& p, const LocalShapes& s, const RuntimeProfile& rt,
+                                          int64_t gpus_per_node, int64_t* stage = nullptr);
 
 }  // namespace ctx

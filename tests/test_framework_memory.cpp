@@ -155,6 +155,42 @@ TEST(FrameworkMemory, MegatronBufferPaddingBound) {
   EXPECT_DOUBLE_EQ(term(run("dp=8,zero=0,recompute=full", "megatron", "8xh100", "Llama-2-7B", 4096), "megatron_buffer_padding"), 0.0);
 }
 
+TEST(FrameworkMemory, MegatronBufferPaddingCountsTheStagesOwnTensors) {
+  // Llama-3.1-8B at tp = 2 (one layer per TP rank 109,060,096 parameters; embedding and head rows
+  // 128256 / 2 = 64,128 x 4096 = 262,668,288 each; tests/test_pipeline_stages.cpp), pp = 4 with
+  // pp_first = pp_last = 4: the middle stages hold (32 - 8) / 2 = 12 layers. Per stage:
+  //   first  4 x 109,060,096 + 262,668,288             =   698,908,672 parameters, 4 x 6 + 1 = 25 tensors
+  //   middle 12 x 109,060,096                          = 1,308,721,152,            12 x 6    = 72
+  //   last   4 x 109,060,096 + 4,096 + 262,668,288     =   698,912,768,            4 x 6 + 2 = 26
+  // (6 TE weight tensors a layer; the embedding; the final norm and the output layer). The
+  // layers / pp rule gave every stage 32 / 4 x 6 + 3 = 51.
+  const ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  Plan p = parse_plan("tp=2,pp=4,pp_first=4,pp_last=4,dp=2,zero=1");
+  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, p, 698908672.0), 25.0);
+  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, p, 1308721152.0), 72.0);
+  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, p, 698912768.0), 26.0);
+  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, p, 1.0), 72.0) << "no stage of those parameters: the most any stage holds";
+  // the middle stage's padding, dp = 2: buckets of max(40M, 2 x 1M) elements -> ceil(32.72) = 33,
+  // each end padded by at most lcm(2, 128) - 1 = 127; 72 starts by at most 63:
+  // 33 x 127 + 72 x 63 = 4,191 + 4,536 = 8,727 elements x (2 + 4) bytes (bf16 weight, fp32 grad)
+  const RuntimeProfile rt = resolve_runtime(profiles(), "megatron");
+  ASSERT_EQ(rt.weight_bytes + rt.grad_bytes, 6.0);
+  const FrameworkMemory f = framework_memory(m, rt, p, 1308721152.0, 0);
+  double padding = 0;
+  for (int i = 0; i < f.count; ++i)
+    if (std::string(f.terms[i].name) == "megatron_buffer_padding") padding = f.terms[i].bytes;
+  EXPECT_DOUBLE_EQ(padding, 8727.0 * 6.0);
+  // the plan's memory: its peak stage is a middle one, with that term
+  const MemoryPrediction mp = run("tp=2,pp=4,pp_first=4,pp_last=4,dp=2,zero=1,ga=4,recompute=full", "megatron", "2x8xh100", "Llama-3.1-8B", 8192);
+  EXPECT_TRUE(mp.peak_stage == 1 || mp.peak_stage == 2) << mp.peak_stage;
+  EXPECT_DOUBLE_EQ(term(mp, "megatron_buffer_padding"), 8727.0 * 6.0);
+  // even split (pp = 4: 8 layers a stage): first 8 x 6 + 1 = 49, middle 48, last 50
+  p = parse_plan("tp=2,pp=4,dp=2,zero=1");
+  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, p, 8 * 109060096.0 + 262668288.0), 49.0);
+  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, p, 8 * 109060096.0), 48.0);
+  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, p, 8 * 109060096.0 + 4096.0 + 262668288.0), 50.0);
+}
+
 TEST(FrameworkMemory, CtxrunProfilesHaveNoFrameworkTerms) {
   // ctxrun's memory is its ledger's (docs/VALIDATION.md memory fidelity): no modelled framework terms
   for (const char* rt : {"ctxrun-cpu", "ctxrun-cuda"})
