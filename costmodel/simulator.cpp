@@ -48,8 +48,8 @@ namespace {
 // The builder passes these by value instead of task ids, so nothing per task is kept unless the
 // tasks are recorded.
 struct T {
+  double start = 0, end = 0, ready = 0, duration = 0;  // (first: copies move them in aligned pairs)
   int64_t id = -1;  // -1: no task (nothing to wait for); without a recording only compared
-  double start = 0, end = 0, ready = 0, duration = 0;
   int32_t rep = 0;
   SimStream stream = SimStream::compute;
   SimCategory category = SimCategory::compute;
@@ -158,25 +158,25 @@ class Builder {
 
   // ---- task creation ------------------------------------------------------------------------
   // Creates a task after `deps` (and the previous task of its stream). A task outside a collective
-  // is timed at once; a collective member (coll >= 0) is returned pending, with its own readiness in
+  // is timed at once; a collective member (coll >= 0) is left pending, with its own readiness in
   // `start`, and timed by `collective` once all members exist.
-  T add(int rep, SimStream s, const char* name, double dur, SimPass pass, SimCategory cat, int32_t layer,
-        std::initializer_list<const T*> deps, int32_t coll = -1) {
-    T t;
-    t.id = next_id_++;
-    t.rep = rep;
-    t.duration = std::max(0.0, dur);
-    t.stream = s;
-    t.category = cat;
-    const T& prev = last_[static_cast<size_t>(rep) * kSimStreams + static_cast<int>(s)];
-    double full_ready = 0;
+  // The task is written into `out` (which may be one of `deps`: they are read first), field by
+  // field: a T assembled in memory and copied whole at once would stall store-to-load forwarding.
+  void add(T& out, int rep, SimStream s, const char* name, double dur, SimPass pass, SimCategory cat, int32_t layer,
+           std::initializer_list<const T*> deps, int32_t coll = -1) {
+    const int64_t id = next_id_++;
+    const double duration = std::max(0.0, dur);
+    T& slot = last_[static_cast<size_t>(rep) * kSimStreams + static_cast<int>(s)];
+    const T& prev = slot;
+    const int64_t prev_id = prev.id;
+    double full_ready = 0, ready = 0;
     const T* binding = &kNoTask;  // for the breakdown: the latest dependency that is not the rank's own compute
     double latest = -1;
     // the previous task of the stream, then `deps` (as the recorded dependency list orders them)
     for (const T *x = &prev, *const *it = deps.begin();; x = *it++) {
       if (x->id >= 0) {
         full_ready = std::max(full_ready, x->end);
-        if (x->rep == rep) t.ready = std::max(t.ready, x->end);
+        if (x->rep == rep) ready = std::max(ready, x->end);
         if (s == SimStream::compute && !(x->stream == SimStream::compute && x->rep == rep) && x->end > latest) {
           latest = x->end;
           binding = x;
@@ -187,8 +187,8 @@ class Builder {
     if (record_) {
       SimTask st;
       st.name = name;
-      st.duration = t.duration;
-      st.ready = t.ready;
+      st.duration = duration;
+      st.ready = ready;
       st.rep = rep;
       st.layer = layer;
       st.micro_batch = static_cast<int32_t>(mb_);
@@ -198,49 +198,61 @@ class Builder {
       st.category = cat;
       out_.tasks.push_back(st);
       std::vector<int32_t> d;
-      if (prev.id >= 0) d.push_back(static_cast<int32_t>(prev.id));  // in-order stream
+      if (prev_id >= 0) d.push_back(static_cast<int32_t>(prev_id));  // in-order stream
       for (const T* x : deps)
         if (x->id >= 0) d.push_back(static_cast<int32_t>(x->id));
       out_.deps.push_back(std::move(d));
     }
-    if (coll >= 0) {
-      t.start = full_ready;
-      t.end = -1;
-      last_[static_cast<size_t>(rep) * kSimStreams + static_cast<int>(s)] = t;
-      return t;
+    if (coll >= 0) {  // pending: its own readiness in `start`
+      put(slot, id, rep, full_ready, -1, ready, duration, s, cat);
+      put(out, id, rep, full_ready, -1, ready, duration, s, cat);
+      return;
     }
     const T b = *binding;  // (finish overwrites `prev`)
-    finish(t, full_ready, pass, b);
-    return t;
+    finish(out, id, rep, full_ready, ready, duration, s, cat, pass, b);
   }
 
-  // Times task `t` at `start` and accounts it to its rank.
-  void finish(T& t, double start, SimPass pass, const T& binding) {
-    t.start = start;
-    t.end = start + t.duration;
-    last_[static_cast<size_t>(t.rep) * kSimStreams + static_cast<int>(t.stream)] = t;
+  // Writes a task field by field (see add).
+  [[gnu::always_inline]] static void put(T& d, int64_t id, int rep, double start, double end, double ready, double duration, SimStream s,
+                                         SimCategory c) {
+    d.start = start;
+    d.end = end;
+    d.ready = ready;
+    d.duration = duration;
+    d.id = id;
+    d.rep = rep;
+    d.stream = s;
+    d.category = c;
+  }
+
+  // Times the task at `start`, keeps it as its stream's last (and in `out`) and accounts it to its rank.
+  [[gnu::always_inline]] void finish(T& out, int64_t id, int rep, double start, double ready, double duration, SimStream s, SimCategory c,
+                                     SimPass pass, const T& binding) {
+    const double end = start + duration;
+    put(last_[static_cast<size_t>(rep) * kSimStreams + static_cast<int>(s)], id, rep, start, end, ready, duration, s, c);
+    put(out, id, rep, start, end, ready, duration, s, c);
     ++ntasks_;
     if (record_) {
-      SimTask& st = out_.tasks[static_cast<size_t>(t.id)];
-      st.start = t.start;
-      st.end = t.end;
+      SimTask& st = out_.tasks[static_cast<size_t>(id)];
+      st.start = start;
+      st.end = end;
     }
-    RepAcc& a = acc_[static_cast<size_t>(t.rep)];
-    a.end = std::max(a.end, t.end);
-    if (a.last.id < 0 || t.end > a.last.end) a.last = t;
-    if (t.stream == SimStream::compute) {
-      if (t.category == SimCategory::compute) a.busy += t.duration;
-      a.stream_busy += t.duration;
-      attribute(a.b, t.rep, t.start - a.prev_end, binding);
-      if (t.category == SimCategory::optimizer) a.b.optimizer += t.duration;
-      else a.b.compute += t.duration;
-      a.prev_end = t.end;
+    RepAcc& a = acc_[static_cast<size_t>(rep)];
+    a.end = std::max(a.end, end);
+    if (a.last.id < 0 || end > a.last.end) put(a.last, id, rep, start, end, ready, duration, s, c);
+    if (s == SimStream::compute) {
+      if (c == SimCategory::compute) a.busy += duration;
+      a.stream_busy += duration;
+      attribute(a.b, rep, start - a.prev_end, binding);
+      if (c == SimCategory::optimizer) a.b.optimizer += duration;
+      else a.b.compute += duration;
+      a.prev_end = end;
     }
     if (pass == SimPass::optimizer) {
-      a.opt_start = std::min(a.opt_start, t.start);
+      a.opt_start = std::min(a.opt_start, start);
     } else if (pass == SimPass::forward) {
-      if (a.fwd_start < 0 || t.start < a.fwd_start) a.fwd_start = t.start;
-      a.fwd_end = std::max(a.fwd_end, t.end);
+      if (a.fwd_start < 0 || start < a.fwd_start) a.fwd_start = start;
+      a.fwd_end = std::max(a.fwd_end, end);
     }
   }
 
@@ -272,7 +284,7 @@ class Builder {
     std::vector<T> ids(static_cast<size_t>(nreps()));
     if (g == G::self) {  // one member each (TP ranks are collapsed): timed at once
       for (int r = 0; r < nreps(); ++r)
-        ids[static_cast<size_t>(r)] = add(r, s, name, dur, pass, SimCategory::comm, layer, {&dep_per_rep[static_cast<size_t>(r)]});
+        add(ids[static_cast<size_t>(r)], r, s, name, dur, pass, SimCategory::comm, layer, {&dep_per_rep[static_cast<size_t>(r)]});
       return ids;
     }
     std::vector<int32_t>& coll_of_key = coll_of_key_;
@@ -297,19 +309,21 @@ class Builder {
         if (coll_of_key[static_cast<size_t>(key)] < 0) coll_of_key[static_cast<size_t>(key)] = new_collective();
         c = coll_of_key[static_cast<size_t>(key)];
       }
-      ids[static_cast<size_t>(r)] = add(r, s, name, dur, pass, SimCategory::comm, layer, {&dep_per_rep[static_cast<size_t>(r)]}, c);
+      add(ids[static_cast<size_t>(r)], r, s, name, dur, pass, SimCategory::comm, layer, {&dep_per_rep[static_cast<size_t>(r)]}, c);
       if (c >= 0) arrival[static_cast<size_t>(key)] = std::max(arrival[static_cast<size_t>(key)], ids[static_cast<size_t>(r)].start);
     }
     if (g != G::self)
-      for (int r = 0; r < nreps(); ++r)
-        finish(ids[static_cast<size_t>(r)], arrival[static_cast<size_t>(key_of[static_cast<size_t>(r)])], pass, T{});
+      for (int r = 0; r < nreps(); ++r) {
+        T& m = ids[static_cast<size_t>(r)];
+        finish(m, m.id, m.rep, arrival[static_cast<size_t>(key_of[static_cast<size_t>(r)])], m.ready, m.duration, m.stream, m.category, pass, T{});
+      }
     return ids;
   }
   std::vector<T> compute(const char* name, double dur, SimPass pass, int32_t layer, const std::vector<T>& dep_a,
                                const std::vector<T>* dep_b = nullptr, SimCategory cat = SimCategory::compute) {
     std::vector<T> ids(static_cast<size_t>(nreps()));
     for (int r = 0; r < nreps(); ++r)
-      ids[static_cast<size_t>(r)] = add(r, SimStream::compute, name, dur, pass, cat, layer,
+      add(ids[static_cast<size_t>(r)], r, SimStream::compute, name, dur, pass, cat, layer,
                                         {&dep_a[static_cast<size_t>(r)], dep_b ? &(*dep_b)[static_cast<size_t>(r)] : &kNoTask});
     return ids;
   }
@@ -318,7 +332,7 @@ class Builder {
     std::vector<T> ids(static_cast<size_t>(nreps()));
     if (dur <= 0) return dep;
     for (int r = 0; r < nreps(); ++r)
-      ids[static_cast<size_t>(r)] = add(r, SimStream::host, name, dur, pass, cat, layer, {&dep[static_cast<size_t>(r)]});
+      add(ids[static_cast<size_t>(r)], r, SimStream::host, name, dur, pass, cat, layer, {&dep[static_cast<size_t>(r)]});
     return ids;
   }
   std::vector<T> none() const { return std::vector<T>(static_cast<size_t>(nreps())); }
@@ -357,7 +371,7 @@ class Builder {
         dep = collective(G::cp, SimStream::tp, "kv_all_gather", k_.kv_ag, pass, layer, after);
       std::vector<T> ids(static_cast<size_t>(nreps()));
       for (int r = 0; r < nreps(); ++r)
-        ids[static_cast<size_t>(r)] = add(r, SimStream::compute, name, cost(r, 0), pass, SimCategory::compute, layer, {&dep[static_cast<size_t>(r)]});
+        add(ids[static_cast<size_t>(r)], r, SimStream::compute, name, cost(r, 0), pass, SimCategory::compute, layer, {&dep[static_cast<size_t>(r)]});
       if (backward && k_.cp_kind == CpKind::allgather && k_.dkv_rs > 0)
         ids = collective(G::cp, SimStream::tp, "dkv_reduce_scatter", k_.dkv_rs, pass, layer, ids);
       return ids;
@@ -382,17 +396,17 @@ class Builder {
       std::vector<T> recv(static_cast<size_t>(nreps()));
       if (j + 1 < steps) {
         for (int r = 0; r < nreps(); ++r)
-          recv[static_cast<size_t>(r)] = add(r, SimStream::ring, "ring_kv", k_.p2p_fwd, pass, SimCategory::comm, layer,
+          add(recv[static_cast<size_t>(r)], r, SimStream::ring, "ring_kv", k_.p2p_fwd, pass, SimCategory::comm, layer,
                                              {&have[static_cast<size_t>(r)], &have[static_cast<size_t>(prev_of(r))]});
       }
       for (int r = 0; r < nreps(); ++r)
-        last_compute[static_cast<size_t>(r)] = add(r, SimStream::compute, name, cost(r, static_cast<size_t>(j)), pass, SimCategory::compute,
+        add(last_compute[static_cast<size_t>(r)], r, SimStream::compute, name, cost(r, static_cast<size_t>(j)), pass, SimCategory::compute,
                                                    layer, {&have[static_cast<size_t>(r)]});
       if (backward) {
         std::vector<T> dkv(static_cast<size_t>(nreps()));
         for (int r = 0; r < nreps(); ++r) {
           const int prev = prev_of(r);
-          dkv[static_cast<size_t>(r)] = add(r, SimStream::ring, "ring_dkv", k_.p2p_dkv, pass, SimCategory::comm, layer,
+          add(dkv[static_cast<size_t>(r)], r, SimStream::ring, "ring_dkv", k_.p2p_dkv, pass, SimCategory::comm, layer,
                                             {&last_compute[static_cast<size_t>(prev)], &have_dkv[static_cast<size_t>(prev)]});
         }
         have_dkv = dkv;
@@ -413,8 +427,7 @@ class Builder {
     if (!backward) return last_compute;
     // dq is done with the last compute, dK,dV with the hop home
     for (int r = 0; r < nreps(); ++r)
-      last_compute[static_cast<size_t>(r)] =
-          add(r, SimStream::compute, "ring_dkv_sum", 0.0, pass, SimCategory::compute, layer,
+      add(last_compute[static_cast<size_t>(r)], r, SimStream::compute, "ring_dkv_sum", 0.0, pass, SimCategory::compute, layer,
               {&last_compute[static_cast<size_t>(r)], &have_dkv[static_cast<size_t>(r)]});
     return last_compute;
   }
@@ -511,14 +524,15 @@ class Builder {
   // For every rank x, the nearest rank upstream of it (walking `prev`) whose value is strictly
   // greater, and how many hops away (none: -1): the records of the running maximum a walk
   // upstream meets. Per cycle of `prev`, a monotonic stack over the cycle walked twice: O(R).
-  static void next_greater_upstream(const std::vector<int>& prev, const std::vector<double>& value, std::vector<int>& ng,
-                                    std::vector<int64_t>& ng_hops) {
+  void next_greater_upstream(const std::vector<int>& prev, const std::vector<double>& value, std::vector<int>& ng,
+                             std::vector<int64_t>& ng_hops) {
     const size_t n = prev.size();
     ng.assign(n, -1);
     ng_hops.assign(n, -1);
-    std::vector<char> seen(n, 0);
-    std::vector<int> cycle;
-    std::vector<int64_t> stack;
+    std::vector<char>& seen = ng_seen_;  // (scratch kept between layers)
+    std::vector<int>& cycle = ng_cycle_;
+    std::vector<int64_t>& stack = ng_stack_;
+    seen.assign(n, 0);
     for (size_t x0 = 0; x0 < n; ++x0) {
       if (seen[x0]) continue;
       cycle.clear();
@@ -817,6 +831,11 @@ class Builder {
   class Period {
    public:
     explicit Period(bool micro_batches = false) : micro_batches_(micro_batches) {}
+    // Forgets what was observed (for the next loop); the snapshots keep their memory.
+    void reset() {
+      seen_ = 0;
+      probe_ = 4;
+    }
     // Records the state after an iteration; true when the last three states lie on a line.
     bool observe(const Builder& b, std::initializer_list<std::vector<T>*> carried) {
       std::swap(s_[0], s_[1]);
@@ -1021,12 +1040,17 @@ class Builder {
       // prefetch the next layer's parameters while this one runs (two layers' buffers: the buffer
       // is free when the previous layer has ended, which is when this one starts)
       if (l + 1 < L) next = gather(l + 1, SimPass::forward, d);
-      std::vector<T> start = d;
-      d = layer_forward(l, SimPass::forward, d, gathered);
-      if (k_.ckpt_d2h > 0) host("ckpt_d2h", k_.ckpt_d2h, SimPass::forward, l, start);
+      if (k_.ckpt_d2h > 0) {
+        std::vector<T> start = d;
+        d = layer_forward(l, SimPass::forward, d, gathered);
+        host("ckpt_d2h", k_.ckpt_d2h, SimPass::forward, l, start);
+      } else {
+        d = layer_forward(l, SimPass::forward, d, gathered);
+      }
       gathered.swap(next);
     };
-    Period period;
+    Period& period = layer_period_;  // (one for every layer loop: its snapshots are allocated once)
+    period.reset();
     for (int32_t l = 0; l < L; ++l) {
       iteration(l);
       // iterations 1 .. L-2 are alike (the first starts from the embedding, the last prefetches
@@ -1122,7 +1146,8 @@ class Builder {
       gathered.swap(next_gathered);
       ckpt_in.swap(next_ckpt);
     };
-    Period period;
+    Period& period = layer_period_;  // (one for every layer loop: its snapshots are allocated once)
+    period.reset();
     for (int32_t l = L - 1; l >= 0; --l) {
       iteration(l);
       // iterations L-2 .. 1 are alike (the top one starts from the loss, the bottom one prefetches
@@ -1180,8 +1205,11 @@ class Builder {
   std::vector<T> last_;  // last task per (rep, stream)
   std::vector<RepAcc> acc_;
   std::vector<T> fwd_tail_, loss_end_, mb_end_, reduce_end_;
+  Period layer_period_;  // the layer loops'
   std::unordered_map<const std::vector<double>*, std::vector<int64_t>> cost_runs_;  // ring_forward_by_rank's
-  std::vector<int> ng_;
+  std::vector<int> ng_, ng_cycle_;
+  std::vector<char> ng_seen_;
+  std::vector<int64_t> ng_stack_;
   std::vector<RingBackwardRank> ring_in_;  // ring_backward's
   std::vector<RingBackwardResult> ring_out_;
   RingBackwardWork ring_work_;
