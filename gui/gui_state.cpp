@@ -86,6 +86,11 @@ void read_inputs(const JsonReader& r, Inputs& in) {
     in.tp_values = c.string_or("tp", in.tp_values);
     in.cp_values = c.string_or("cp", in.cp_values);
     in.pp_values = c.string_or("pp", in.pp_values);
+    if (c.has("vpp")) in.vpp = c.integer_in("vpp", 0, 1024);
+    if (c.has("pp_first")) in.pp_first = c.integer_in("pp_first", 0, 1 << 20);
+    if (c.has("pp_last")) in.pp_last = c.integer_in("pp_last", 0, 1 << 20);
+    in.pp_embed = c.boolean_or("pp_embed", in.pp_embed);
+    in.pp_loss = c.boolean_or("pp_loss", in.pp_loss);
     in.fixed_keys = c.string_or("keys", in.fixed_keys);
     std::string obj = c.string_or("objective", in.objective_memory ? "memory" : "time");
     if (obj != "time" && obj != "memory") c.fail("objective", "expected \"time\" or \"memory\"");
@@ -193,6 +198,11 @@ json state_to_json(const GuiState& s, bool include_headless) {
                    {"tp", in.tp_values},
                    {"cp", in.cp_values},
                    {"pp", in.pp_values},
+                   {"vpp", in.vpp},
+                   {"pp_first", in.pp_first},
+                   {"pp_last", in.pp_last},
+                   {"pp_embed", in.pp_embed},
+                   {"pp_loss", in.pp_loss},
                    {"keys", in.fixed_keys},
                    {"objective", in.objective_memory ? "memory" : "time"},
                    {"refine", in.refine}}}};

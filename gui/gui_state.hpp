@@ -50,6 +50,11 @@ struct Inputs {
   bool allow_offload = true;
   std::string tp_values, cp_values;  // "1,2,4"; empty = every valid degree
   std::string pp_values;             // pipeline stages: "1,2,4"; empty = 1 and the divisors of the layers up to 16
+  // the pipeline split every searched plan keeps (plan keys vpp, pp_first, pp_last, pp_embed,
+  // pp_loss; pipeline_stages.hpp): 0 / false = not set (vpp: the search's choice, pp_first/pp_last:
+  // the even split); the search then tries only the pp that build it
+  int64_t vpp = 0, pp_first = 0, pp_last = 0;
+  bool pp_embed = false, pp_loss = false;
   std::string fixed_keys;            // plan keys every searched plan keeps ("tp=1,cp_kind=ulysses"), as the CLI's -p
   bool objective_memory = false;
   int refine = 200;  // simulated finalists (SearchRequest's default)

@@ -310,6 +310,25 @@ bool constraint_inputs(App& app) {
   changed |= text_commit("TP degrees", &in.tp_values, "all, or 1,2,4,8");
   changed |= text_commit("CP degrees", &in.cp_values, "all, or 8,16,32");
   changed |= text_commit("PP stages", &in.pp_values, "1,2,4,... up to 16 (divisors of the layers)");
+  {  // the pipeline split every plan keeps (Megatron's uneven stages; the plan keys of pipeline_stages.hpp)
+    auto count = [&changed](const char* label, int64_t* v, const char* tip) {
+      int64_t x = *v;
+      if (ImGui::InputScalar(label, ImGuiDataType_S64, &x, nullptr, nullptr, nullptr, ImGuiInputTextFlags_EnterReturnsTrue) && x != *v) {
+        *v = x;
+        changed = true;
+      }
+      if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", tip);
+    };
+    count("PP virtual stages", &in.vpp, "vpp: model chunks per rank (interleaved 1F1B); 0 = the search's choice");
+    count("PP first stage layers", &in.pp_first,
+          "pp_first (Megatron --decoder-first-pipeline-num-layers): the first stage's layers, the rest even; 0 = even split");
+    count("PP last stage layers", &in.pp_last,
+          "pp_last (--decoder-last-pipeline-num-layers): the last stage's layers; 0 = even split");
+    changed |= ImGui::Checkbox("embedding takes a layer's place (pp_embed)", &in.pp_embed);
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("--account-for-embedding-in-pipeline-split: the first chunk builds one layer fewer");
+    changed |= ImGui::Checkbox("loss takes a layer's place (pp_loss)", &in.pp_loss);
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("--account-for-loss-in-pipeline-split: the last chunk builds one layer fewer");
+  }
   changed |= text_commit("fixed keys", &in.fixed_keys, "plan keys every plan keeps, e.g. tp=1,cp_kind=ulysses");
   int objective = in.objective_memory ? 1 : 0;
   ImGui::TextUnformatted("rank by:");

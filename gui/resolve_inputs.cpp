@@ -30,6 +30,23 @@ std::vector<int64_t> parse_degree_list(const std::string& text, const std::strin
   return out;
 }
 
+std::string pipeline_split_keys(const Inputs& in) {
+  auto bad = [](const char* field, int64_t v, const char* valid) {
+    throw InputError(kInputsWhere, field, std::to_string(v) + " is not valid: " + valid);
+  };
+  if (in.vpp < 0) bad("constraints.vpp", in.vpp, "0 (the search's choice) or the virtual stages per rank, >= 1");
+  if (in.pp_first < 0) bad("constraints.pp_first", in.pp_first, "0 (even split) or the first stage's layers, >= 1");
+  if (in.pp_last < 0) bad("constraints.pp_last", in.pp_last, "0 (even split) or the last stage's layers, >= 1");
+  std::string keys;
+  auto add = [&keys](const std::string& kv) { keys += (keys.empty() ? "" : ",") + kv; };
+  if (in.vpp > 0) add("vpp=" + std::to_string(in.vpp));
+  if (in.pp_first > 0) add("pp_first=" + std::to_string(in.pp_first));
+  if (in.pp_last > 0) add("pp_last=" + std::to_string(in.pp_last));
+  if (in.pp_embed) add("pp_embed=1");
+  if (in.pp_loss) add("pp_loss=1");
+  return keys;
+}
+
 ResolvedJob resolve_inputs(const Profiles& profiles, const Inputs& in) {
   ResolvedJob job;
   if (in.seq_tokens < 1024 || in.seq_tokens > (int64_t(1) << 30))
@@ -94,10 +111,14 @@ ResolvedJob resolve_inputs(const Profiles& profiles, const Inputs& in) {
   r.pp_values = parse_degree_list(in.pp_values, "constraints.pp");
   r.refine = in.refine;
   r.top_k = 10;
-  if (!in.fixed_keys.empty()) {  // constraints, not seeds: the search keeps every key (planner/search.hpp)
+  // the pipeline split: plan keys the search keeps, as if among the fixed keys (a key there too
+  // is refused by the plan parser as given twice)
+  std::string keys = pipeline_split_keys(in);
+  if (!in.fixed_keys.empty()) keys += (keys.empty() ? "" : ",") + in.fixed_keys;
+  if (!keys.empty()) {  // constraints, not seeds: the search keeps every key (planner/search.hpp)
     const std::string where = std::string(kInputsWhere) + " (constraints.keys)";
-    r.base = parse_plan(base + "," + in.fixed_keys, where);
-    r.fixed_fields = fixed_plan_fields(in.fixed_keys, where);
+    r.base = parse_plan(base + "," + keys, where);
+    r.fixed_fields = fixed_plan_fields(keys, where);
     check_constraints(r, where);
     attention_mask(r.base, job.attention, job.runtime);  // a mask among the fixed keys meets the kernel here, not in the search
   }

@@ -31,6 +31,11 @@ constexpr const char* kInputsWhere = "inputs";
 
 ResolvedJob resolve_inputs(const Profiles& profiles, const Inputs& in);
 
+// The inputs' pipeline split as plan keys ("vpp=2,pp_first=6,pp_embed=1"; "" when none is set),
+// which resolve_inputs puts among the search's fixed keys. Throws InputError naming
+// inputs.constraints.<key> for a negative value.
+std::string pipeline_split_keys(const Inputs& in);
+
 // The runtime with the attention implementation `name` in force for this cluster and base plan
 // ("" = the runtime's default), through the CLI's functions (attention_kernels.hpp with_attention,
 // find_attention_kernel, attention_mask). Throws their InputError, naming inputs and field

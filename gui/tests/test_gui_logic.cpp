@@ -140,6 +140,66 @@ TEST(ResolveInputs, FixedKeysAreKeptByEveryPlanTheSearchProposes) {
   EXPECT_EQ(state_from_json(state_to_json(s), "state.json", default_state()).inputs.fixed_keys, "zero=3,tiled_loss=256");
 }
 
+// The inputs' pipeline split (vpp, pp_first, pp_last, pp_embed, pp_loss) is a constraint like the
+// fixed keys: Llama-3.1-8B (32 layers) on 8 GPUs with pp_first = pp_last = 4 leaves 24 layers for
+// the other stages, which pp = 4 (12 each) and pp = 8 (4 each) build and pp = 2 does not (no middle
+// stages for them; pipeline_split_error): every plan of the table keeps the split at one of those
+// pp, the table is the CLI search's with the same keys, and the keys survive the state file; a
+// negative value names its input.
+TEST(ResolveInputs, ThePipelineSplitIsKeptByEveryPlanOfTheTable) {
+  Inputs in = default_state().inputs;
+  in.model = "Llama-3.1-8B";
+  in.cluster = "8xh100";
+  in.runtime = "megatron";  // a stack that runs pipelines (ctxrun refuses pp > 1, naming the key)
+  in.seq_tokens = 8192;
+  in.refine = 0;
+  in.pp_first = 4;
+  in.pp_last = 4;
+  EXPECT_EQ(pipeline_split_keys(in), "pp_first=4,pp_last=4");
+  const ResolvedJob job = resolve_inputs(profiles(), in);
+  EXPECT_EQ(job.request.base.pp_first, 4);
+  EXPECT_EQ(job.request.base.pp_last, 4);
+  const PlanTable t = build_plan_table(job.request, {});
+  ASSERT_FALSE(t.rows.empty());
+  bool pp4 = false, pp8 = false;
+  for (const PlanRow& row : t.rows) {
+    EXPECT_EQ(row.plan.pp_first, 4) << row.text;
+    EXPECT_EQ(row.plan.pp_last, 4) << row.text;
+    EXPECT_TRUE(row.plan.pp == 4 || row.plan.pp == 8) << row.text;
+    EXPECT_NE(row.text.find("pp_first=4"), std::string::npos) << row.text;
+    pp4 |= row.plan.pp == 4;
+    pp8 |= row.plan.pp == 8;
+  }
+  EXPECT_TRUE(pp4 && pp8);
+  // the same search as the keys typed among the fixed keys (the CLI's -p)
+  Inputs typed = in;
+  typed.pp_first = typed.pp_last = 0;
+  typed.fixed_keys = "pp_first=4,pp_last=4";
+  const SearchResult r = search_plans(resolve_inputs(profiles(), typed).request);
+  EXPECT_EQ(r.valid, t.valid);
+  ASSERT_FALSE(r.ranked.empty());
+  EXPECT_EQ(plan_to_string(r.ranked.front().plan), t.rows.front().text);
+  // pp_embed / pp_loss and vpp the same way; the state file keeps them
+  GuiState s = default_state();
+  s.inputs.vpp = 2;
+  s.inputs.pp_embed = true;
+  s.inputs.pp_loss = true;
+  const GuiState back = state_from_json(state_to_json(s), "state.json", default_state());
+  EXPECT_EQ(back.inputs.vpp, 2);
+  EXPECT_TRUE(back.inputs.pp_embed);
+  EXPECT_TRUE(back.inputs.pp_loss);
+  EXPECT_EQ(pipeline_split_keys(back.inputs), "vpp=2,pp_embed=1,pp_loss=1");
+  EXPECT_EQ(error_field(json{{"inputs", {{"constraints", {{"pp_first", -1}}}}}}), "inputs.constraints.pp_first");
+  in.pp_last = -2;
+  try {
+    resolve_inputs(profiles(), in);
+    FAIL() << "pp_last=-2 accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where, "inputs");
+    EXPECT_EQ(e.field, "constraints.pp_last");
+  }
+}
+
 struct SmallTable : ::testing::Test {
   static SearchRequest request() {
     SearchRequest r = resolve_inputs(profiles(), default_state().inputs).request;
