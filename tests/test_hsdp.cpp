@@ -259,7 +259,10 @@ TEST(HsdpSearch, AUsersZeroShardIsKeptAndARuntimeWithoutTheCapabilityRefusesIt) 
   ASSERT_FALSE(r.ranked.empty());
   for (const Candidate& cand : r.ranked) EXPECT_EQ(cand.plan.zero_shard, 8) << plan_to_string(cand.plan);
   RuntimeCapabilities caps = req.runtime.capabilities;
-  EXPECT_EQ(caps.zero_shard, (std::vector<int>{2, 3}));  // torchtitan: FSDP2 (zero 2/3) on a dp_replicate x dp_shard mesh
+  // torchtitan: FSDP2 (zero 2/3, and 1 = FSDP under pipeline stages) on a dp_replicate x dp_shard mesh
+  EXPECT_EQ(caps.zero_shard, (std::vector<int>{1, 2, 3}));
+  EXPECT_NE(missing_capability(caps, "torchtitan", parse_plan("dp=16,zero=1,zero_shard=8")), "");  // zero=1 needs pp > 1
+  EXPECT_EQ(missing_capability(caps, "torchtitan", parse_plan("dp=8,pp=2,zero=1,zero_shard=4,ga=2")), "");
   EXPECT_EQ(missing_capability(caps, "torchtitan", parse_plan("dp=16,zero=3,zero_shard=8")), "");
   caps.zero_shard = {3};  // DeepSpeed MiCS: ZeRO-3 only
   std::string why = missing_capability(caps, "torchtitan", parse_plan("dp=16,zero=2,zero_shard=8"));
