@@ -21,7 +21,8 @@ struct AttentionKernel {
   std::string document_mask_source;
 };
 struct KernelCurves {
-  Curve gemm;             // efficiency vs the GEMM's FLOPs (2*M*N*K), vs peak bf16 (or fp8)
+  Curve gemm;             // efficiency vs the GEMM's FLOPs (2*M*N*K), vs peak bf16
+  Curve gemm_fp8;         // the same for FP8 GEMMs, vs peak fp8 (kernels.gemm_fp8_gflop); empty: gemm
   std::vector<AttentionKernel> attention;
   Curve memory;           // efficiency vs bytes moved, vs hbm_bytes_per_second
   double launch_seconds = 0;  // fixed cost per kernel

@@ -243,6 +243,8 @@ static KernelCurves kernels_from_json(const JsonReader& r) {
   JsonReader j = r.object("kernels");
   k.source = j.string_or("source", "");
   k.gemm = curve_from_json(j, "gemm_gflop", 1e9);
+  // FP8 GEMMs reach a different fraction of their (twice as high) peak than bf16 ones: their own curve
+  if (j.has("gemm_fp8_gflop")) k.gemm_fp8 = curve_from_json(j, "gemm_fp8_gflop", 1e9);
   k.memory = curve_from_json(j, "memory_mib", kMiB);
   k.launch_seconds = j.number("launch_us") * 1e-6;
   // kernels.attention.<name> (attention_kernels.hpp): causal curves, optional no-mask curves, head-dim
@@ -396,6 +398,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"allgather_dkv_full_sequence", nullptr, &rt.allgather_dkv_full_sequence},
       {"allgather_dkv_fp32", nullptr, &rt.allgather_dkv_fp32},
       {"cp_kv_query_heads", nullptr, &rt.cp_kv_query_heads, nullptr, true},  // absent: false
+      {"selective_recomputes_every_second_matmul", nullptr, &rt.selective_recomputes_every_second_matmul, nullptr, true},  // absent: false
       {"step_overhead_optimizer_offload_only", nullptr, &rt.step_overhead_optimizer_offload_only, nullptr, true},  // absent: false
       {"reduce_bucket_mib", &rt.reduce_bucket_bytes, nullptr},
       {"reserved_mib", &rt.reserved_bytes, nullptr},

@@ -60,6 +60,10 @@ struct RuntimeProfile {
   // repeats the KV heads before the attention call its CP wraps (torchtitan's repeat_kv before SDPA).
   // Scales the CP ring / all-gather bytes and buffers by q heads / KV heads; optional, absent = false
   bool cp_kv_query_heads = false;
+  // recompute=selective is torchtitan's per-op SAC: each block saves its matmul and SDPA outputs except
+  // every second matmul, whose output (and every memory-bound op) the backward recomputes; the attention
+  // core is not recomputed (step_model.cpp). Optional, absent = false (Megatron-style: the attention core)
+  bool selective_recomputes_every_second_matmul = false;
   bool unit_grads_fp32 = false;  // ZeRO-2/3's transient full gradient of a unit is fp32 (else the weights' dtype)
   bool attention_merges_in_place = false;  // ring steps merge into the output accumulator and saved LSE (no per-step copies)
   bool varlen_lse_padded = true;  // native varlen ring: the kernel's LSE is padded to [documents, heads, longest] (flash-attn 2; optional key)

@@ -33,10 +33,11 @@ struct Pricer {
   double gemm(double flops, double calls = 1) const {
     if (flops <= 0) return 0;
     double each = flops / calls;
-    return calls * (each / (peak * gemm_scale * c.gpu.kernels.gemm.at(each)) + c.gpu.kernels.launch_seconds);
+    return calls * (each / (peak * gemm_scale * gemm_curve->at(each)) + c.gpu.kernels.launch_seconds);
   }
   double traffic = 1;  // runtime's memory_traffic_factor
   double gemm_scale = 1, attention_scale = 1;  // runtime's calibrated efficiency scales (1 = the curves)
+  const Curve* gemm_curve = &c.gpu.kernels.gemm;  // the plan's precision's GEMM curve (kernels.gemm[_fp8]_gflop)
   double memory(double bytes) const {
     if (bytes <= 0) return 0;
     bytes *= traffic;
@@ -113,6 +114,10 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   // have no fp32/TF32 curve yet), so an fp32 plan's compute time is optimistic
   const double peak = p.precision == Precision::fp8 && c.gpu.peak_fp8_flops > 0 ? c.gpu.peak_fp8_flops : c.gpu.peak_bf16_flops;
   Pricer price{c, peak, &kernel, attention_mask(p, kernel, rt), static_cast<double>(m.head_dim), rt.memory_traffic_factor};
+  // an FP8 GEMM's efficiency vs the fp8 peak from its own measured curve where the profile has one
+  // (cuBLASLt FP8 reaches ~0.62-0.70 of the fp8 peak on H100 where bf16 reaches ~0.78-0.80 of its own)
+  const bool fp8_gemm = p.precision == Precision::fp8 && c.gpu.peak_fp8_flops > 0;
+  price.gemm_curve = fp8_gemm && !c.gpu.kernels.gemm_fp8.points.empty() ? &c.gpu.kernels.gemm_fp8 : &c.gpu.kernels.gemm;
   price.gemm_scale = rt.gemm_efficiency_scale;
   price.attention_scale = rt.attention_efficiency_scale;
   k.layers = m.layers;
@@ -177,6 +182,28 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   k.pre_bwd = sum(k.backward_ops, 0, pre_end);
   k.post_bwd = sum(k.backward_ops, pre_end, post_end);
   k.mlp_bwd = sum(k.backward_ops, post_end, k.backward_ops.size());
+  // torchtitan's selective recompute (per-op SAC, selective_recomputes_every_second_matmul): the block
+  // saves the outputs of aten.mm and SDPA except every second mm of its forward (wq, wk, wv, wo, w1, w3,
+  // w2: wk, wo and w3 recomputed) and recomputes every memory-bound op (norms, RoPE, residual, SiLU x
+  // up); the attention core is saved, not rematerialised. Priced with each half's backward, where the
+  // replayed forward runs (torchtitan distributed/activation_checkpoint.py _apply_op_sac; 9dec370
+  // parallelisms/parallelize_llama.py _apply_ac_to_transformer_block: "Saves output of all compute ops,
+  // except every second mm", _save_list = {mm, SDPA flash/efficient, reduce_scatter_tensor, max})
+  double sac_mm_flops = 0;
+  if (rt.selective_recomputes_every_second_matmul && p.recompute == Recompute::selective) {
+    k.recompute = Recompute::none;  // no attention-core rematerialisation (simulator, closed form)
+    const double wk_flops = 2.0 * T * h * kv_local, w3_flops = 2.0 * T * h * F;
+    const double rec_pre = price.gemm(wk_flops) + price.memory(norm_bytes) + price.memory(rope_bytes);
+    const double rec_post = price.gemm(o_flops) + price.memory(resid_bytes) + price.memory(norm_bytes);
+    const double rec_mlp = price.gemm(w3_flops, chunks) + chunks * price.memory(act_bytes / chunks);
+    k.backward_ops.push_back({"sac_recompute_wk_norm_rope", wk_flops, norm_bytes + rope_bytes, rec_pre});
+    k.backward_ops.push_back({"sac_recompute_wo_residual_norm", o_flops, resid_bytes + norm_bytes, rec_post});
+    k.backward_ops.push_back({"sac_recompute_w3_swiglu", w3_flops, act_bytes, rec_mlp});
+    k.pre_bwd += rec_pre;
+    k.post_bwd += rec_post;
+    k.mlp_bwd += rec_mlp;
+    sac_mm_flops = wk_flops + o_flops + w3_flops;
+  }
 
   // ---- head, loss, embedding
   double head_flops = 2.0 * T * h * V;
@@ -373,10 +400,14 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   double layer_fwd_flops = 0, layer_bwd_flops = 0;
   for (auto& o : k.forward_ops) layer_fwd_flops += o.flops;
   for (auto& o : k.backward_ops) layer_bwd_flops += o.flops;
+  layer_bwd_flops -= sac_mm_flops;  // counted as recompute below
   double attn_rank = 0;
   for (auto& steps : pairs)
     for (double w : steps) attn_rank += flops_per_pair * w / static_cast<double>(pairs.size());
-  double rec = p.recompute == Recompute::full ? layer_fwd_flops + attn_rank : p.recompute == Recompute::selective ? attn_rank : 0;
+  double rec = p.recompute == Recompute::full        ? layer_fwd_flops + attn_rank
+               : sac_mm_flops > 0                        ? sac_mm_flops
+               : p.recompute == Recompute::selective ? attn_rank
+                                                         : 0;
   k.hardware_flops = static_cast<double>(p.ga) *
                      (static_cast<double>(m.layers) * (layer_fwd_flops + layer_bwd_flops + 3.5 * attn_rank + rec) + 3.0 * head_flops);
   k.hardware_flops /= static_cast<double>(std::max<int64_t>(1, p.pp));  // a pipeline stage runs 1/pp of the layers (average rank)

@@ -81,7 +81,13 @@ double predicted_step_seconds(const CalibrationRun& run, const RuntimeProfile& r
   return t.step_seconds;
 }
 
-CalibrationFit fit_calibration(const std::vector<CalibrationRun>& runs, const std::vector<size_t>& used, const RuntimeProfile& prior_rt) {
+const char* calibration_param_name(CalParam p) {
+  static const char* names[] = {"gemm", "attention", "traffic", "comm", "overhead"};
+  return names[static_cast<int>(p)];
+}
+
+CalibrationFit fit_calibration(const std::vector<CalibrationRun>& runs, const std::vector<size_t>& used, const RuntimeProfile& prior_rt,
+                               const CalibrationHeld& held) {
   const CalibrationValues prior = calibration_values(prior_rt);
   const int n = static_cast<int>(used.size());
   std::vector<double> measured;
@@ -111,16 +117,19 @@ CalibrationFit fit_calibration(const std::vector<CalibrationRun>& runs, const st
   std::array<double, kCalParams> theta{};
   Eigen::VectorXd r = residuals(theta);
   // which parameters these runs identify: the pivots of the Jacobian at the prior, at most one per run
-  std::vector<int> all(kCalParams);
-  for (int i = 0; i < kCalParams; ++i) all[i] = i;
-  const Eigen::MatrixXd J0 = jacobian(theta, r, all);
-  Eigen::ColPivHouseholderQR<Eigen::MatrixXd> qr(J0);
+  // (among the parameters not held at the prior by request)
+  std::vector<int> all;
+  for (int i = 0; i < kCalParams; ++i)
+    if (!held[i]) all.push_back(i);
+  const int free = static_cast<int>(all.size());
+  const Eigen::MatrixXd J0 = free > 0 ? jacobian(theta, r, all) : Eigen::MatrixXd(n, 0);
   std::vector<int> active;
-  if (n > 0 && J0.norm() > 0) {
+  if (n > 0 && free > 0 && J0.norm() > 0) {
+    Eigen::ColPivHouseholderQR<Eigen::MatrixXd> qr(J0);
     const Eigen::MatrixXd R = qr.matrixR().triangularView<Eigen::Upper>();
     const double top = std::abs(R(0, 0));
-    for (int k = 0; k < std::min(n, kCalParams); ++k)
-      if (top > 0 && std::abs(R(k, k)) > kIdentifiedRatio * top) active.push_back(qr.colsPermutation().indices()[k]);
+    for (int k = 0; k < std::min(n, free); ++k)
+      if (top > 0 && std::abs(R(k, k)) > kIdentifiedRatio * top) active.push_back(all[qr.colsPermutation().indices()[k]]);
   }
   std::sort(active.begin(), active.end());
   for (int a : active) fit.fitted[a] = true;
@@ -166,13 +175,14 @@ CalibrationFit fit_calibration(const std::vector<CalibrationRun>& runs, const st
   return fit;
 }
 
-std::vector<double> leave_one_out_log_ratios(const std::vector<CalibrationRun>& runs, const RuntimeProfile& prior) {
+std::vector<double> leave_one_out_log_ratios(const std::vector<CalibrationRun>& runs, const RuntimeProfile& prior,
+                                             const CalibrationHeld& held) {
   std::vector<double> out;
   for (size_t i = 0; i < runs.size(); ++i) {
     std::vector<size_t> others;
     for (size_t k = 0; k < runs.size(); ++k)
       if (k != i) others.push_back(k);
-    const CalibrationFit f = fit_calibration(runs, others, prior);
+    const CalibrationFit f = fit_calibration(runs, others, prior, held);
     out.push_back(std::log(runs[i].measured_step_seconds / predicted_step_seconds(runs[i], with_calibration(prior, f.values))));
   }
   return out;

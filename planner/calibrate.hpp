@@ -44,11 +44,18 @@ constexpr double kCalStepTolerance = 1e-10;
 // The step time `ctxplan predict` gives the run's job under `rt` (the run's attention applied).
 double predicted_step_seconds(const CalibrationRun& run, const RuntimeProfile& rt);
 
-// Fits `prior` to runs[used...].
-CalibrationFit fit_calibration(const std::vector<CalibrationRun>& runs, const std::vector<size_t>& used, const RuntimeProfile& prior);
+// Parameters the user holds at the prior (`ctxplan calibrate --hold NAME`): never fitted, whatever the runs
+// identify. Names: gemm, attention, traffic, comm, overhead (calibration_param_name).
+using CalibrationHeld = std::array<bool, kCalParams>;
+const char* calibration_param_name(CalParam p);
+
+// Fits `prior` to runs[used...], the `held` parameters at the prior.
+CalibrationFit fit_calibration(const std::vector<CalibrationRun>& runs, const std::vector<size_t>& used, const RuntimeProfile& prior,
+                               const CalibrationHeld& held = {});
 
 // Out of sample: run i predicted by the fit to every other run, as ln(measured / predicted) (with one
 // run, the prior's prediction).
-std::vector<double> leave_one_out_log_ratios(const std::vector<CalibrationRun>& runs, const RuntimeProfile& prior);
+std::vector<double> leave_one_out_log_ratios(const std::vector<CalibrationRun>& runs, const RuntimeProfile& prior,
+                                             const CalibrationHeld& held = {});
 
 }  // namespace ctx

@@ -18,6 +18,7 @@ namespace fs = std::filesystem;
 struct CalibrateArgs {
   std::vector<std::string> runs;
   std::string runtime, out, name;
+  std::vector<std::string> hold;  // parameters held at the prior (calibration_param_name)
   bool json = false;
 };
 
@@ -56,6 +57,9 @@ std::function<int()> add_calibrate_command(CLI::App& app, CommonOptions& common)
   app.add_option("--out,-o", a->out,
                  "write the calibrated runtime profile here; use it as --runtime FILE, or copy it into profiles/runtimes/ to use it by name");
   app.add_option("--name", a->name, "the calibrated profile's name (default <runtime>-calibrated)");
+  app.add_option("--hold", a->hold,
+                 "hold a parameter at the prior whatever the runs identify: gemm, attention, traffic, comm or overhead; repeatable "
+                 "(the calibrated profile's record lists them, calibration.held_by_request)");
   app.add_flag("--json", a->json, "print the fit and every run as JSON (schema ctxplan.calibration/1)");
   app.footer(
       "Fits GEMM and attention efficiency, the memory-bound traffic factor, communication efficiency and a fixed per-step\n"
@@ -79,12 +83,22 @@ std::function<int()> add_calibrate_command(CLI::App& app, CommonOptions& common)
         throw InputError(r.where, "runtime", "'" + r.runtime_name + "' differs from the runtime calibrated, " + prior.name +
                                                  "; calibrate one runtime's runs at a time");
 
+    CalibrationHeld hold{};
+    std::vector<std::string> held_by_request;
+    for (const std::string& h : a->hold) {
+      int found = -1;
+      for (int p = 0; p < kCalParams; ++p)
+        if (h == calibration_param_name(static_cast<CalParam>(p))) found = p;
+      if (found < 0) throw InputError("--hold", "", "unknown parameter '" + h + "'; valid: gemm, attention, traffic, comm, overhead");
+      if (!hold[found]) held_by_request.push_back(h);
+      hold[found] = true;
+    }
     std::vector<size_t> all;
     for (size_t i = 0; i < runs.size(); ++i) all.push_back(i);
-    const CalibrationFit fit = fit_calibration(runs, all, prior);
+    const CalibrationFit fit = fit_calibration(runs, all, prior, hold);
     const RuntimeProfile calibrated = with_calibration(prior, fit.values);
     // before, after and leave-one-out: ln(measured / predicted) per run
-    const std::vector<double> loo = leave_one_out_log_ratios(runs, prior);
+    const std::vector<double> loo = leave_one_out_log_ratios(runs, prior, hold);
     std::vector<double> before, after, pred_before, pred_after, pred_loo;
     for (size_t i = 0; i < runs.size(); ++i) {
       const double m = runs[i].measured_step_seconds;
@@ -136,6 +150,7 @@ std::function<int()> add_calibrate_command(CLI::App& app, CommonOptions& common)
                           {"runs_files", a->runs},
                           {"fitted", fitted},
                           {"held_at_prior", held},
+                          {"held_by_request", held_by_request},
                           {"iterations", fit.iterations},
                           {"summary", summary},
                           {"runs", runs_json},
@@ -157,7 +172,7 @@ std::function<int()> add_calibrate_command(CLI::App& app, CommonOptions& common)
                          calibration_constant(static_cast<CalParam>(p))});
     std::cout << "Fitted by Levenberg-Marquardt on ln(step time), " << fit.iterations << " iterations:\n" << pt.render();
     if (!held.empty()) {
-      std::cout << "Held at the prior (these runs do not identify them";
+      std::cout << "Held at the prior (" << (held_by_request.empty() ? "" : "--hold, or ") << "these runs do not identify them";
       if (runs.size() < static_cast<size_t>(kCalParams)) std::cout << "; " << runs.size() << " runs fit at most " << runs.size() << " parameters";
       std::cout << "):";
       for (auto& h : held) std::cout << " " << h << ";";

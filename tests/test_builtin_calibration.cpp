@@ -80,7 +80,12 @@ TEST(BuiltinCalibration, AnAdoptedRecordIsCurrent) {
     const RuntimeProfile prior = uncalibrated(rt);
     std::vector<size_t> all;
     for (size_t i = 0; i < runs.size(); ++i) all.push_back(i);
-    const CalibrationFit fit = fit_calibration(runs, all, prior);
+    // the parameters the calibration held at the prior by request (ctxplan calibrate --hold)
+    CalibrationHeld held{};
+    for (const auto& h : doc["calibration"].value("held_by_request", json::array()))
+      for (int p = 0; p < kCalParams; ++p)
+        if (h.get<std::string>() == calibration_param_name(static_cast<CalParam>(p))) held[p] = true;
+    const CalibrationFit fit = fit_calibration(runs, all, prior, held);
     const CalibrationValues now = calibration_values(rt);
     for (int p = 0; p < kCalParams; ++p) {
       if (!fit.fitted[p]) continue;
@@ -88,7 +93,7 @@ TEST(BuiltinCalibration, AnAdoptedRecordIsCurrent) {
       if (static_cast<CalParam>(p) == CalParam::overhead) EXPECT_NEAR(got, want, 0.02 * want + 1e-6);
       else EXPECT_NEAR(std::log(got / want), 0.0, 0.02) << to_string(static_cast<CalParam>(p));
     }
-    const std::vector<double> loo = leave_one_out_log_ratios(runs, prior);
+    const std::vector<double> loo = leave_one_out_log_ratios(runs, prior, held);
     for (size_t i = 0; i < runs.size(); ++i) {
       EXPECT_EQ(rt.time_residuals[i].id, runs[i].id);
       EXPECT_NEAR(rt.time_residuals[i].log_ratio, loo[i], 0.02) << runs[i].id;

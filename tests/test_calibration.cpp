@@ -118,6 +118,27 @@ TEST(Calibration, FewerRunsThanParametersFitOnlyWhatTheRunsIdentify) {
   EXPECT_LT(fit.rms_log_residual, 1e-6);  // two runs, two parameters: an exact fit
 }
 
+TEST(Calibration, AHeldParameterStaysAtThePriorAndTheOthersStillRecoverTheTruth) {
+  // runs made with known scales and no overhead; holding the overhead (ctxplan calibrate --hold overhead)
+  // keeps it at the prior's exact value, and the other parameters still fit the runs exactly, in sample
+  // and leave-one-out
+  std::vector<CalibrationRun> runs = {job("1xh100", "dp=1", 4096), job("1xh100", "dp=1,recompute=full", 16384),
+                                      job("8xh100", "tp=8", 32768), job("8xh100", "cp=8,cp_kind=ring", 131072),
+                                      job("8xh100", "dp=8,ga=4", 8192)};
+  CalibrationValues v = truth();
+  v.value[static_cast<int>(CalParam::overhead)] = 0;
+  const RuntimeProfile t = with_calibration(prior(), v);
+  for (auto& r : runs) r.measured_step_seconds = predicted_step_seconds(r, t);
+  CalibrationHeld held{};
+  held[static_cast<int>(CalParam::overhead)] = true;
+  const CalibrationFit fit = fit_calibration(runs, all_of(runs), prior(), held);
+  EXPECT_FALSE(fit.fitted[static_cast<int>(CalParam::overhead)]);
+  EXPECT_EQ(fit.values.value[static_cast<int>(CalParam::overhead)], calibration_values(prior()).value[static_cast<int>(CalParam::overhead)]);
+  EXPECT_LT(fit.rms_log_residual, 1e-4);
+  for (double r : leave_one_out_log_ratios(runs, prior(), held)) EXPECT_LT(std::abs(r), 0.01);
+  EXPECT_STREQ(calibration_param_name(CalParam::overhead), "overhead");
+}
+
 TEST(Calibration, TheOverheadIsAddedOncePerStepWithAndWithoutAPipeline) {
   // a step's fixed overhead: the same seconds on top of the step, whatever the schedule (simulated,
   // closed form, 1F1B over 2 stages with 4 micro-batches)
