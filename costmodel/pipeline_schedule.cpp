@@ -115,7 +115,7 @@ double pipeline_step_closed_form(const PipelineTimes& t, std::vector<double>* en
   const int64_t P = std::max<int64_t>(1, t.stages), C = std::max<int64_t>(1, t.chunks);
   const int64_t M = std::max<int64_t>(1, t.micro_batches), V = P * C;
   // interleaved programs small enough: the exact schedule (2 V M tasks; under ~0.1 ms)
-  if (C > 1 && 2 * V * M <= kPipelineExactTasks) {
+  if (C > 1 && 2 * V * M <= kPipelineExactTasks && M % P == 0) {  // (schedule_pipeline refuses M % P != 0; plan_check too)
     PipelineSchedule exact = schedule_pipeline(t);
     if (end_s) *end_s = std::move(exact.end_s);
     return exact.step_s;
