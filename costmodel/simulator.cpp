@@ -583,7 +583,9 @@ class Builder {
     next_id_ = id0 + 2 * static_cast<int64_t>(R) * (steps - 2) + R;
     ntasks_ += 2 * static_cast<int64_t>(R) * (steps - 2) + R;
     const int64_t last_recv_step = steps - 2;  // receives exist at steps 1 .. steps-2
-    std::vector<double> first_end(static_cast<size_t>(R));
+    std::vector<double>& first_end = first_end_;
+    first_end.resize(static_cast<size_t>(R));
+    runs_of_rep_.resize(static_cast<size_t>(R));
     for (int r = 0; r < R; ++r) first_end[static_cast<size_t>(r)] = have[static_cast<size_t>(r)].end;
     next_greater_upstream(prev, first_end, ng_, ng_hops_);
     // the receive of step k >= 1 from M_k and M_{k-1}
@@ -598,7 +600,9 @@ class Builder {
     for (int r = 0; r < R; ++r) {
       RepAcc& a = acc_[static_cast<size_t>(r)];
       const std::vector<double>& cv = *cost_of[static_cast<size_t>(r)];
-      const std::vector<int64_t>& runs = cost_runs(&cv, steps);
+      auto& known = runs_of_rep_[static_cast<size_t>(r)];  // (a hash lookup per rank and layer was ~2% of the time)
+      if (known.first != &cv) known = {&cv, &cost_runs(&cv, steps)};
+      const std::vector<int64_t>& runs = *known.second;
       const T& h0 = have[static_cast<size_t>(r)];
       // the running maximum M: its value, the one before its last rise, and where it next rises
       // (the receive step k at which a greater first end enters the window; none past the last)
@@ -834,7 +838,7 @@ class Builder {
     // Forgets what was observed (for the next loop); the snapshots keep their memory.
     void reset() {
       seen_ = 0;
-      probe_ = 4;
+      probe_ = 2;
     }
     // Records the state after an iteration; true when the last three states lie on a line.
     bool observe(const Builder& b, std::initializer_list<std::vector<T>*> carried) {
@@ -860,6 +864,7 @@ class Builder {
       int64_t lo = 0, hi = n + 1;  // the line holds up to lo; it fails at hi (n + 1: not seen)
       double off_hi = 0, off_mid = 0;
       int64_t mid_fail = -1;       // a second failed distance below hi (for the secant)
+      int64_t cap = n;             // the farthest distance the secant leaves possible
       int64_t m = std::min(n, probe_);
       while (m >= lo + 2 && m < hi) {
         place(b, carried, m - 1);
@@ -878,11 +883,15 @@ class Builder {
           if (mid_fail > hi && off_mid > off_hi && off_hi > 0) {
             // off grows linearly past where the line was left (one max flipped): the secant of
             // the two failed probes meets 0 there; the farthest distance whose sweep starts before
-            // it is the guess
+            // it is the guess. Where off is convex in the distance (the max-plus times are: a
+            // max of lines), the secant meets 0 no earlier than where the line was left, so no
+            // farther distance can hold: the guess caps the search.
             const double left = static_cast<double>(hi - 1) - off_hi * static_cast<double>(mid_fail - hi) / (off_mid - off_hi);
             const double guess = std::floor(left) + 1;
-            if (guess >= static_cast<double>(lo + 2) && guess < static_cast<double>(hi)) {
+            if (guess < static_cast<double>(lo + 2)) break;
+            if (guess < static_cast<double>(hi)) {
               m = static_cast<int64_t>(guess);
+              cap = m;
               continue;
             }
           }
@@ -891,7 +900,7 @@ class Builder {
           if (m == n) break;
           m = std::min(n, 2 * m);  // doubling while every check held
         } else {
-          m = lo + (hi - lo + 1) / 2;
+          m = std::min(cap, lo + (hi - lo + 1) / 2);
         }
       }
       if (lo == 0) {
@@ -1001,7 +1010,7 @@ class Builder {
     Snapshot s_[3], p_, w_, good_p_, good_w_;
     bool micro_batches_ = false;  // what an iteration is (for the statistics): a micro-batch, else a layer
     int seen_ = 0;
-    int64_t probe_ = 4;
+    int64_t probe_ = 2;
   };
 
   // ---- one layer forward (also the recompute pass) ----------------------------------------------
@@ -1207,6 +1216,8 @@ class Builder {
   std::vector<T> fwd_tail_, loss_end_, mb_end_, reduce_end_;
   Period layer_period_;  // the layer loops'
   std::unordered_map<const std::vector<double>*, std::vector<int64_t>> cost_runs_;  // ring_forward_by_rank's
+  std::vector<std::pair<const std::vector<double>*, const std::vector<int64_t>*>> runs_of_rep_;  // per rank: its cost vector's runs
+  std::vector<double> first_end_;
   std::vector<int> ng_, ng_cycle_;
   std::vector<char> ng_seen_;
   std::vector<int64_t> ng_stack_;
