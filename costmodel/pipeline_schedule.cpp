@@ -205,6 +205,28 @@ double pipeline_step_closed_form(const PipelineTimes& t, std::vector<double>* en
     }
   }
   if (end_s) (*end_s)[0] = step;  // stage 0's last backward is the schedule's last task
+  if (C > 1 && M % P == 0) {
+    // A long interleaved program: the exact schedules of the two longest programs under
+    // kPipelineExactTasks, M2 and M1 = M2 - pp micro-batches, extrapolated by their difference per
+    // group of pp micro-batches (the steady state repeats per group once the schedule has settled;
+    // tests/test_pipeline_schedule.cpp checks it against the exact step), never below the paths.
+    const int64_t M2 = kPipelineExactTasks / (2 * V) / P * P, M1 = M2 - P;
+    if (M1 >= 2 * P && M2 < M) {
+      PipelineTimes shorter = t;
+      shorter.micro_batches = M2;
+      const PipelineSchedule s2 = schedule_pipeline(shorter);
+      shorter.micro_batches = M1;
+      const PipelineSchedule s1 = schedule_pipeline(shorter);
+      const double groups = static_cast<double>(M - M2) / static_cast<double>(P);
+      step = std::max(step, s2.step_s + groups * (s2.step_s - s1.step_s));
+      if (end_s)
+        for (int64_t s = 0; s < P; ++s) {
+          const size_t i = static_cast<size_t>(s);
+          (*end_s)[i] = std::max((*end_s)[i], s2.end_s[i] + groups * (s2.end_s[i] - s1.end_s[i]));
+        }
+      if (end_s) (*end_s)[0] = step;
+    }
+  }
   return step;
 }
 

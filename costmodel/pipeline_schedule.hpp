@@ -83,13 +83,16 @@ constexpr int64_t kPipelineExactTasks = 16384;
 // (m + p - 1) t for equal stages is the case s = p - 1. Measured against schedule_pipeline
 // (tests/test_pipeline_schedule.cpp; 90,000 random Megatron splits of 32-128 layers, pp 2-8, a
 // head of 0-4 layers): 1F1B without sends exact; with sends up to half a layer's forward per
-// boundary at most 4.1% below (0.6% for even splits). Interleaved (chunks > 1): the exact schedule up to kPipelineExactTasks tasks; beyond,
-// only the M t_s path: within 2% for even splits (with or without pp_embed/pp_loss), but up to 25%
-// below for pp_first/pp_last splits with vpp whose first and last stages are about equally the
-// slowest: interleaving then runs a steady period above t_max (32.2 vs 24 per micro-batch for
-// chunks 2,2,2,2,2,2,2,1 layers and a 4-layer head, pp=8, vpp=4), a cycle through both ends
-// this closed form does not derive (left open in issue 16).
-// Never above schedule_pipeline (the search's lower bound, pipeline_time.hpp, rests on it).
+// boundary at most 4.1% below (0.6% for even splits). Interleaved (chunks > 1): the exact
+// schedule up to kPipelineExactTasks tasks. Beyond, the M t_s path alone is up to 25% below for
+// pp_first/pp_last splits with vpp whose first and last stages are about equally the slowest
+// (interleaving then runs a steady period above t_max: 32.2 vs 24 per micro-batch for chunks
+// 2,2,2,2,2,2,2,1 layers and a 4-layer head, pp=8, vpp=4, a cycle through both ends these paths
+// do not price), so the two longest exact programs under the limit are extrapolated per group of
+// pp micro-batches (exact once the schedule repeats itself per group): equal to the exact step
+// (1e-13) over 545 random Megatron splits with vpp 2-4, pp 2-16 and up to 40 groups more than the
+// limit. Never above schedule_pipeline but for that extrapolation; never below the
+// paths (the search's lower bound, pipeline_time.hpp, rests on that).
 // `end_s`, when given, gets [stage]: a lower bound of when its last task ends (head + span; stage
 // 0's is the step: its last backward ends the schedule), exact where the schedule is run.
 double pipeline_step_closed_form(const PipelineTimes& t, std::vector<double>* end_s = nullptr);

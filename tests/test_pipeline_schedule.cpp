@@ -276,5 +276,34 @@ TEST(PipelineSchedule, ClosedFormIsALowerBoundExactWithoutSendsOnUnevenSplits) {
   EXPECT_GT(checked, 600);  // 720 (plan, ga, head, send) combinations build
 }
 
+TEST(PipelineSchedule, LongInterleavedProgramsAreExtrapolatedFromTheExactSchedule) {
+  // Interleaved programs beyond kPipelineExactTasks: the closed form runs the two longest exact
+  // programs under the limit and extends their difference per group of pp micro-batches. Exact once
+  // the schedule repeats per group, which it does well before the limit for Megatron's splits,
+  // including the case the paths alone miss by 25% (pp_first/pp_last with vpp, equally slow ends:
+  // a steady period above t_max). 1e-9: the sums run in a different order.
+  int checked = 0;
+  for (int64_t layers : {60, 80, 126})
+    for (int64_t pp : {4, 8, 12, 16})
+      for (int64_t vpp : {2, 3, 4})
+        for (int split = 0; split < 3; ++split) {
+          Plan p;
+          p.pp = pp;
+          p.vpp = vpp;
+          if (split == 1) p.pp_first = p.pp_last = vpp * (layers / pp / vpp + 1);
+          if (split == 2) p.pp_first = p.pp_last = vpp;
+          if (!pipeline_split_error(layers, p).empty()) continue;
+          const int64_t limit_ga = kPipelineExactTasks / (2 * pp * vpp) / pp * pp;
+          for (int64_t extra_groups : {1, 7, 40}) {
+            const int64_t ga = limit_ga + extra_groups * pp;
+            const PipelineTimes t = megatron_split_times(layers, p, ga, 3.97, 0.1);
+            const double exact = schedule_pipeline(t).step_s, closed = pipeline_step_closed_form(t);
+            EXPECT_NEAR(closed, exact, 1e-9 * exact) << plan_to_string(p) << " layers=" << layers << " ga=" << ga;
+            ++checked;
+          }
+        }
+  EXPECT_GT(checked, 30);
+}
+
 }  // namespace
 }  // namespace ctx
