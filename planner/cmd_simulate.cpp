@@ -73,7 +73,10 @@ std::function<int()> add_simulate_command(CLI::App& app, CommonOptions& common) 
     row("imbalance bubble", t.breakdown.imbalance);
     row("optimizer", t.breakdown.optimizer);
     row("step", t.step_seconds);
-    std::cout << "Where the step goes (on " << sim.reps[static_cast<size_t>(sim.breakdown_rep)].label << "):\n" << tt.render();
+    // pp > 1: the stages are simulated one by one and scheduled (pipeline_time.hpp); no rank list
+    const std::string on = sim.reps.empty() ? "pipeline stage " + p.pipeline.value("critical_stage", json(0)).dump() + ", finishing last"
+                                            : sim.reps[static_cast<size_t>(sim.breakdown_rep)].label;
+    std::cout << "Where the step goes (on " << on << "):\n" << tt.render();
     std::cout << "\nPhases (slowest rank): forward " << fixed(t.phase_seconds[0], 4) << " s, backward " << fixed(t.phase_seconds[1], 4)
               << " s, optimizer " << fixed(t.phase_seconds[2], 4) << " s\n";
     std::cout << "Throughput: " << fixed(t.tokens_per_second, 0) << " tokens/s, MFU " << fixed(100 * t.mfu, 1) << "%, "

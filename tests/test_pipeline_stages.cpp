@@ -19,6 +19,7 @@
 #include "costmodel/plan.hpp"
 #include "costmodel/plan_check.hpp"
 #include "costmodel/profile_store.hpp"
+#include "run_process.hpp"
 
 namespace ctx {
 namespace {
@@ -410,6 +411,31 @@ TEST(PipelineStages, ClosedFormStepFollowsTheSimulatedStepOnUnevenPlans) {
     std::printf("%-15s %-45s closed %.4f s simulated %.4f s (%+.2f%%; chunks within %.2f%%, schedule gap %.2f%%)\n", k.model, k.plan,
                 closed, sim, 100 * (closed / sim - 1), 100 * e, 100 * gap);
   }
+}
+
+// `ctxplan simulate` of a pipeline plan prints the simulated step, the stage that finishes last and
+// the search's closed form beside it (it crashed indexing the simulated ranks, which pipeline
+// plans do not list), the same numbers as pipeline_step_time.
+TEST(PipelineStages, SimulateCommandPrintsTheStepAndTheClosedFormOfAPipelinePlan) {
+  const std::string plan = "tp=8,pp=4,pp_first=14,pp_last=14,ga=4";
+  const testing::RunResult r = testing::run_process(
+      CTXPLAN_BIN, {"--profiles", std::string(CTXPLAN_SOURCE_DIR) + "/profiles", "simulate", "-m", "Llama-3.1-70B", "-c", "4x8xh100",
+                    "-r", "megatron", "-s", "8192", "-p", plan});
+  ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 3) << r.both();  // 3: does not fit (time is still priced)
+  const ModelSpec m = resolve_model(profiles(), "Llama-3.1-70B");
+  const ClusterSpec c = resolve_cluster(profiles(), "4x8xh100");
+  const RuntimeProfile rt = resolve_runtime(profiles(), "megatron");
+  const Plan p = checked(plan, m, c, 8192);
+  PipelineStepDetail d;
+  const double sim = pipeline_step_time(m, c, rt, p, 8192, true, nullptr, &d).step_seconds;
+  const double closed = pipeline_step_time(m, c, rt, p, 8192, false).step_seconds;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "(on pipeline stage %d, finishing last)", d.critical_stage);
+  EXPECT_NE(r.out.find(buf), std::string::npos) << r.out;
+  std::snprintf(buf, sizeof buf, "Closed-form estimate (used by the search): %.4f s", closed);
+  EXPECT_NE(r.out.find(buf), std::string::npos) << r.out;
+  std::snprintf(buf, sizeof buf, "  step                    %.4f", sim);
+  EXPECT_NE(r.out.find(buf), std::string::npos) << r.out;
 }
 
 TEST(PipelineStages, PpAndVppRoundTripThroughTextAndJson) {
