@@ -838,6 +838,7 @@ class Builder {
     // Forgets what was observed (for the next loop); the snapshots keep their memory.
     void reset() {
       seen_ = 0;
+      fail_at_ = kNever;
       probe_ = 2;
     }
     // Records the state after an iteration; true when the last three states lie on a line.
@@ -846,7 +847,10 @@ class Builder {
       std::swap(s_[1], s_[2]);
       b.take(s_[2], carried);
       seen_ = std::min(seen_ + 1, 3);
-      return seen_ == 3 && same_step(s_[0], s_[1], s_[1], s_[2]);
+      const bool on_line = seen_ == 3 && same_step(s_[0], s_[1], s_[1], s_[2]);
+      if (!on_line) fail_at_ = kNever;  // a new line
+      else if (fail_at_ != kNever) --fail_at_;  // the same line, from one iteration farther
+      return on_line;
     }
     // After observe() returned true: advances the loop by up to n iterations, `iterate(m)`
     // sweeping the m-th iteration after the observed one. Returns how many iterations were
@@ -861,11 +865,14 @@ class Builder {
     // midpoint. The search stops when no distance of at least 2 is left untried below `hi`; the
     // state is then the farthest checked one (a miss costs one swept iteration, as a success).
     int64_t jump(Builder& b, std::initializer_list<std::vector<T>*> carried, int64_t n, const std::function<void(int64_t)>& iterate) {
+      // a check of this line already failed at distance fail_at_ (from the observed state): every
+      // farther one fails too (off is convex in the distance and was 0 at the observed state)
+      int64_t cap = std::min(n, fail_at_ - 1);  // the farthest distance left possible
+      if (cap < 2) return 0;
       int64_t lo = 0, hi = n + 1;  // the line holds up to lo; it fails at hi (n + 1: not seen)
       double off_hi = 0, off_mid = 0;
       int64_t mid_fail = -1;       // a second failed distance below hi (for the secant)
-      int64_t cap = n;             // the farthest distance the secant leaves possible
-      int64_t m = std::min(n, probe_);
+      int64_t m = std::min(cap, probe_);
       while (m >= lo + 2 && m < hi) {
         place(b, carried, m - 1);
         b.take(p_, carried);
@@ -897,8 +904,8 @@ class Builder {
           }
         }
         if (hi > n) {
-          if (m == n) break;
-          m = std::min(n, 2 * m);  // doubling while every check held
+          if (m >= cap) break;
+          m = std::min(cap, 2 * m);  // doubling while every check held
         } else {
           m = std::min(cap, lo + (hi - lo + 1) / 2);
         }
@@ -906,6 +913,7 @@ class Builder {
       if (lo == 0) {
         place(b, carried, 0);  // the observed state again
         probe_ = std::max<int64_t>(2, std::min(n, probe_) / 2);
+        fail_at_ = hi <= n && std::isfinite(off_hi) ? hi : kNever;
         return 0;
       }
       b.restore(good_w_, carried);
@@ -914,6 +922,7 @@ class Builder {
       std::swap(s_[1], good_p_);  // the line goes on from here
       std::swap(s_[2], good_w_);
       seen_ = 2;
+      fail_at_ = hi <= n && std::isfinite(off_hi) ? hi - lo : kNever;
       probe_ = hi > n ? 2 * lo : std::max<int64_t>(4, lo);
       return lo;
     }
@@ -1011,6 +1020,10 @@ class Builder {
     bool micro_batches_ = false;  // what an iteration is (for the statistics): a micro-batch, else a layer
     int seen_ = 0;
     int64_t probe_ = 2;
+    // where a check of the current line failed, in iterations from the last observed state (a
+    // failed check is remembered while later observations stay on its line)
+    static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+    int64_t fail_at_ = kNever;
   };
 
   // ---- one layer forward (also the recompute pass) ----------------------------------------------
