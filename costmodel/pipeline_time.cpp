@@ -77,6 +77,9 @@ StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const Runt
       k.tp_fixup_norm = k.tp_fixup_kv = 0;
       k.opt_device = k.opt_host = k.opt_d2h = k.opt_h2d = k.opt_param_ag = 0;
     } else {
+      // a tied embedding's copy on the last stage (pipeline_stages.hpp: Megatron builds the head
+      // there) is reduced over data parallel like the embedding it copies
+      if (last && !first && m.tied_embeddings) k.head_grad_reduce += k.embed_grad_reduce;
       // the optimizer's terms are linear in the parameters it updates (up to a launch): scaled
       // from what step_costs priced for `layers` layers with embedding and head to what the stage holds
       PipelineStage st;
@@ -120,6 +123,20 @@ StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const Runt
     part.breakdown = t.breakdown;
     return chunk_part.emplace(key, part).first->second;
   };
+  // A tied embedding under pp > 1: Megatron all-reduces the embedding's and the last stage's head
+  // copy's gradients over the embedding group (the first and last stage's ranks at the same tp, cp,
+  // dp coordinates) after the data-parallel reduction (megatron/core/distributed/finalize_model_grads.py
+  // _allreduce_word_embedding_grads), exposed at the end of both stages' steps: [vocab/tp, h] in the
+  // reduction's dtype on the link the two stages' ranks share
+  double embedding_group_s = 0;
+  if (P > 1 && m.tied_embeddings) {
+    const bool inter = pipeline_send_inter_node(p, c.gpus_per_node, 0, P - 1);
+    GroupPlacement pair;
+    pair.size = 2;
+    pair.nodes = inter ? 2 : 1;
+    pair.per_node = inter ? 1 : 2;
+    embedding_group_s = collective_seconds(Coll::all_reduce, shapes.vocab * static_cast<double>(m.hidden) * rt.grad_comm_bytes, pair, c);
+  }
   auto stage_tail = [&](int64_t s) -> const Part& {
     const bool first = s == 0, last = s == P - 1;
     const int64_t layers = stage_layers(s);
@@ -131,6 +148,7 @@ StepTime pipeline_step_time(const ModelSpec& m, const ClusterSpec& c, const Runt
     Part part;
     part.tail_s = std::max(0.0, full.step_seconds - bare.step_seconds);
     part.tail_optimizer_s = std::min(part.tail_s, full.breakdown.optimizer);
+    if ((first || last) && P > 1 && m.tied_embeddings) part.tail_s += embedding_group_s;
     return stage_part.emplace(key, part).first->second;
   };
 

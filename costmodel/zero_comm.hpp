@@ -45,7 +45,8 @@ std::vector<ZeroCommTerm> zero_comm_terms(const Plan& p, const LocalShapes& s, c
 // pipeline_stage_params, pp_first/pp_last/pp_embed/pp_loss splits included), and the terms are the
 // largest stage's (the one its collectives take longest on); `stage`, when given, gets that stage
 // (0 when pp = 1). Megatron's all-reduce of a tied embedding's gradient between the first and last
-// stage (the embedding group) is not listed.
+// stage (the embedding group) is not listed here (not a data-parallel group); the time model prices
+// it in both end stages' tails (pipeline_time.cpp).
 std::vector<ZeroCommTerm> zero_comm_terms(const ModelSpec& m, const Plan& p, const LocalShapes& s, const RuntimeProfile& rt,
                                           int64_t gpus_per_node, int64_t* stage = nullptr);
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/collectives.hpp"
 #include "costmodel/errors.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/pipeline_schedule.hpp"
@@ -436,6 +437,45 @@ TEST(PipelineStages, SimulateCommandPrintsTheStepAndTheClosedFormOfAPipelinePlan
   EXPECT_NE(r.out.find(buf), std::string::npos) << r.out;
   std::snprintf(buf, sizeof buf, "  step                    %.4f", sim);
   EXPECT_NE(r.out.find(buf), std::string::npos) << r.out;
+}
+
+// A tied embedding under pp > 1 (Qwen3-4B: 36 layers, hidden 2560, vocab 151936, tied): the last
+// stage holds a copy of the embedding as its head (pipeline_stage_params) whose gradient is reduced
+// over data parallel, and Megatron then all-reduces the embedding's and the copy's gradients between
+// the first and the last stage (finalize_model_grads.py _allreduce_word_embedding_grads), exposed at
+// the end of both. pp = 4, dp = 4 on 2 nodes of 8: stage 0 is ranks 0-3 (node 0), stage 3 ranks
+// 12-15 (node 1), each data-parallel group inside a node. Halving the inter-node bandwidth changes
+// only that all-reduce among the stage tails: the end stages' tails grow by exactly its change,
+// 151,936 x 2560 gradients x the runtime's reduction bytes between 2 ranks on 2 nodes; the middle
+// stages' do not move, nor does any tail of the same model untied.
+TEST(PipelineStages, ATiedEmbeddingIsAllReducedBetweenTheEndStages) {
+  ModelSpec tied = resolve_model(profiles(), "Qwen3-4B");
+  ASSERT_TRUE(tied.tied_embeddings);
+  ModelSpec untied = tied;
+  untied.tied_embeddings = false;
+  const RuntimeProfile rt = resolve_runtime(profiles(), "megatron");
+  const ClusterSpec fast = resolve_cluster(profiles(), "2x8xh100");
+  ClusterSpec slow = fast;
+  slow.inter_bytes_per_second /= 2;
+  const Plan p = checked("pp=4,dp=4,zero=1,ga=4", tied, fast, 8192);
+  GroupPlacement pair;
+  pair.size = 2;
+  pair.nodes = 2;
+  pair.per_node = 1;
+  const double bytes = 151936.0 * 2560.0 * rt.grad_comm_bytes;
+  const double grows = collective_seconds(Coll::all_reduce, bytes, pair, slow) - collective_seconds(Coll::all_reduce, bytes, pair, fast);
+  ASSERT_GT(grows, 0);
+  PipelineStepDetail tf, ts, uf, us;
+  pipeline_step_time(tied, fast, rt, p, 8192, false, nullptr, &tf);
+  pipeline_step_time(tied, slow, rt, p, 8192, false, nullptr, &ts);
+  pipeline_step_time(untied, fast, rt, p, 8192, false, nullptr, &uf);
+  pipeline_step_time(untied, slow, rt, p, 8192, false, nullptr, &us);
+  ASSERT_EQ(tf.tail_s.size(), 4u);
+  for (size_t s = 0; s < 4; ++s) {
+    const double expect = s == 0 || s == 3 ? grows : 0.0;
+    EXPECT_NEAR(ts.tail_s[s] - tf.tail_s[s], expect, 1e-12 + 1e-9 * ts.tail_s[s]) << "stage " << s;
+    EXPECT_DOUBLE_EQ(us.tail_s[s], uf.tail_s[s]) << "untied, stage " << s;
+  }
 }
 
 TEST(PipelineStages, PpAndVppRoundTripThroughTextAndJson) {
