@@ -864,6 +864,10 @@ class Builder {
     // secant guess of where it left, tried first (exact when one max flipped in between), else the
     // midpoint. The search stops when no distance of at least 2 is left untried below `hi`; the
     // state is then the farthest checked one (a miss costs one swept iteration, as a success).
+    // No probe goes where it must fail: off is convex in the distance (the times are maxes of
+    // lines) and 0 at the observed state, so past a failed distance every distance fails, and past
+    // the secant's zero too; a failed distance is remembered while the next observations stay on
+    // its line (fail_at_). These only spare sweeps: every jump is still checked at its far end.
     int64_t jump(Builder& b, std::initializer_list<std::vector<T>*> carried, int64_t n, const std::function<void(int64_t)>& iterate) {
       // a check of this line already failed at distance fail_at_ (from the observed state): every
       // farther one fails too (off is convex in the distance and was 0 at the observed state)
