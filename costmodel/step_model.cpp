@@ -374,10 +374,40 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
     const double host_bytes = shard * (rt.master_bytes + rt.optimizer_bytes);
     k.opt_device = std::max(pcie_seconds(host_bytes, c), price.memory(shard * (rt.grad_bytes + rt.weight_bytes)));
   } else if (p.opt_offload) {
+    // the host optimizer's rate is per node: each rank steps its own partition at once, every rank's
+    // OpenMP pool over the same host cores (DeepSpeed's cpu_adam.h Step_AVX: omp parallel for, threads
+    // limited only by --bind_cores_to_rank), so a rank gets the node's rate over the ranks on the node
     const double ranks_per_node = static_cast<double>(std::min<int64_t>(gpn, k.world));
     k.opt_host = shard / (rt.cpu_adam_params_per_second / ranks_per_node);
     k.opt_d2h = pcie_seconds(shard * rt.grad_bytes, c);
     k.opt_h2d = pcie_seconds(shard * rt.weight_bytes, c);
+    if (p.zero == 3 && rt.zero3_grad_partition_bytes > 0) {
+      // DeepSpeed ZeRO-3 (0.17.0 runtime/zero/stage3.py, the flat gradient partition's runtime):
+      // __reduce_and_partition_ipg_grads runs on the autograd thread when a reduce bucket fills: the
+      // bucket's reduce-scatter on the reduce stream (which waited for the compute stream,
+      // __add_grad_to_ipg_bucket), then partition_grads copies the partition to the host buffer (bf16),
+      // back up as a device buffer, and into the optimizer's fp32 gradient (2 + 2 + 4 B per element; the
+      // fp32 copy at the accumulation boundary only). Those host buffers are pageable unless
+      // offload_optimizer.pin_memory (default false, runtime/zero/offload_config.py; ALST's recipes do not
+      // set it): a copy to or from pageable memory returns only when done, so the autograd thread, and
+      // with it every later backward kernel, waits for the bucket's reduce-scatter and copies. Every
+      // bucket's reduction and copies are on the critical path: priced here, after the backward (the
+      // simulator's grads_d2h), the copies at the pinned rate (a lower bound: no measurement of the
+      // pageable path's D2H is published). The simulator also places the reductions on the dp stream,
+      // where a reduction it leaves exposed is counted twice (the last layers' at most)
+      const double ga = static_cast<double>(k.ga);
+      const double reductions = ga * (static_cast<double>(m.layers) * k.grad_reduce + k.head_grad_reduce + k.embed_grad_reduce);
+      k.opt_d2h = reductions + pcie_seconds(shard * (ga * 2.0 * rt.zero3_grad_partition_bytes + rt.grad_bytes), c);
+      // step(): per sub-group, _reassign_or_swap_out_partitioned_parameters copies the fp32 partition
+      // (unpinned: _create_fp32_partitions' .to(cpu).clone().float()) into the bf16 one with a blocking
+      // copy_, which PyTorch converts on the host into a pageable buffer before the transfer. DeepSpeed
+      // PR #5301 (ec16120d, stage_1_and_2.py) measured that path 6x (1 GPU) and 4-5x (8-GPU node) slower
+      // than the pinned fp32 copy it put in its place; stage3.py kept it. With offload_param the bf16
+      // partition is host memory (pinned flat buffer): the copy stays on the host and the weights go up
+      // in the next forward's fetch (param_h2d)
+      const double pageable_slowdown = ranks_per_node > 1 ? 4.5 : 6.0;
+      k.opt_h2d = p.param_offload ? 0.0 : pageable_slowdown * pcie_seconds(shard * rt.master_bytes, c);
+    }
   } else {
     // read grad, master, m, v; write master, m, v, bf16 weight. Without a master copy (master=none)
     // the update reads and writes the compute weight itself: 2 x weight_bytes in place of

@@ -1,0 +1,108 @@
+// The host optimizer of optimizer offload (step_costs' opt_host, opt_d2h, opt_h2d) as DeepSpeed 0.17.0
+// runs it under ZeRO-3 (runtime/zero/stage3.py), written out by hand from the plan, the profile's
+// constants and the cluster's PCIe rate:
+//  - CPU-Adam's rate is the node's, shared by the ranks on the node (every rank's OpenMP pool spans
+//    the same host cores), so a rank's step takes its partition x ranks on the node / the node's rate;
+//  - the gradient partitions go to the host inside backward (partition_grads, per reduce bucket) through
+//    pageable buffers, so the autograd thread waits for each bucket's reduce-scatter and copies: all of
+//    them are on the critical path;
+//  - the fp32 -> bf16 parameter copy back is the unpinned, host-converted path DeepSpeed PR #5301
+//    measured 6x (1 GPU) and 4-5x (8-GPU node) slower than a pinned fp32 copy; with offload_param the
+//    copy stays on the host.
+// Runtimes without DeepSpeed's ZeRO-3 gradient partition keep the plain price (copies after backward).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "costmodel/memory_model.hpp"
+#include "costmodel/plan_check.hpp"
+#include "costmodel/profile_store.hpp"
+#include "costmodel/step_model.hpp"
+
+namespace ctx {
+namespace {
+
+const Profiles& profiles() {
+  static Profiles p = load_profiles(default_profiles_dir());
+  return p;
+}
+
+struct Job {
+  ModelSpec m;
+  ClusterSpec c;
+  RuntimeProfile rt;
+  Plan p;
+  int64_t seq;
+};
+
+Job job(const std::string& plan_text, const std::string& cluster, const std::string& runtime = "hf-deepspeed") {
+  Job j{resolve_model(profiles(), "Llama-3.1-8B"), resolve_cluster(profiles(), cluster), resolve_runtime(profiles(), runtime),
+        parse_plan(plan_text), 32000};
+  PlanCheck chk = check_plan(j.p, j.m, j.c, j.seq);
+  EXPECT_TRUE(chk.ok()) << plan_text << " on " << cluster << ": " << chk.message();
+  return j;
+}
+
+StepCosts costs(const Job& j) { return step_costs(j.m, j.c, j.rt, j.p, j.seq, true); }
+
+// collectives.cpp pcie_seconds: 5 us per copy plus the bytes at the pinned rate
+double pcie(double bytes, const ClusterSpec& c) { return bytes <= 0 ? 0.0 : 5e-6 + bytes / c.gpu.pcie_bytes_per_second; }
+
+// the rank's optimizer partition: all parameters over the ZeRO-3 shard group (dp x cp)
+double shard_params(const Job& j) {
+  return local_shapes(j.m, j.p, j.seq).params / static_cast<double>(j.p.dp * j.p.cp);
+}
+
+TEST(CpuAdamOffload, TheNodesRateIsSharedByItsRanks) {
+  const Job node = job("dp=8,zero=3,recompute=full,opt_offload=1", "8xh100");
+  const Job one = job("dp=1,zero=3,recompute=full,opt_offload=1,param_offload=1", "1xh100");
+  const Job four = job("dp=32,zero=3,recompute=full,opt_offload=1", "aws-p5-4node");
+  const double rate = node.rt.cpu_adam_params_per_second;
+  ASSERT_GT(rate, 0);
+  EXPECT_NEAR(costs(node).opt_host, shard_params(node) * 8 / rate, 1e-9);
+  EXPECT_NEAR(costs(one).opt_host, shard_params(one) / rate, 1e-9);
+  EXPECT_NEAR(costs(four).opt_host, shard_params(four) * 8 / rate, 1e-9);
+  // the same model on one node takes the same optimizer time whether 1 or 8 ranks step it; 4 nodes a quarter
+  EXPECT_NEAR(costs(node).opt_host / costs(one).opt_host, 1.0, 1e-9);
+  EXPECT_NEAR(costs(four).opt_host / costs(node).opt_host, 0.25, 1e-9);
+}
+
+TEST(CpuAdamOffload, DeepSpeedZero3BlocksBackwardOnEveryBucketsReductionAndCopies) {
+  // one GPU: no reduction; the whole gradient goes down bf16, back up, down fp32 (2 + 2 + 4 B per parameter)
+  const Job one = job("dp=1,zero=3,recompute=full,opt_offload=1,param_offload=1", "1xh100");
+  EXPECT_NEAR(costs(one).opt_d2h, pcie(shard_params(one) * (2 + 2 + 4), one.c), 1e-12);
+  // 8 GPUs: each bucket's reduce-scatter waits with the copies (every layer's, the head's, the embedding's)
+  const Job j = job("dp=8,zero=3,recompute=full,opt_offload=1", "8xh100");
+  const StepCosts k = costs(j);
+  ASSERT_GT(k.grad_reduce, 0);
+  const double reductions = static_cast<double>(j.m.layers) * k.grad_reduce + k.head_grad_reduce + k.embed_grad_reduce;
+  EXPECT_NEAR(k.opt_d2h, reductions + pcie(shard_params(j) * (2 + 2 + 4), j.c), 1e-12);
+  // with ga=2 the reductions and the bf16 copies happen every micro-batch, the fp32 copy once
+  const Job ga2 = job("dp=8,ga=2,zero=3,recompute=full,opt_offload=1", "8xh100");
+  EXPECT_NEAR(costs(ga2).opt_d2h, 2 * reductions + pcie(shard_params(ga2) * (2 * (2 + 2) + 4), ga2.c), 1e-12);
+}
+
+TEST(CpuAdamOffload, TheParameterCopyBackIsTheUnpinnedPath) {
+  const Job node = job("dp=8,zero=3,recompute=full,opt_offload=1", "8xh100");
+  const Job one = job("dp=1,zero=3,recompute=full,opt_offload=1", "1xh100");
+  const Job one_params = job("dp=1,zero=3,recompute=full,opt_offload=1,param_offload=1", "1xh100");
+  // PR #5301: the pinned fp32 copy was 4-5x faster on an 8-GPU node, 6x on one GPU
+  EXPECT_NEAR(costs(node).opt_h2d, 4.5 * pcie(shard_params(node) * 4, node.c), 1e-12);
+  EXPECT_NEAR(costs(one).opt_h2d, 6.0 * pcie(shard_params(one) * 4, one.c), 1e-12);
+  // offload_param: the bf16 partition is host memory; the copy never crosses PCIe in the step
+  EXPECT_EQ(costs(one_params).opt_h2d, 0.0);
+  EXPECT_GT(costs(one_params).param_h2d, 0.0) << "the weights go up in the next forward's fetch";
+}
+
+TEST(CpuAdamOffload, OtherRuntimesKeepTheCopiesAfterBackward) {
+  const Job j = job("dp=8,zero=1,recompute=full,opt_offload=1", "8xh100", "megatron");
+  ASSERT_FALSE(j.rt.optimizer_offload_on_device);
+  const StepCosts k = costs(j);
+  EXPECT_NEAR(k.opt_d2h, pcie(shard_params(j) * j.rt.grad_bytes, j.c), 1e-12);
+  EXPECT_NEAR(k.opt_h2d, pcie(shard_params(j) * j.rt.weight_bytes, j.c), 1e-12);
+}
+
+}  // namespace
+}  // namespace ctx
