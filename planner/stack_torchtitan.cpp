@@ -249,9 +249,10 @@ StackJob import_torchtitan(const std::string& text, const std::string& where, co
   const std::string reshard = t.str("parallelism", "fsdp_reshard_after_forward", "default");
   if (reshard != "default" && reshard != "always" && reshard != "never")
     throw InputError(where, "parallelism.fsdp_reshard_after_forward", "unknown value '" + reshard + "'; valid: default, always, never");
-  if (p.pp > 1 && !fsdp && replicate > 1)
+  if ((p.pp > 1 || p.tp > 1) && !fsdp && replicate > 1)
     throw InputError(where, "parallelism.data_parallel_replicate_degree",
-                     std::to_string(replicate) + " with pipeline_parallel_degree = " + std::to_string(p.pp) +
+                     std::to_string(replicate) + " with " + (p.pp > 1 ? "pipeline_parallel_degree = " + std::to_string(p.pp)
+                                                                      : "tensor_parallel_degree = " + std::to_string(p.tp)) +
                          ": torchtitan's DDP runs alone (apply_ddp: 'DDP has not supported > 1D parallelism'); valid: 1, or "
                          "data_parallel_shard_degree for FSDP");
   if (fsdp && p.pp > 1) {
@@ -394,7 +395,10 @@ StackExport export_torchtitan(const ExportJob& job, const Profiles& profiles) {
   }
   int64_t replicate = 1, shard = p.dp;
   std::string reshard = "default";
-  if (p.zero == 0 && p.cp == 1) {
+  if (p.zero == 0 && p.cp == 1 && p.dp > 1 && (p.tp > 1 || p.pp > 1)) {
+    e.cannot_express.push_back("zero=0 with dp>1 and tp or pp > 1: torchtitan's DDP runs alone (apply_ddp: 'DDP has not "
+                               "supported > 1D parallelism'); written as FSDP (zero=3, or zero=1 under pipelining)");
+  } else if (p.zero == 0 && p.cp == 1) {
     replicate = p.dp;
     shard = 1;
   } else if (p.zero == 0) {

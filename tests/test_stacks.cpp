@@ -152,6 +152,8 @@ TEST(StackExport, ListsWhatTheStackCannotExpress) {
       {Stack::megatron, "cp=2,tiled_loss=4096", "tiled_loss"},
       {Stack::torchtitan, "cp=8,cp_kind=ulysses,zero=3", "cp_kind=ulysses"},
       {Stack::torchtitan, "zero=1", "zero=1"},
+      {Stack::torchtitan, "dp=8,pp=2,zero=0,ga=4", "DDP has not supported"},
+      {Stack::torchtitan, "dp=4,tp=4,zero=0", "DDP has not supported"},
       {Stack::torchtitan, "zero=3,ckpt_offload=1,recompute=full", "ckpt_offload"},
       {Stack::deepspeed, "tp=2,zero=1", "tp=2"},
       {Stack::deepspeed, "cp=8,cp_kind=ulysses,zero=3", "cp=8"},
@@ -370,6 +372,9 @@ TEST(StackImport, RefusesWhatChangesTheAnswer) {
   e = import_error(Stack::torchtitan, tt + full + "[parallelism]\npipeline_parallel_degree = 4\ndata_parallel_replicate_degree = 4\n"
                                                   "data_parallel_shard_degree = 1\n");
   EXPECT_NE(e.find("DDP has not supported"), std::string::npos) << e;
+  e = import_error(Stack::torchtitan, tt + full + "[parallelism]\ntensor_parallel_degree = 2\ndata_parallel_replicate_degree = 8\n"
+                                                  "data_parallel_shard_degree = 1\n");
+  EXPECT_NE(e.find("tensor_parallel_degree = 2: torchtitan's DDP runs alone"), std::string::npos) << e;
   e = import_error(Stack::torchtitan, tt + full + "[training]\nlocal_batch_size = 6\n[parallelism]\npipeline_parallel_degree = 4\n"
                                                   "pipeline_parallel_microbatch_size = 4\n");
   EXPECT_NE(e.find("valid: a divisor of 6"), std::string::npos) << e;
