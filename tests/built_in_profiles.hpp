@@ -1,9 +1,13 @@
-// Test helper: the repository's own profiles (profiles/), loaded once per test binary, and the
-// ctxplan binary run against them.
+// Test helper: the repository's own profiles (profiles/), loaded once per test binary, the memory of
+// one plan under them, and the ctxplan binary run against them.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
 
+#include "costmodel/memory_model.hpp"
+#include "costmodel/plan_check.hpp"
 #include "costmodel/profile_store.hpp"
 #include "run_process.hpp"
 
@@ -17,6 +21,19 @@ inline const std::string& built_in_profiles_dir() {
 inline const Profiles& built_in_profiles() {
   static const Profiles p = load_profiles(built_in_profiles_dir());
   return p;
+}
+
+// The memory prediction of `plan_text` for `model` on `cluster` under `runtime` at `seq` tokens; the
+// plan must pass check_plan (a failure names it).
+inline MemoryPrediction built_in_plan_memory(const std::string& model, const std::string& runtime, const std::string& plan_text,
+                                             int64_t seq, const std::string& cluster = "8xh100") {
+  const Profiles& pr = built_in_profiles();
+  const ModelSpec m = resolve_model(pr, model);
+  const ClusterSpec c = resolve_cluster(pr, cluster);
+  Plan p = parse_plan(plan_text);  // check_plan resolves dp
+  const PlanCheck chk = check_plan(p, m, c, seq);
+  EXPECT_TRUE(chk.ok()) << plan_text << ": " << chk.message();
+  return predict_memory(m, c, resolve_runtime(pr, runtime), p, seq);
 }
 
 // `ctxplan --profiles <profiles/> args...`

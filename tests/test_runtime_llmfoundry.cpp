@@ -13,6 +13,7 @@
 #include "costmodel/profile_store.hpp"
 #include "costmodel/runtime_capabilities.hpp"
 #include "costmodel/zero_comm.hpp"
+#include "built_in_profiles.hpp"
 #include "planner/validation_points.hpp"
 
 namespace ctx {
@@ -24,12 +25,7 @@ const Profiles& profiles() {
 }
 
 MemoryPrediction memory(const std::string& runtime, const std::string& plan_text, int64_t seq) {
-  ModelSpec m = resolve_model(profiles(), "MPT-7B");
-  ClusterSpec c = resolve_cluster(profiles(), "8xh100");
-  Plan p = parse_plan(plan_text);
-  PlanCheck chk = check_plan(p, m, c, seq);
-  EXPECT_TRUE(chk.ok()) << plan_text << ": " << chk.message();
-  return predict_memory(m, c, resolve_runtime(profiles(), runtime), p, seq);
+  return testing::built_in_plan_memory("MPT-7B", runtime, plan_text, seq);
 }
 
 double cat(const MemoryPrediction& mp, Phase ph, Mem m) { return mp.phase_peak[static_cast<int>(ph)][m]; }

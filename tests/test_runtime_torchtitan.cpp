@@ -12,6 +12,7 @@
 #include "costmodel/profile_store.hpp"
 #include "costmodel/runtime_capabilities.hpp"
 #include "planner/validation_points.hpp"
+#include "built_in_profiles.hpp"
 
 namespace ctx {
 namespace {
@@ -22,12 +23,7 @@ const Profiles& profiles() {
 }
 
 MemoryPrediction memory(const std::string& runtime, const std::string& plan_text, int64_t seq) {
-  ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
-  ClusterSpec c = resolve_cluster(profiles(), "8xh100");
-  Plan p = parse_plan(plan_text);
-  PlanCheck chk = check_plan(p, m, c, seq);
-  EXPECT_TRUE(chk.ok()) << plan_text << ": " << chk.message();
-  return predict_memory(m, c, resolve_runtime(profiles(), runtime), p, seq);
+  return testing::built_in_plan_memory("Llama-3.1-8B", runtime, plan_text, seq);
 }
 
 double cat(const MemoryPrediction& mp, Phase ph, Mem m) { return mp.phase_peak[static_cast<int>(ph)][m]; }
