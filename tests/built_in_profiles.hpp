@@ -9,6 +9,7 @@
 #include "costmodel/memory_model.hpp"
 #include "costmodel/plan_check.hpp"
 #include "costmodel/profile_store.hpp"
+#include "costmodel/runtime_profile.hpp"
 #include "run_process.hpp"
 
 namespace ctx::testing {
@@ -34,6 +35,25 @@ inline MemoryPrediction built_in_plan_memory(const std::string& model, const std
   const PlanCheck chk = check_plan(p, m, c, seq);
   EXPECT_TRUE(chk.ok()) << plan_text << ": " << chk.message();
   return predict_memory(m, c, resolve_runtime(pr, runtime), p, seq);
+}
+
+// One job resolved from the built-in profiles with its plan checked (dp filled in): what the step
+// model and the simulator take.
+struct PricedJob {
+  ModelSpec m;
+  ClusterSpec c;
+  RuntimeProfile rt;
+  Plan p;
+  int64_t seq;
+};
+
+inline PricedJob built_in_job(const std::string& plan_text, int64_t seq, const std::string& model = "Llama-3.1-8B",
+                              const std::string& cluster = "8xh100", const std::string& runtime = "ctxrun-cuda") {
+  const Profiles& pr = built_in_profiles();
+  PricedJob j{resolve_model(pr, model), resolve_cluster(pr, cluster), resolve_runtime(pr, runtime), parse_plan(plan_text), seq};
+  const PlanCheck chk = check_plan(j.p, j.m, j.c, seq);
+  EXPECT_TRUE(chk.ok()) << plan_text << " on " << cluster << ": " << chk.message();
+  return j;
 }
 
 // `ctxplan --profiles <profiles/> args...`

@@ -20,29 +20,16 @@
 #include "costmodel/plan_check.hpp"
 #include "costmodel/profile_store.hpp"
 #include "costmodel/step_model.hpp"
+#include "built_in_profiles.hpp"
 
 namespace ctx {
 namespace {
 
-const Profiles& profiles() {
-  static Profiles p = load_profiles(default_profiles_dir());
-  return p;
-}
+using Job = testing::PricedJob;
 
-struct Job {
-  ModelSpec m;
-  ClusterSpec c;
-  RuntimeProfile rt;
-  Plan p;
-  int64_t seq;
-};
-
+// Llama-3.1-8B at ALST's 32K tokens
 Job job(const std::string& plan_text, const std::string& cluster, const std::string& runtime = "hf-deepspeed") {
-  Job j{resolve_model(profiles(), "Llama-3.1-8B"), resolve_cluster(profiles(), cluster), resolve_runtime(profiles(), runtime),
-        parse_plan(plan_text), 32000};
-  PlanCheck chk = check_plan(j.p, j.m, j.c, j.seq);
-  EXPECT_TRUE(chk.ok()) << plan_text << " on " << cluster << ": " << chk.message();
-  return j;
+  return testing::built_in_job(plan_text, 32000, "Llama-3.1-8B", cluster, runtime);
 }
 
 StepCosts costs(const Job& j) { return step_costs(j.m, j.c, j.rt, j.p, j.seq, true); }

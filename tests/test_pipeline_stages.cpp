@@ -198,10 +198,18 @@ TEST(PipelineStages, UnevenSplitsFollowMegatronsRules) {
   EXPECT_EQ(pipeline_stage(m405, p405, 3).first_layer, 5);
 }
 
-TEST(PipelineStages, InvalidUnevenSplitsAreRefusedNamingTheKeyAndWhatWouldBeValid) {
+// Llama-3.1-8B cut to 10 layers (stages of 1, 4, 4, 1 at pp=4,pp_first=1,pp_last=1); `vocab` > 0
+// replaces its vocabulary (a light head)
+ModelSpec ten_layer_8b(int64_t vocab = 0) {
   ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
   m.layers = 10;
   m.layer_position.resize(10);
+  if (vocab > 0) m.vocab = vocab;
+  return m;
+}
+
+TEST(PipelineStages, InvalidUnevenSplitsAreRefusedNamingTheKeyAndWhatWouldBeValid) {
+  const ModelSpec m = ten_layer_8b();
   const ClusterSpec c = resolve_cluster(profiles(), "8xh100");
   struct Case {
     const char* plan;
@@ -250,10 +258,7 @@ TEST(PipelineStages, InvalidUnevenSplitsAreRefusedNamingTheKeyAndWhatWouldBeVali
 //   stage 0: 218,112,000 + 16,777,216 = 234,889,216; stages 1, 2: 4 * 218,112,000 = 872,448,000;
 //   stage 3: 218,112,000 + 4,096 (final norm) + 16,777,216 = 234,893,312
 TEST(PipelineStages, UnevenStagesHoldTheirLayersAndTheHeaviestBinds) {
-  ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
-  m.layers = 10;
-  m.layer_position.resize(10);
-  m.vocab = 4096;
+  const ModelSpec m = ten_layer_8b(4096);
   const ClusterSpec c = resolve_cluster(profiles(), "8xh100");
   const RuntimeProfile rt = resolve_runtime(profiles(), "ctxrun-cuda");
   const int64_t seq = 8192;
@@ -328,10 +333,7 @@ TEST(PipelineStages, UnevenStagesFollowTheHandDerivedOneFOneBTimeline) {
 
   // The cost model's stages: the same plan priced chunk by chunk (pipeline_time.cpp), the 10-layer
   // 8B of the test above at ga = 4; the formula applies where the ends are light, checked first
-  ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
-  m.layers = 10;
-  m.layer_position.resize(10);
-  m.vocab = 4096;
+  const ModelSpec m = ten_layer_8b(4096);
   const ClusterSpec c = resolve_cluster(profiles(), "8xh100");
   const RuntimeProfile rt = resolve_runtime(profiles(), "ctxrun-cuda");
   const Plan p = checked("pp=4,pp_first=1,pp_last=1,dp=2,ga=4", m, c, 8192);

@@ -13,30 +13,16 @@
 #include "costmodel/profile_store.hpp"
 #include "costmodel/simulator.hpp"
 #include "costmodel/step_model.hpp"
+#include "built_in_profiles.hpp"
 
 namespace ctx {
 namespace {
 
-const Profiles& profiles() {
-  static Profiles p = load_profiles(default_profiles_dir());
-  return p;
-}
-
-struct Job {
-  ModelSpec m;
-  ClusterSpec c;
-  RuntimeProfile rt;
-  Plan p;
-  int64_t seq;
-};
+using Job = testing::PricedJob;
 
 Job job(const std::string& plan_text, int64_t seq, const std::string& model = "Llama-3.1-8B", const std::string& cluster = "8xh100",
         const std::string& runtime = "ctxrun-cuda") {
-  Job j{resolve_model(profiles(), model), resolve_cluster(profiles(), cluster), resolve_runtime(profiles(), runtime),
-        parse_plan(plan_text), seq};
-  PlanCheck chk = check_plan(j.p, j.m, j.c, seq);
-  EXPECT_TRUE(chk.ok()) << plan_text << " on " << cluster << ": " << chk.message();
-  return j;
+  return testing::built_in_job(plan_text, seq, model, cluster, runtime);
 }
 
 StepCosts costs(const Job& j, bool per_step = true) { return step_costs(j.m, j.c, j.rt, j.p, j.seq, per_step); }
