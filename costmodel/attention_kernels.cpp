@@ -11,6 +11,7 @@ const std::vector<AttentionKernelInfo>& attention_kernel_catalogue() {
       {"cudnn", "cuDNN fused flash attention (cuDNN 9 SDPA: Transformer Engine's FusedAttention, PyTorch's cuDNN SDPA backend)", true},
       {"flex", "PyTorch FlexAttention (torch.compile-generated Triton kernels, block masks)", true},
       {"sdpa", "PyTorch scaled_dot_product_attention, flash backend (PyTorch's own FlashAttention-2 build)", true},
+      {"triton", "FlashAttention in Triton (flash-attention's experimental flash_attn_triton.py on the pre-MLIR Triton: llm-foundry's attn_impl 'triton')", true},
       {"ctxrun_mma", "ctxrun's bf16 tensor-core kernel (executor/cuda/attention_mma.cu)", false},
       {"ctxrun_fp32", "ctxrun's SIMT kernel for fp32 plans (executor/cuda/attention.cu)", false},
   };

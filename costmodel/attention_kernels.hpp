@@ -22,9 +22,9 @@ struct AttentionKernelInfo {
   std::string what;   // the implementation, in words
   bool user_choice;   // one of the published implementations --attention lists (not ctxrun's own)
 };
-// fa2, fa3, cudnn, flex, sdpa, then ctxrun's own kernels (ctxrun_mma, ctxrun_fp32).
+// fa2, fa3, cudnn, flex, sdpa, triton, then ctxrun's own kernels (ctxrun_mma, ctxrun_fp32).
 const std::vector<AttentionKernelInfo>& attention_kernel_catalogue();
-// "fa2|fa3|cudnn|flex|sdpa" (the published implementations), for help texts and errors.
+// "fa2|fa3|cudnn|flex|sdpa|triton" (the published implementations), for help texts and errors.
 std::string attention_choices();
 // The catalogue name of a kernel key; "flash2" (the key before issue 16) reads as "fa2". Unknown: "".
 std::string canonical_attention(const std::string& name);

@@ -12,7 +12,7 @@ namespace ctx {
 // Achieved throughput of the kernels a training step runs, as curves over their size.
 // One attention implementation on this GPU (names and choice: attention_kernels.hpp).
 struct AttentionKernel {
-  std::string name;       // "fa2", "fa3", "cudnn", "flex", "sdpa", "ctxrun_mma", ...
+  std::string name;       // "fa2", "fa3", "cudnn", "flex", "sdpa", "triton", "ctxrun_mma", ...
   std::string source;
   Curve fwd, bwd;         // causal mask: efficiency vs key/value tokens per call (vs peak bf16), head dim 128
   Curve full_fwd, full_bwd;  // no mask; empty: as the causal curves

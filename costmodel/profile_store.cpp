@@ -252,7 +252,7 @@ static KernelCurves kernels_from_json(const JsonReader& r) {
   JsonReader a = j.object("attention");
   for (auto& [key, v] : a.self().items()) {
     const std::string name = canonical_attention(key);
-    if (name.empty()) a.fail(key, "unknown attention implementation; valid: fa2, fa3, cudnn, flex, sdpa, ctxrun_mma, ctxrun_fp32");
+    if (name.empty()) a.fail(key, "unknown attention implementation; valid: fa2, fa3, cudnn, flex, sdpa, triton, ctxrun_mma, ctxrun_fp32");
     for (auto& other : k.attention)
       if (other.name == name) a.fail(key, "names the same kernel as another key (" + name + ")");
     JsonReader e = a.object(key);

@@ -100,14 +100,14 @@ TEST(AttentionKernels, Fa3OnAnA100IsRefusedNamingTheGpuAndWhatItHas) {
   EXPECT_EQ(r.exit_code, ctx::kExitBadInput) << r.both();
   EXPECT_TRUE(contains(r.err, "--attention")) << r.err;
   EXPECT_TRUE(contains(r.err, "'fa3' has no throughput curve in hardware profile A100-SXM-80GB")) << r.err;
-  EXPECT_TRUE(contains(r.err, "valid on this GPU: cudnn, fa2, flex, sdpa")) << r.err;
+  EXPECT_TRUE(contains(r.err, "valid on this GPU: cudnn, fa2, flex, sdpa, triton")) << r.err;
 }
 
 TEST(AttentionKernels, AnUnknownNameListsTheValidOnes) {
   RunResult r = run_ctxplan({"predict", "--runtime", "hf-deepspeed", "--attention", "flash4"});
   EXPECT_EQ(r.exit_code, ctx::kExitBadInput) << r.both();
   EXPECT_TRUE(contains(r.err, "unknown attention implementation 'flash4'")) << r.err;
-  EXPECT_TRUE(contains(r.err, "fa2, fa3, cudnn, flex, sdpa")) << r.err;
+  EXPECT_TRUE(contains(r.err, "fa2, fa3, cudnn, flex, sdpa, triton")) << r.err;
 }
 
 TEST(AttentionKernels, AKernelTheRuntimeDoesNotRunIsRefused) {

@@ -201,7 +201,7 @@ TEST(AttentionPicker, StateFilesCarryTheChoice) {
     FAIL() << "an unknown kernel must be refused";
   } catch (const InputError& e) {
     EXPECT_EQ(e.field, "inputs.attention");
-    EXPECT_NE(std::string(e.what()).find("fa2, fa3, cudnn, flex, sdpa"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("fa2, fa3, cudnn, flex, sdpa, triton"), std::string::npos) << e.what();
   }
   // the job key changes with the choice (a new search starts)
   const Profiles p = load_profiles(kProfiles);
