@@ -555,6 +555,84 @@ class Builder {
     }
   }
 
+  // The first receives' ends along `prev`'s cycles, walked upstream, as flat positions: each
+  // cycle laid out twice (pos0[r] + h is the rank h hops upstream of r, h < its cycle's length),
+  // with sparse tables for two range queries in O(1) and O(log R): the first position of the
+  // largest value, and the first position whose value exceeds the one before it by no more than d.
+  // ring_forward_by_rank walks a rank's running maximum rise by rise; where it rises at almost
+  // every hop (upstream ranks ready ever later: the recompute pass of a long causal ring, ~R^2/4
+  // rises per layer at R = 1024) these queries take a whole stretch of rises at once.
+  struct Upstream {
+    std::vector<int> walk;        // the rank at a position
+    std::vector<int64_t> pos0;    // per rank: its own position (hop 0)
+    std::vector<int64_t> len;     // per rank: its cycle's length (no rise is more hops away than len - 1)
+    std::vector<double> value;    // first end at a position
+    std::vector<std::vector<double>> rise_min;  // [level][pos]: min over [pos, pos + 2^level) of value[i] - value[i - 1]
+    std::vector<std::vector<int>> max_at;       // [level][pos]: first position of the max over [pos, pos + 2^level)
+    bool built = false;
+
+    void build(const std::vector<int>& prev, const std::vector<double>& first_end) {
+      const size_t n = prev.size();
+      walk.clear();
+      pos0.assign(n, -1);
+      len.assign(n, 0);
+      for (size_t x0 = 0; x0 < n; ++x0) {
+        if (pos0[x0] >= 0) continue;
+        const size_t base = walk.size();
+        for (int x = static_cast<int>(x0); pos0[static_cast<size_t>(x)] < 0; x = prev[static_cast<size_t>(x)]) {
+          pos0[static_cast<size_t>(x)] = static_cast<int64_t>(walk.size());
+          walk.push_back(x);
+        }
+        const size_t L = walk.size() - base;
+        for (size_t i = 0; i < L; ++i) {
+          len[static_cast<size_t>(walk[base + i])] = static_cast<int64_t>(L);
+          walk.push_back(walk[base + i]);
+        }
+      }
+      const size_t N = walk.size();
+      value.resize(N);
+      for (size_t i = 0; i < N; ++i) value[i] = first_end[static_cast<size_t>(walk[i])];
+      size_t levels = 1;
+      while ((size_t{1} << levels) <= N) ++levels;
+      rise_min.resize(levels);
+      max_at.resize(levels);
+      rise_min[0].resize(N);
+      max_at[0].resize(N);
+      for (size_t i = 0; i < N; ++i) {
+        // (a cycle's first position has no position before it: never asked for)
+        rise_min[0][i] = i == 0 ? std::numeric_limits<double>::infinity() : value[i] - value[i - 1];
+        max_at[0][i] = static_cast<int>(i);
+      }
+      for (size_t l = 1; l < levels; ++l) {
+        const size_t h = size_t{1} << (l - 1), w = size_t{1} << l;
+        rise_min[l].resize(N);
+        max_at[l].resize(N);
+        for (size_t i = 0; i + w <= N; ++i) {
+          rise_min[l][i] = std::min(rise_min[l - 1][i], rise_min[l - 1][i + h]);
+          const int x = max_at[l - 1][i], y = max_at[l - 1][i + h];
+          max_at[l][i] = value[static_cast<size_t>(y)] > value[static_cast<size_t>(x)] ? y : x;
+        }
+      }
+      built = true;
+    }
+    // the first position of the largest value in [a, b] (a <= b)
+    int64_t argmax(int64_t a, int64_t b) const {
+      size_t l = 0;
+      while ((int64_t{2} << l) <= b - a + 1) ++l;
+      const int x = max_at[l][static_cast<size_t>(a)], y = max_at[l][static_cast<size_t>(b - (int64_t{1} << l) + 1)];
+      return value[static_cast<size_t>(y)] > value[static_cast<size_t>(x)] ? y : x;
+    }
+    // the first position i in [a, b] with value[i] - value[i - 1] <= d (b + 1: none)
+    int64_t first_rise_at_most(int64_t a, int64_t b, double d) const {
+      int64_t i = a;
+      for (size_t l = rise_min.size(); l-- > 0;) {
+        const int64_t w = int64_t{1} << l;
+        if (i + w - 1 <= b && rise_min[l][static_cast<size_t>(i)] > d) i += w;
+      }
+      return i;
+    }
+  };
+
   // Forward ring steps 1 .. steps-1 without a recording, one rank at a time. In the forward the
   // transfers wait for nothing but transfers (K,V travel while the step computes), so the block
   // rank r receives at step k >= 1 arrives at  M_k + k p,  M_k = the latest end of the first
@@ -588,6 +666,7 @@ class Builder {
     runs_of_rep_.resize(static_cast<size_t>(R));
     for (int r = 0; r < R; ++r) first_end[static_cast<size_t>(r)] = have[static_cast<size_t>(r)].end;
     next_greater_upstream(prev, first_end, ng_, ng_hops_);
+    upstream_.built = false;  // (built at the first stretch of rises that asks for it)
     // the receive of step k >= 1 from M_k and M_{k-1}
     auto recv_task = [&](int r, int64_t k, double m_k, double m_before) {
       const double base = static_cast<double>(k - 1) * p2p;
@@ -618,6 +697,25 @@ class Builder {
         next_rise = n2 >= 0 ? next_rise + ng_hops_[static_cast<size_t>(nx)] : std::numeric_limits<int64_t>::max();
         nx = n2;
       };
+      // M's rises at hops up to h, all at once: M at hop h is the largest first end of the
+      // window, first reached at its first position; the rise before is the largest before that
+      auto rise_to = [&](int64_t h) {
+        if (next_rise > h) return;
+        if (ng_[static_cast<size_t>(nx)] < 0 || next_rise + ng_hops_[static_cast<size_t>(nx)] > h) {  // one rise
+          advance_m();
+          return;
+        }
+        if (!upstream_.built) upstream_.build(prev, first_end);
+        const int64_t p0 = upstream_.pos0[static_cast<size_t>(r)];
+        h = std::min(h, upstream_.len[static_cast<size_t>(r)] - 1);  // (every rise is within a cycle)
+        const int64_t top = upstream_.argmax(p0 + next_rise, p0 + h);
+        m_before = top == p0 + next_rise ? m : upstream_.value[static_cast<size_t>(upstream_.argmax(p0 + next_rise, top - 1))];
+        const int x = upstream_.walk[static_cast<size_t>(top)];
+        m = first_end[static_cast<size_t>(x)];
+        rise_k = top - p0;
+        nx = ng_[static_cast<size_t>(x)];
+        next_rise = nx >= 0 ? rise_k + ng_hops_[static_cast<size_t>(x)] : std::numeric_limits<int64_t>::max();
+      };
       double c_end = last_compute[static_cast<size_t>(r)].end, c_start = 0;
       double busy = 0, imbalance = a.b.imbalance, exposed = a.b.exposed_comm;
       int64_t comp_top = 1;
@@ -647,7 +745,7 @@ class Builder {
           // other ranks telescope to M's rises and the rest is p - c per step
           const double m_start = m_before;  // M before the rise that ended the previous segment
           const int64_t jb = run_end - 1;
-          while (next_rise <= last_recv_step && next_rise + 1 <= jb) advance_m();
+          rise_to(std::min(last_recv_step, jb - 1));
           const double steps_n = static_cast<double>(jb - ja + 1);
           busy += steps_n * c;
           imbalance += m - m_start;
@@ -682,8 +780,10 @@ class Builder {
         const int64_t jb = std::min(run_end, rise_j) - 1;  // segment [ja, jb]
         // its first step as the generic loop does it
         late_run = c < p2p && arrival(ja) >= std::max(0.0, c_end) ? run : kNotLate;
+        bool late = false;  // the step's compute waited for its block
         {
           const double start = std::max(std::max(0.0, c_end), arrival(ja));
+          late = start == arrival(ja);
           const double end = start + c;
           if (ja == 1) first_compute_start = start;
           busy += c;
@@ -699,6 +799,36 @@ class Builder {
         }
         // the rest: no wait for other ranks (M is constant), arrivals p apart
         const int64_t n = jb - ja;
+        if (n == 0 && late && c >= p2p && next_rise == ja && ja + 1 < run_end && ja <= last_recv_step &&
+            first_end[static_cast<size_t>(nx)] - m > c - p2p) {
+          // c >= p, this block late and M rising at the next hop by more than c - p: the next
+          // block is late too (it arrives rise + p after this one, the compute is free c after),
+          // and so on while M rises by more than c - p at every hop, i.e. while each upstream
+          // rank's first end exceeds the one before it by more than c - p (a rise that large is
+          // a new maximum). Over that stretch each compute starts at its block's arrival and
+          // waits rise - (c - p), all of it for other ranks (the wait is at most the rise).
+          if (!upstream_.built) upstream_.build(prev, first_end);
+          const double d = c - p2p;
+          const int64_t p0 = upstream_.pos0[static_cast<size_t>(r)];
+          // the last hop whose block a compute of the run waits for (every rise is within a cycle)
+          const int64_t lim = std::min({last_recv_step, run_end - 2, upstream_.len[static_cast<size_t>(r)] - 1});
+          const int64_t kk = std::min(lim, upstream_.first_rise_at_most(p0 + ja + 1, p0 + lim, d) - p0 - 1);  // the stretch's last hop
+          const int x = upstream_.walk[static_cast<size_t>(p0 + kk)];
+          const double m_new = first_end[static_cast<size_t>(x)];
+          const double nn = static_cast<double>(kk - ja + 1);  // steps ja + 1 .. kk + 1
+          busy += nn * c;
+          imbalance += (m_new - m) - nn * d;
+          m_before = kk > ja ? upstream_.value[static_cast<size_t>(p0 + kk - 1)] : m;
+          m = m_new;
+          rise_k = kk;
+          nx = ng_[static_cast<size_t>(x)];
+          next_rise = nx >= 0 ? kk + ng_hops_[static_cast<size_t>(x)] : std::numeric_limits<int64_t>::max();
+          c_start = arrival(kk + 1);
+          c_end = c_start + c;
+          comp_top = kk + 1, comp_top_start = c_start;
+          ja = kk + 2;
+          continue;
+        }
         if (n > 0) {
           late_run = kNotLate;
           busy += static_cast<double>(n) * c;
@@ -744,7 +874,7 @@ class Builder {
       }
       // M at the last receive and the one before, the receive ending last (p > 0: the last one;
       // p = 0: where M last rose, or the first)
-      while (next_rise <= last_recv_step) advance_m();
+      rise_to(last_recv_step);
       const double m_last = m;
       const double m_last_before = rise_k == last_recv_step ? m_before : m;
       int64_t recv_top = last_recv_step;
@@ -1236,6 +1366,7 @@ class Builder {
   std::vector<std::pair<const std::vector<double>*, const std::vector<int64_t>*>> runs_of_rep_;  // per rank: its cost vector's runs
   std::vector<double> first_end_;
   std::vector<int> ng_, ng_cycle_;
+  Upstream upstream_;  // ring_forward_by_rank's range queries over the first ends
   std::vector<char> ng_seen_;
   std::vector<int64_t> ng_stack_;
   std::vector<RingBackwardRank> ring_in_;  // ring_backward's

@@ -284,5 +284,71 @@ TEST(SimulatorOracle, RandomRingCostsMatchTheEventQueueExactly) {
   EXPECT_GE(segmented, 300) << "cases whose forward ring has receives past the first step";
 }
 
+// Rings whose upstream ranks become ready ever later: a rank's attention costs fall with its
+// index, so after the first layer each rank's first receive ends later the farther upstream it is
+// and the running maximum of the forward ring rises at almost every hop (as in the recompute pass
+// of a long causal ring). ring_forward_by_rank takes such stretches of rises at once: blocks late
+// at every step while each rise exceeds c - p (c >= p), the maximum over a late run (c < p), and
+// the final maximum, by range queries over the first ends. Same exact-arithmetic setting as above
+// (dyadic costs: any difference is a wrong case, not rounding), against the oracle bit for bit.
+TEST(SimulatorOracle, RingsRisingUpstreamMatchTheEventQueueExactly) {
+  std::mt19937 rng(20261127);
+  auto pick = [&](std::initializer_list<double> v) { return *(v.begin() + std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)); };
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int cases = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    const int64_t cp = uni(4, 24);
+    StepCosts k;
+    k.layers = uni(2, 5);
+    k.ga = uni(1, 2);
+    k.cp = cp;
+    k.ulysses = 1;
+    k.ring = cp;
+    k.cp_kind = CpKind::ring;
+    k.world = cp;
+    k.tokens_per_step = 1;
+    k.peak_flops = 1;
+    k.recompute = uni(0, 1) ? Recompute::full : Recompute::none;
+    k.p2p_fwd = pick({0, 0.25, 0.5, 1});
+    k.p2p_dkv = pick({0, 0.25, 0.5});
+    k.pre_fwd = pick({0, 0.5});
+    k.mlp_fwd = pick({0, 1});
+    k.pre_bwd = pick({0, 0.5});
+    k.mlp_bwd = pick({0, 1});
+    // rank r: `unit` x (cp - r) per step on its first (cp - r) steps (or all), then zeros, with
+    // a few random steps changed
+    const double unit = pick({0.25, 0.5, 1});
+    const bool causal = uni(0, 1);
+    auto costs = [&]() {
+      std::vector<std::vector<double>> v(static_cast<size_t>(cp));
+      for (int64_t r = 0; r < cp; ++r) {
+        auto& row = v[static_cast<size_t>(r)];
+        for (int64_t j = 0; j < cp; ++j) row.push_back(!causal || j < cp - r ? unit * static_cast<double>(cp - r) : 0.0);
+        for (int n = uni(0, 2); n > 0; --n) row[static_cast<size_t>(uni(0, static_cast<int>(cp) - 1))] = pick({0, 0.25, 2, 8});
+      }
+      return v;
+    };
+    k.attn_fwd.push_back(costs());
+    k.attn_bwd.push_back(costs());
+    const Plan p = parse_plan("cp=" + std::to_string(cp) + ",cp_kind=ring");
+    const std::string w = "trial " + std::to_string(trial) + ": cp " + std::to_string(cp) + ", layers " + std::to_string(k.layers) + ", p " +
+                          std::to_string(k.p2p_fwd) + ", unit " + std::to_string(unit) + (causal ? ", causal" : "");
+    const SimResult ref = simulate_step_reference(k, p);
+    const SimResult got = simulate_step(k, p, SimRecord::none);
+    EXPECT_EQ(got.time.step_seconds, ref.time.step_seconds) << w;
+    for (int i = 0; i < static_cast<int>(TimePhase::count); ++i) EXPECT_EQ(got.time.phase_seconds[i], ref.time.phase_seconds[i]) << w;
+    EXPECT_EQ(got.time.breakdown.compute, ref.time.breakdown.compute) << w;
+    EXPECT_EQ(got.time.breakdown.exposed_comm, ref.time.breakdown.exposed_comm) << w;
+    EXPECT_EQ(got.time.breakdown.imbalance, ref.time.breakdown.imbalance) << w;
+    EXPECT_EQ(got.breakdown_rep, ref.breakdown_rep) << w;
+    ASSERT_EQ(got.reps.size(), ref.reps.size()) << w;
+    std::vector<double> end(ref.reps.size(), 0.0);
+    for (const SimTask& t : ref.tasks) end[static_cast<size_t>(t.rep)] = std::max(end[static_cast<size_t>(t.rep)], t.end);
+    for (size_t i = 0; i < ref.reps.size(); ++i) EXPECT_EQ(got.reps[i].end_s, end[i]) << w << ", rep " << i;
+    ++cases;
+  }
+  EXPECT_EQ(cases, 120);
+}
+
 }  // namespace
 }  // namespace ctx
