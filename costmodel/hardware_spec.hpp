@@ -46,6 +46,7 @@ struct HardwareSpec {
   int64_t usable_bytes = 0;             // what a process can allocate after the CUDA context
   double hbm_bytes_per_second = 0;      // peak memory bandwidth
   double pcie_bytes_per_second = 0;     // achieved host<->device copy rate, one direction, pinned
+  double sm_count = 0;                  // streaming multiprocessors (0: not stated; tp_overlap's SM share needs it)
   // Default fabric, used when a cluster is written as a shorthand.
   int64_t default_gpus_per_node = 8;
   double nvlink_bytes_per_second = 0;   // per GPU, one direction

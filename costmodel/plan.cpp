@@ -151,6 +151,8 @@ const std::vector<std::pair<std::string, std::string>>& plan_key_help() {
       {"dp", "data-parallel degree (default: the GPUs left by tp*cp*pp)"},
       {"tp", "tensor-parallel degree (default 1)"},
       {"sp", "Megatron sequence parallel on top of TP: 0|1 (default: 1 when tp>1)"},
+      {"tp_overlap", "0|1: the TP all-gathers and reduce-scatters overlapped with the layer's GEMMs (Megatron's "
+                     "--tp-comm-overlap, Transformer Engine userbuffers); needs tp>1 and sp (default 0)"},
       {"cp", "context-parallel degree (default 1)"},
       {"pp", "pipeline-parallel stages, outermost in the rank order; the layers split evenly (default 1)"},
       {"vpp", "model chunks per pipeline rank: 1 = 1F1B, >1 = interleaved 1F1B (Megatron's virtual pipeline; default 1)"},
@@ -372,6 +374,7 @@ void set_key(Plan& p, const std::string& where, const std::string& key, const st
   if (key == "dp") p.dp = parse_int(where, key, v, 0, kMaxDegree);
   else if (key == "tp") p.tp = parse_int(where, key, v, 1, kMaxDegree);
   else if (key == "sp") p.sp = parse_bool(where, key, v) ? 1 : 0;
+  else if (key == "tp_overlap") p.tp_overlap = parse_bool(where, key, v);
   else if (key == "cp") p.cp = parse_int(where, key, v, 1, kMaxDegree);
   else if (key == "pp") p.pp = parse_int(where, key, v, 1, kMaxDegree);
   else if (key == "vpp") p.vpp = parse_int(where, key, v, 1, kMaxDegree);
@@ -509,6 +512,7 @@ std::string plan_to_string(const Plan& p) {
   }
   if (p.cp_comm == CpComm::a2a_p2p && p.ulysses > 0) os << ",ulysses=" << p.ulysses;  // unset: plan_check asks for it
   if (p.sp >= 0 && sp_enabled(p) != (p.tp > 1)) os << ",sp=" << (sp_enabled(p) ? 1 : 0);
+  if (p.tp_overlap) os << ",tp_overlap=1";
   if (p.zero != d.zero) os << ",zero=" << p.zero;
   if (p.zero_shard != d.zero_shard) os << ",zero_shard=" << p.zero_shard;
   if (p.mbs != d.mbs) os << ",mbs=" << p.mbs;
@@ -539,6 +543,7 @@ json plan_to_json(const Plan& p) {
   j["dp"] = p.dp;
   j["tp"] = p.tp;
   j["sp"] = sp_enabled(p);
+  j["tp_overlap"] = p.tp_overlap;
   j["cp"] = p.cp;
   j["pp"] = p.pp;
   j["vpp"] = p.vpp;

@@ -48,6 +48,8 @@ struct Plan {
   int64_t dp = 0;                 // 0 = fill the GPUs the other degrees leave
   int64_t tp = 1;
   int sp = -1;                    // Megatron sequence parallel; -1 = on whenever tp > 1
+  bool tp_overlap = false;        // TP all-gathers/reduce-scatters overlapped with the layer's GEMMs (Megatron
+                                  // --tp-comm-overlap: Transformer Engine userbuffers; tp > 1 with sp only)
   int64_t cp = 1;
   int64_t pp = 1;                 // pipeline stages (outermost in the rank grid, as Megatron's tp-cp-ep-dp-pp)
   int64_t vpp = 1;                // model chunks per pipeline rank: 1 = 1F1B, >1 = interleaved 1F1B

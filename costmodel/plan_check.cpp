@@ -92,6 +92,17 @@ PlanCheck check_plan(Plan& p, const ModelSpec& m, const ClusterSpec& c, int64_t 
     if (world % tpcp == 0) alt("dp=" + std::to_string(world / tpcp));
   }
 
+  // ---- TP communication overlap: Megatron-LM validate_args asserts sequence parallelism for
+  // --tp-comm-overlap ("Tensor parallel communication/GEMM overlap can happen only when sequence
+  // parallelism is enabled"); with tp=1 there is no TP collective to overlap
+  if (p.tp_overlap && (p.tp <= 1 || !sp_enabled(p))) {
+    err(p.tp <= 1 ? "tp_overlap=1 overlaps tensor-parallel collectives with GEMMs; it needs tp > 1 (tp=1 has none)"
+                  : "tp_overlap=1 needs sequence parallelism (sp=1): Megatron's --tp-comm-overlap overlaps SP's all-gathers and "
+                    "reduce-scatters and refuses to start without --sequence-parallel");
+    alt("tp_overlap=0");
+    if (p.tp > 1) alt("sp=1");
+  }
+
   // ---- pipeline parallel (Megatron's rules): the layers split over pp*vpp model chunks, evenly or
   // by Megatron's uneven rules (pp_first/pp_last, pp_embed/pp_loss: pipeline_stages.hpp
   // pipeline_split_error); the interleaved schedule needs the micro-batches divisible by pp

@@ -310,6 +310,9 @@ HardwareSpec hardware_from_json(const json& j, const std::string& where) {
   if (h.usable_bytes <= 0 || h.usable_bytes > h.hbm_bytes) r.fail("usable_mib", "must be positive and at most hbm_mib");
   h.hbm_bytes_per_second = r.number("hbm_gbps") * 1e9;
   h.pcie_bytes_per_second = r.number("pcie_gbps") * 1e9;
+  // streaming multiprocessors: what Transformer Engine's userbuffers take from the GEMMs (tp_overlap.hpp); 0 = not stated
+  h.sm_count = r.number_or("sm_count", 0);
+  if (h.sm_count < 0 || h.sm_count != std::floor(h.sm_count)) r.fail("sm_count", "must be a whole number of SMs (>= 1), or absent");
   JsonReader f = r.object("default_fabric");
   h.default_gpus_per_node = f.integer_in("gpus_per_node", 1, 1024);
   h.nvlink_bytes_per_second = f.number("nvlink_gbps") * 1e9;
@@ -417,6 +420,14 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"nccl_channels", &rt.nccl_channels, nullptr, nullptr, true},
       {"caching_allocator", nullptr, nullptr, &caching_allocator, true},
       {"megatron_buffer_padding", nullptr, &rt.megatron_buffer_padding, nullptr, true},
+      // Transformer Engine userbuffers configuration (tp_overlap.hpp), optional: absent = ring exchanges only
+      {"tp_overlap_rs_splits", &rt.tp_overlap_rs_splits, nullptr, nullptr, true},
+      {"tp_overlap_proj_fprop_sms", &rt.tp_overlap_proj_fprop_sms, nullptr, nullptr, true},
+      {"tp_overlap_fc2_fprop_sms", &rt.tp_overlap_fc2_fprop_sms, nullptr, nullptr, true},
+      {"tp_overlap_qkv_dgrad_sms", &rt.tp_overlap_qkv_dgrad_sms, nullptr, nullptr, true},
+      {"tp_overlap_qkv_wgrad_sms", &rt.tp_overlap_qkv_wgrad_sms, nullptr, nullptr, true},
+      {"tp_overlap_fc1_dgrad_sms", &rt.tp_overlap_fc1_dgrad_sms, nullptr, nullptr, true},
+      {"tp_overlap_fc1_wgrad_sms", &rt.tp_overlap_fc1_wgrad_sms, nullptr, nullptr, true},
   };
   for (auto& [key, v] : c.self().items()) {
     bool known = key == "attention_kernels";  // a list, read below

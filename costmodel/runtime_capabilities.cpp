@@ -7,7 +7,7 @@ namespace {
 
 const char* const kKeys[] = {"stack",     "tp",        "sp",   "pp",        "vpp",         "cp_comm",       "cp_layout", "zero_shard",
                              "cp_varlen", "zero",      "recompute", "opt_offload", "param_offload", "ckpt_offload",
-                             "tiled_loss", "tiled_mlp", "master", "grads", "moments", "zero_with_pp"};
+                             "tiled_loss", "tiled_mlp", "master", "grads", "moments", "zero_with_pp", "tp_overlap"};
 
 // {"value": ..., "source": "..."} with a non-empty source
 const json& statement(const JsonReader& r, const std::string& key, RuntimeCapabilities& c) {
@@ -123,6 +123,8 @@ RuntimeCapabilities capabilities_from_json(const JsonReader& r) {
   c.ckpt_offload = flag(r, "ckpt_offload", c);
   c.tiled_loss = flag(r, "tiled_loss", c);
   c.tiled_mlp = flag(r, "tiled_mlp", c);
+  // optional: absent = the stack does not overlap TP collectives with GEMMs (tp_overlap=0 only)
+  c.tp_overlap = r.has("tp_overlap") && flag(r, "tp_overlap", c);
   const std::vector<std::pair<const char*, std::vector<StateDtype>>> precision = {
       {"master", {StateDtype::fp32, StateDtype::none}},
       {"grads", {StateDtype::fp32, StateDtype::bf16}},
@@ -169,6 +171,7 @@ std::vector<std::vector<std::string>> capability_rows(const RuntimeCapabilities&
   rows.push_back({"ckpt_offload", yes(c.ckpt_offload), src("ckpt_offload")});
   rows.push_back({"tiled_loss", yes(c.tiled_loss), src("tiled_loss")});
   rows.push_back({"tiled_mlp", yes(c.tiled_mlp), src("tiled_mlp")});
+  rows.push_back({"tp_overlap", yes(c.tp_overlap), src("tp_overlap")});
   auto dtypes = [](const std::vector<StateDtype>& v) { return list_text(v, [](StateDtype x) { return to_string(x); }); };
   rows.push_back({"master", dtypes(c.master), src("master")});
   rows.push_back({"grads", dtypes(c.grads), src("grads")});
@@ -225,6 +228,8 @@ std::string missing_capability(const RuntimeCapabilities& c, const std::string& 
   if (p.tiled_loss != 0 && !c.tiled_loss) return no("tiled_loss", p.tiled_loss < 0 ? "auto" : std::to_string(p.tiled_loss), "an untiled loss only");
   if (p.tiled_mlp != 0 && p.tiled_mlp != 1 && !c.tiled_mlp)
     return no("tiled_mlp", p.tiled_mlp < 0 ? "auto" : std::to_string(p.tiled_mlp), "an untiled MLP only");
+  if (p.tp_overlap && !c.tp_overlap)
+    return no("tp_overlap", "1", "its tensor-parallel collectives between the GEMMs, not overlapped with them (tp_overlap=0)");
   const std::pair<const char*, std::pair<StateDtype, const std::vector<StateDtype>*>> precision[] = {
       {"master", {p.master, &c.master}}, {"grads", {p.grads, &c.grads}}, {"moments", {p.moments, &c.moments}}};
   for (auto& [key, given] : precision) {

@@ -25,6 +25,8 @@
 //     "master":    {"value": ["fp32", "none"]},       optimizer precision (plan keys master, grads, moments);
 //     "grads":     {"value": ["fp32", "bf16"]},       optional: absent = only the runtime's own (its
 //     "moments":   {"value": ["fp32", "bf16", "8bit"]}  constants' master/grad/optimizer_bytes)
+//     "tp_overlap": {"value": true | false}          TP collectives overlapped with the GEMMs (plan key
+//                                                    tp_overlap); optional, absent = false
 //   }
 // Every other key is required; every key carries a source. A profile without "capabilities" (a user's own file)
 // states nothing: every plan the cost model prices is allowed.
@@ -54,6 +56,7 @@ struct RuntimeCapabilities {
   bool zero_with_pp_declared = false;
   std::vector<Recompute> recompute;
   bool opt_offload = true, param_offload = true, ckpt_offload = true, tiled_loss = true, tiled_mlp = true;
+  bool tp_overlap = true;          // tp_overlap=1 (a declared profile: its optional "tp_overlap", absent = false)
   // optimizer precision a plan may set (Plan::master, grads, moments); the profile reader adds the
   // runtime's own value (runtime_state_dtypes), so an absent key allows only that
   std::vector<StateDtype> master, grads, moments;

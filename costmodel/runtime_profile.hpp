@@ -90,6 +90,14 @@ struct RuntimeProfile {
   double token_data_bytes = 0;        // per local token: ids, labels, positions
   double query_identity_bytes = 0;    // per attention query: what the mask needs of it (index, document)
   double key_block_bytes = 0;         // per key of each key block attention visits (identity, loop bounds)
+  // ---- Transformer Engine userbuffers (plan key tp_overlap; tp_overlap.hpp): the configuration the
+  // stack runs, in initialize_ub's names. RS after proj/fc2 in the forward: "pipeline" in
+  // tp_overlap_rs_splits chunks, each chunk's reduce-scatter on proj/fc2_fprop_sms SMs and the GEMM on the
+  // rest (set_sm_margin); 0 splits = "ring_exchange" (copy engines, 1 SM). The AGs before QKV/FC1 and
+  // of d(out) are ring exchanges. Backward "bulk" overlaps: the collective on *_sms SMs beside the GEMM.
+  double tp_overlap_rs_splits = 0;
+  double tp_overlap_proj_fprop_sms = 0, tp_overlap_fc2_fprop_sms = 0;
+  double tp_overlap_qkv_dgrad_sms = 0, tp_overlap_qkv_wgrad_sms = 0, tp_overlap_fc1_dgrad_sms = 0, tp_overlap_fc1_wgrad_sms = 0;
   // ---- time
   // which of the hardware profile's attention curves it runs by default ("a|b": the first with a
   // curve), the kernels it can run at all (--attention), and the input that chose the kernel in force

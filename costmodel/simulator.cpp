@@ -339,11 +339,12 @@ class Builder {
 
   // the partial sums of a row-parallel output over TP: reduce-scatter under SP, else all-reduce
   std::vector<T> tp_reduce(SimPass pass, int32_t layer, const std::vector<T>& after) {
-    return k_.sp ? collective(G::self, SimStream::tp, "tp_reduce_scatter", k_.tp_rs, pass, layer, after)
-                 : collective(G::self, SimStream::tp, "tp_all_reduce", k_.tp_ar, pass, layer, after);
+    // (layer < 0: around the layers, the *_ends values, which tp_overlap leaves on the TP stream)
+    return k_.sp ? collective(G::self, SimStream::tp, "tp_reduce_scatter", layer < 0 ? k_.tp_rs_ends : k_.tp_rs, pass, layer, after)
+                 : collective(G::self, SimStream::tp, "tp_all_reduce", layer < 0 ? k_.tp_ar_ends : k_.tp_ar, pass, layer, after);
   }
   std::vector<T> tp_gather(SimPass pass, int32_t layer, const std::vector<T>& after) {
-    return k_.sp ? collective(G::self, SimStream::tp, "tp_all_gather", k_.tp_ag, pass, layer, after) : after;
+    return k_.sp ? collective(G::self, SimStream::tp, "tp_all_gather", layer < 0 ? k_.tp_ag_ends : k_.tp_ag, pass, layer, after) : after;
   }
   // gradients TP ranks hold partial sums of, summed before the unit's reduction
   std::vector<T> tp_fixups(int32_t layer, int norms, int kvs, const std::vector<T>& after) {

@@ -12,6 +12,7 @@
 #include "costmodel/memory_model.hpp"
 #include "costmodel/plan_check.hpp"
 #include "costmodel/process_groups.hpp"
+#include "costmodel/tp_overlap.hpp"
 #include "costmodel/zero_comm.hpp"
 
 namespace ctx {
@@ -279,6 +280,71 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
     k.tp_ag = collective_seconds(Coll::all_gather, act, g, c);
     k.tp_rs = collective_seconds(Coll::reduce_scatter, act, g, c);
     k.tp_ar = collective_seconds(Coll::all_reduce, act, g, c);
+    // around the layers (embedding, head): Megatron's VocabParallelEmbedding and output ColumnParallelLinear
+    // are not Transformer Engine modules, so tp_overlap leaves them as they are
+    k.tp_ag_ends = k.tp_ag;
+    k.tp_rs_ends = k.tp_rs;
+    k.tp_ar_ends = k.tp_ar;
+    if (p.tp_overlap && k.sp) {
+      // TE userbuffers (tp_overlap.hpp): every SP collective of a layer runs inside the GEMM beside it;
+      // the fused operation's time beyond the GEMM alone is charged to the compute op holding that GEMM
+      // (the layer's collectives leave the TP stream)
+      const double sms = c.gpu.sm_count;
+      const bool any_sms = rt.tp_overlap_proj_fprop_sms + rt.tp_overlap_fc2_fprop_sms + rt.tp_overlap_qkv_dgrad_sms +
+                               rt.tp_overlap_qkv_wgrad_sms + rt.tp_overlap_fc1_dgrad_sms + rt.tp_overlap_fc1_wgrad_sms > 0;
+      if (any_sms && sms <= 0)
+        throw InputError("hardware profile " + c.gpu.name, "sm_count",
+                         "tp_overlap=1 with runtime '" + rt.name + "' gives Transformer Engine's communication kernels SMs the GEMMs "
+                         "lose; the GPU's streaming-multiprocessor count is needed (a whole number >= 1)");
+      // TE sends all-gathered shards in FP8 when the GEMM runs in FP8 (initialize_ub: "AllGather buffers use
+      // fp8 when using fp8 recipe", fp8_buf for the AG overlaps); the reduce-scatters carry the bf16 output
+      const double ag_bytes = fp8_gemm ? 1.0 : a, rs_bytes = a;
+      GroupPlacement hop = g;
+      hop.size = 2;
+      const double shard_ag = collective_seconds(Coll::p2p, Tsp * h * ag_bytes, hop, c);
+      const double shard_rs = collective_seconds(Coll::p2p, Tsp * h * rs_bytes, hop, c);
+      const int64_t n = p.tp;
+      // ring exchange of an AG: the GEMM in tp chunks (each at its own size's efficiency), one shard per hop
+      auto ring_ag = [&](double flops) { return ring_exchange_seconds(price.gemm(flops, tp) / tp, shard_ag, n) - price.gemm(flops); };
+      // the RS after proj / FC2: pipeline (num_splits chunks on the SMs the margin leaves) or ring exchange
+      // (the tp partial outputs summed by one memory-bound kernel: read tp shards, write one)
+      auto rs = [&](double flops, double comm_sms) {
+        const double splits = rt.tp_overlap_rs_splits;
+        if (splits >= 1) {
+          const double margin = sms > 0 ? sms / (sms - comm_sms) : 1.0;  // set_sm_margin: the GEMM on sm_count - num_sm
+          const double chunk_rs = collective_seconds(Coll::reduce_scatter, act * rs_bytes / a / splits, g, c);
+          return pipeline_rs_seconds(price.gemm(flops, splits) / splits * margin, chunk_rs, static_cast<int64_t>(splits)) -
+                 price.gemm(flops);
+        }
+        const double reduce = price.memory((tp + 1.0) * Tsp * h * rs_bytes);
+        return ring_exchange_seconds(price.gemm(flops, tp) / tp, shard_rs, n, reduce) - price.gemm(flops);
+      };
+      // bulk: the whole collective beside the whole GEMM, on num_sm of the SMs
+      auto bulk = [&](double flops, Coll coll, double bytes_per_element, double comm_sms) {
+        const double frac = sms > 0 ? comm_sms / sms : 0.0;
+        return bulk_overlap_seconds(price.gemm(flops), collective_seconds(coll, act * bytes_per_element / a, g, c), frac) -
+               price.gemm(flops);
+      };
+      const double qkv_fprop = ring_ag(qkv_flops), fc1_fprop = ring_ag(up_flops);
+      const double proj_fprop = rs(o_flops, rt.tp_overlap_proj_fprop_sms), fc2_fprop = rs(down_flops, rt.tp_overlap_fc2_fprop_sms);
+      // backward: d(out) gathered for the proj / FC2 input gradients (ring exchange); the saved norm output
+      // gathered beside the QKV / FC1 input gradient and their reduce-scatter beside the weight gradient (bulk)
+      const double proj_dgrad = ring_ag(o_flops), fc2_dgrad = ring_ag(down_flops);
+      const double qkv_dgrad = bulk(qkv_flops, Coll::all_gather, ag_bytes, rt.tp_overlap_qkv_dgrad_sms);
+      const double qkv_wgrad = bulk(qkv_flops, Coll::reduce_scatter, rs_bytes, rt.tp_overlap_qkv_wgrad_sms);
+      const double fc1_dgrad = bulk(up_flops, Coll::all_gather, ag_bytes, rt.tp_overlap_fc1_dgrad_sms);
+      const double fc1_wgrad = bulk(up_flops, Coll::reduce_scatter, rs_bytes, rt.tp_overlap_fc1_wgrad_sms);
+      k.pre_fwd += qkv_fprop;
+      k.post_fwd += proj_fprop;
+      k.mlp_fwd += fc1_fprop + fc2_fprop;
+      k.post_bwd += proj_dgrad;
+      k.pre_bwd += qkv_dgrad + qkv_wgrad;
+      k.mlp_bwd += fc2_dgrad + fc1_dgrad + fc1_wgrad;
+      k.tp_overlap_fwd = qkv_fprop + proj_fprop + fc1_fprop + fc2_fprop;
+      k.tp_overlap_bwd = proj_dgrad + fc2_dgrad + qkv_dgrad + qkv_wgrad + fc1_dgrad + fc1_wgrad;
+      k.tp_overlap = true;
+      k.tp_ag = k.tp_rs = 0;  // the layer's SP collectives: inside the fused GEMMs above
+    }
     // the vocab-parallel cross-entropy's fp32 row statistics, per tile: the max, then sum of exp and target logit
     const double rows = T / loss_calls;
     k.loss_max_ar = collective_seconds(Coll::all_reduce, rows * 4.0, g, c);
@@ -495,14 +561,19 @@ StepTime estimate_step(const StepCosts& k) {
     // TP around the layers: the embedding's partial rows, the head's input gathered (SP), the loss's
     // per-tile statistics, d(final norm output) reduced, d(embedding output) gathered (SP), and
     // the final norm's fix-up
-    const double tp_red = k.sp ? k.tp_rs : k.tp_ar;
-    const double tp_ends = 2.0 * tp_red + (k.sp ? 2.0 * k.tp_ag : 0.0) +
+    const double tp_red = k.sp ? k.tp_rs_ends : k.tp_ar_ends;
+    const double tp_ends = 2.0 * tp_red + (k.sp ? 2.0 * k.tp_ag_ends : 0.0) +
                            static_cast<double>(k.loss_tiles) * (k.loss_max_ar + k.loss_sum_ar) +
                            (reduce_grads ? k.tp_fixups_norm_final * k.tp_fixup_norm : 0.0);
     out.comm = L * (fwd_comm + bwd_comm + f_exposed_comm + b_exposed_comm) + f_prefetch /* first layer's gather */ +
                ends_gather + tp_ends +
                (reduce_grads ? red + k.embed_grad_reduce : 0.0) /* the last reduction has nothing to hide behind */;
     out.offload = L * (f_exposed_host + b_exposed_host) + k.ckpt_h2d;
+    // tp_overlap: the fused GEMM+collective time beyond the GEMMs sits in the compute ops (the simulator
+    // runs it there); the breakdown counts it as the exposed communication it is (recomputed with the forward)
+    const double overlap = L * (k.tp_overlap_fwd * (k.recompute == Recompute::full ? 2.0 : 1.0) + k.tp_overlap_bwd);
+    out.compute -= overlap;
+    out.comm += overlap;
     return out;
   };
   // the slowest rank (heaviest pack, busiest cp rank) and the average rank

@@ -42,7 +42,13 @@ struct StepCosts {
   std::vector<double> pack_work;      // relative attention work of each pack class (mean pack = 1)
   std::vector<int64_t> pack_dp_rank;  // which DP rank holds each pack class
   // ---- communication
-  double tp_ag = 0, tp_rs = 0, tp_ar = 0;  // one TP collective on a layer's activation
+  double tp_ag = 0, tp_rs = 0, tp_ar = 0;  // one TP collective on a layer's activation (0 under tp_overlap: in the GEMMs)
+  double tp_ag_ends = 0, tp_rs_ends = 0, tp_ar_ends = 0;  // the same around the layers (embedding, head): never overlapped
+  // tp_overlap (tp_overlap.hpp): per layer and pass, the fused GEMM+collective operations' time beyond their
+  // GEMMs (exposed hops, the last chunk's reduction, the SMs the communication takes), already inside
+  // pre/post/mlp_fwd/bwd; the closed form's breakdown reports it as exposed communication
+  bool tp_overlap = false;
+  double tp_overlap_fwd = 0, tp_overlap_bwd = 0;
   int64_t loss_tiles = 1;                  // logits tiles of the loss (tiled_loss)
   double loss_max_ar = 0, loss_sum_ar = 0; // vocab-parallel loss, per tile: row max, then sum of exp and target logit
   double tp_fixup_norm = 0;                // an SP norm's partial gradient summed over TP

@@ -71,6 +71,9 @@ std::string executor_plan_problem(const ModelSpec& m, const Plan& p, int64_t seq
   if (p.pp > 1 || p.vpp > 1)
     return "ctxrun does not run pipeline parallelism yet (pp=" + std::to_string(p.pp) + ", vpp=" + std::to_string(p.vpp) +
            "); valid: pp=1 (ctxplan predicts pp>1 plans; spread the layers with tp, cp or zero=3 to run them here)";
+  if (p.tp_overlap)
+    return "ctxrun runs its tensor-parallel collectives between the GEMMs (no userbuffers overlap): tp_overlap=1 is "
+           "priced by ctxplan (Megatron's --tp-comm-overlap) but not executed; valid: tp_overlap=0";
   if (p.mask == MaskKind::document && p.cp > 1 && !(p.cp_varlen == CpVarlen{}))
     return "ctxrun runs packed documents as one varlen ring (cp_varlen=native); cp_varlen=" + to_string(p.cp_varlen) +
            " (the ring per document or per sub-pack) is priced by ctxplan but not executed yet; valid: cp_varlen=native";

@@ -149,6 +149,18 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
         return missing_capability(req.runtime.capabilities, req.runtime.name, p).empty() && (fx.empty() || keeps_fixed_fields(p, fx));
       };
       auto bits = [](bool both) { return both ? std::vector<int>{0, 1} : std::vector<int>{0}; };  // off, or off and on
+      // the plan, and with TP communication overlap where the plan can run it (tp > 1 with SP) and the
+      // runtime allows it (keeps: its capabilities; a flag, Megatron's --tp-comm-overlap); false: f asked to stop
+      const bool try_overlap = with_time_knobs && !has("tp_overlap") && c.gpu.sm_count > 0;
+      auto emit = [&](Plan& p) {
+        if (keeps(p) && !f(p)) return false;
+        if (try_overlap && p.tp > 1 && sp_enabled(p)) {
+          Plan q = p;
+          q.tp_overlap = true;
+          if (keeps(q) && !f(q)) return false;
+        }
+        return true;
+      };
       for (auto [kind, u, layout, varlen] : layouts) {
         for (int zero : axis(req, "zero", g.zero, std::vector<int>{0, 1, 2, 3})) {
           if (pp > 1 && zero > 1) continue;  // ZeRO-2/3 do not pipeline (plan_check.cpp)
@@ -171,6 +183,7 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
                     p.cp = cp;
                     p.dp = dp;
                     p.sp = has("sp") ? g.sp : -1;
+                    p.tp_overlap = has("tp_overlap") && g.tp_overlap;
                     set_cp_kind(p, kind);
                     p.cp_layout = layout;
                     p.cp_varlen = varlen;
@@ -209,14 +222,14 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
                         p.vpp = vpp;
                         if (has("order")) {
                           std::copy(std::begin(g.order), std::end(g.order), std::begin(p.order));
-                          if (keeps(p) && !f(p)) return;
+                          if (!emit(p)) return;
                           continue;
                         }
                         p.order[0] = Dim::tp; p.order[1] = Dim::cp; p.order[2] = Dim::dp;
-                        if (keeps(p) && !f(p)) return;
+                        if (!emit(p)) return;
                         if (vpp == 1 && with_time_knobs && tp > 1 && cp > 1) {  // CP innermost: ring hops on NVLink, TP across
                           p.order[0] = Dim::cp; p.order[1] = Dim::tp;
-                          if (keeps(p) && !f(p)) return;
+                          if (!emit(p)) return;
                         }
                       }
                     }

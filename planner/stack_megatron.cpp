@@ -327,6 +327,14 @@ StackJob import_megatron(const std::string& text, const std::string& where, cons
   // Megatron's sequence parallel is off unless asked for (ctxplan's default is on with tp > 1).
   if (p.tp > 1) p.sp = a.has("sequence-parallel") ? 1 : 0;
   else a.has("sequence-parallel");
+  // --tp-comm-overlap: Transformer Engine's userbuffers overlap of the TP collectives with the GEMMs
+  // (plan key tp_overlap; Megatron asserts --sequence-parallel with it, validate_args). The per-GEMM
+  // configuration (--tp-comm-overlap-cfg YAML) is priced from the runtime profile's, not the file
+  p.tp_overlap = a.has("tp-comm-overlap");
+  if (a.has("tp-comm-overlap-cfg"))
+    job.warnings.push_back("--tp-comm-overlap-cfg " + a.str("tp-comm-overlap-cfg", "") +
+                           ": the userbuffers configuration is not read; the runtime profile's (tp_overlap_* constants, "
+                           "NeMo's ub_cfg_h100_h8192_tp4) is priced");
 
   // ---- data parallel and sharding ----
   if (a.has("use-megatron-fsdp") || a.has("use-custom-fsdp")) {
@@ -540,6 +548,7 @@ StackExport export_megatron(const ExportJob& job, const Profiles& profiles) {
                                  "sequences with cu_seqlens, each document padded to a multiple of 2*cp), not by a flag");
   }
   if (p.tp > 1 && sp_enabled(p)) add("--sequence-parallel");
+  if (p.tp_overlap) add("--tp-comm-overlap");
   if (p.zero == 1) add("--use-distributed-optimizer");
   if (p.zero == 1 && zero_replicate_degree(p) > 1) add("--num-distributed-optimizer-instances", num(zero_replicate_degree(p)));
   if (p.zero >= 2 && zero_replicate_degree(p) > 1)

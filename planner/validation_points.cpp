@@ -15,13 +15,13 @@ namespace {
 void check_point_keys(const JsonReader& r, const std::string& id) {
   static const char* keys[] = {"id", "point", "source", "source_locator", "model", "cluster", "runtime", "plan", "seq",
                                "metric", "published", "definition", "published_notes", "mapping_notes", "attention",
-                               "attention_source", "role"};
+                               "attention_source", "tp_overlap", "tp_overlap_source", "role"};
   for (auto& [key, v] : r.self().items()) {
     bool known = false;
     for (const char* k : keys) known |= key == k;
     if (!known)
       r.fail(key, "unknown key in point " + id + ": a point states its source's facts (model, cluster, runtime, plan, seq, "
-                  "attention with attention_source) and nothing that tunes its prediction");
+                  "attention with attention_source, tp_overlap with tp_overlap_source) and nothing that tunes its prediction");
   }
 }
 
@@ -92,6 +92,14 @@ std::vector<PublishedTimeRow> predict_published_time(const Profiles& profiles, c
       rt = with_attention(std::move(rt), r.string("attention"), file, id + ": attention");
     }
     Plan plan = parse_plan(r.string("plan"), id + ": plan");
+    // TP communication overlap, where the run's configuration states it (quoted in tp_overlap_source): the
+    // plan key tp_overlap; otherwise off (Megatron's and NeMo's default)
+    if (plan.tp_overlap) r.fail("plan", "tp_overlap belongs in the point's tp_overlap field, with the tp_overlap_source that states it");
+    if (r.has("tp_overlap")) {
+      if (r.string_or("tp_overlap_source", "").empty())
+        r.fail("tp_overlap_source", "a point's tp_overlap must quote where its source's configuration states it");
+      plan.tp_overlap = r.boolean_or("tp_overlap", false);
+    }
     Prediction p = predict(m, c, rt, plan, r.integer("seq"));
     PublishedTimeRow row;
     row.id = id;

@@ -103,7 +103,7 @@ TEST(StackRoundTrip, MegatronKeepsEveryCpKindAndOption) {
                      "tp=2,cp=4,cp_kind=usp,ulysses=2", "cp=8,cp_kind=usp,ulysses=4", "zero=1,cp=2", "zero=2,cp=2",
                      "zero=3,cp=4,cp_kind=allgather", "recompute=selective,tp=4", "recompute=full,ckpt_offload=1,cp=8",
                      "zero=1,opt_offload=1", "mbs=2,ga=4,tp=2", "precision=fp32", "precision=fp8,tp=2",
-                     "zero=1,zero_shard=8", "zero=1,cp=2,zero_shard=4",
+                     "zero=1,zero_shard=8", "zero=1,cp=2,zero_shard=4", "tp=4,tp_overlap=1", "precision=fp8,tp=2,cp=2,tp_overlap=1",
                      // uneven pipeline splits (arguments.py: --decoder-first/last-pipeline-num-layers with
                      // --num-virtual-stages-per-pipeline-rank; --account-for-embedding/loss-in-pipeline-split)
                      "tp=2,pp=4,dp=2,ga=8,pp_first=2,pp_last=6", "pp=4,vpp=2,dp=4,ga=8,pp_first=6,pp_last=6",
@@ -198,6 +198,28 @@ TEST(StackImport, MegatronDefaultsFollowArgumentsPy) {
                             "args", profiles());
   EXPECT_TRUE(same_plan(j.plan, parse_plan("dp=0,tp=2,sp=0,cp=2,cp_kind=zigzag,precision=fp32"))) << plan_to_string(j.plan);
   EXPECT_EQ(j.model, "Llama-3.1-8B");
+}
+
+TEST(StackImport, MegatronTpCommOverlapIsThePlanKey) {
+  // --tp-comm-overlap (Transformer Engine userbuffers) is tp_overlap=1; without it, 0; its YAML
+  // configuration is warned (the runtime profile's is priced, not the file's)
+  const std::string shape = "--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
+                            "--group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm "
+                            "--untie-embeddings-and-output-weights --seq-length 8192 --tensor-model-parallel-size 4 "
+                            "--sequence-parallel --micro-batch-size 1 --bf16";
+  StackJob on = import_stack(Stack::megatron, shape + " --tp-comm-overlap --tp-comm-overlap-cfg ub.yaml", "args", profiles());
+  EXPECT_TRUE(on.plan.tp_overlap);
+  EXPECT_TRUE(any_contains(on.warnings, "--tp-comm-overlap-cfg ub.yaml"));
+  EXPECT_FALSE(any_contains(on.warnings, "--tp-comm-overlap:"));  // read, not "not modelled"
+  StackJob off = import_stack(Stack::megatron, shape, "args", profiles());
+  EXPECT_FALSE(off.plan.tp_overlap);
+}
+
+TEST(StackExport, TpOverlapIsListedWhereTheStackHasNoFlagForIt) {
+  // torchtitan's async TP (micro-pipelined TP on symmetric memory) is another mechanism: not written for it
+  SKIP_UNLESS_READABLE(Stack::torchtitan);
+  StackExport e = export_stack(Stack::torchtitan, job_for("tp=4,tp_overlap=1"), profiles());
+  EXPECT_TRUE(any_contains(e.cannot_express, "tp_overlap")) << stacks::join(e.cannot_express, "\n");
 }
 
 TEST(StackImport, MegatronShapeWithoutProfileBecomesModelSpec) {
