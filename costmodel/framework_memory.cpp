@@ -60,26 +60,14 @@ double megatron_tensors_per_layer(const ModelSpec& m) { return 6.0 + (m.qkv_bias
 
 }  // namespace
 
-double megatron_stage_param_tensors(const ModelSpec& m, const Plan& p, double stage_params) {
-  const int64_t pp = std::max<int64_t>(1, p.pp);
-  if (pp == 1) return static_cast<double>(m.layers) * megatron_tensors_per_layer(m) + 3.0;  // + embedding, output layer, final norm
-  // the stage holding stage_params (pipeline_stage_params on one TP rank's shapes; the sequence
-  // does not enter the parameters); its layers' tensors, the embedding on the first stage, the
-  // final norm and output layer on the last
-  const LocalShapes s = local_shapes(m, p, 0);
-  double most = 0;
-  for (int64_t k = 0; k < pp; ++k) {
-    const PipelineStage st = pipeline_stage(m, p, k);
-    const double tensors = static_cast<double>(st.layers) * megatron_tensors_per_layer(m) + (st.first ? 1.0 : 0.0) + (st.last ? 2.0 : 0.0);
-    const double held = pipeline_stage_params(m, st, s.layer_params, s.vocab);
-    if (std::abs(held - stage_params) <= 1e-9 * std::max(1.0, stage_params)) return tensors;
-    most = std::max(most, tensors);
-  }
-  return most;  // no stage holds exactly stage_params: the most any stage registers (an upper bound)
+double megatron_stage_param_tensors(const ModelSpec& m, const PipelineStage& stage) {
+  // its layers' tensors, the embedding on the first stage, the final norm and output layer on the last
+  return static_cast<double>(stage.layers) * megatron_tensors_per_layer(m) + (stage.first ? 1.0 : 0.0) +
+         (stage.last ? 2.0 : 0.0);
 }
 
-FrameworkMemory framework_memory(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, double stage_params,
-                                 double live_large_tensors) {
+FrameworkMemory framework_memory(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, const PipelineStage& stage,
+                                 double stage_params, double live_large_tensors) {
   FrameworkMemory f;
   auto add = [&f](const char* name, const char* source, double bytes, bool host) {
     if (bytes <= 0 || f.count >= kMaxFrameworkTerms) return;
@@ -137,7 +125,7 @@ FrameworkMemory framework_memory(const ModelSpec& m, const RuntimeProfile& rt, c
   // Megatron's distributed optimizer: the contiguous bf16 parameter buffer and fp32 gradient buffer
   // (the weights and main grads already counted) are padded per parameter and per bucket
   if (rt.megatron_buffer_padding && p.zero >= 1) {
-    const double tensors = megatron_stage_param_tensors(m, p, stage_params);
+    const double tensors = megatron_stage_param_tensors(m, stage);
     const int64_t dp_cp = std::max<int64_t>(1, p.dp) * p.cp;
     add("megatron_buffer_padding",
         "megatron/core/distributed/param_and_grad_buffer.py _ParamAndGradBuffer.__init__ (_pad_start_of_param_if_needed, _pad_end_of_bucket_if_needed), an upper bound",

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "costmodel/model_spec.hpp"
+#include "costmodel/pipeline_stages.hpp"
 #include "costmodel/plan.hpp"
 #include "costmodel/runtime_profile.hpp"
 
@@ -80,17 +81,16 @@ int64_t nccl_communicators(const Plan& p);
 // `stage_params` the parameters of this rank's buffers, `param_tensors` their tensor count.
 double megatron_buffer_padding_elements(double stage_params, double param_tensors, int64_t dp_cp);
 
-// The parameter tensors of the pipeline stage whose one-TP-rank parameters are `stage_params`
-// (pipeline_stage_params; uneven splits pp_first/pp_last/pp_embed/pp_loss give each stage its own
-// layers): its layers x the TE weight tensors per layer, + the embedding on the first stage, + the
-// final norm and output layer on the last (pp = 1: all layers + 3). With no stage of exactly those
-// parameters, the most tensors any stage holds.
-double megatron_stage_param_tensors(const ModelSpec& m, const Plan& p, double stage_params);
+// The parameter tensors of a pipeline stage's buffers (pipeline_stage: uneven splits
+// pp_first/pp_last/pp_embed/pp_loss give each stage its own layers): its layers x the TE weight
+// tensors per layer, + the embedding on the first stage, + the final norm and output layer on the
+// last (pp = 1: all layers + 3).
+double megatron_stage_param_tensors(const ModelSpec& m, const PipelineStage& stage);
 
-// The terms for one rank. `stage_params`: the parameters this rank's model chunk holds (before
-// ZeRO sharding); `live_large_tensors`: activations and transients alive at the device peak that
+// The terms for one rank of pipeline stage `stage`. `stage_params`: the parameters that stage's
+// model chunks hold on one TP rank (pipeline_stage_params, before ZeRO sharding); `live_large_tensors`: activations and transients alive at the device peak that
 // the caching allocator placed in its large pool (> 1 MiB).
-FrameworkMemory framework_memory(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, double stage_params,
-                                 double live_large_tensors);
+FrameworkMemory framework_memory(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, const PipelineStage& stage,
+                                 double stage_params, double live_large_tensors);
 
 }  // namespace ctx

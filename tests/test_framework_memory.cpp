@@ -166,16 +166,16 @@ TEST(FrameworkMemory, MegatronBufferPaddingCountsTheStagesOwnTensors) {
   // layers / pp rule gave every stage 32 / 4 x 6 + 3 = 51.
   const ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
   Plan p = parse_plan("tp=2,pp=4,pp_first=4,pp_last=4,dp=2,zero=1");
-  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, p, 698908672.0), 25.0);
-  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, p, 1308721152.0), 72.0);
-  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, p, 698912768.0), 26.0);
-  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, p, 1.0), 72.0) << "no stage of those parameters: the most any stage holds";
+  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, pipeline_stage(m, p, 0)), 25.0);
+  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, pipeline_stage(m, p, 1)), 72.0);
+  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, pipeline_stage(m, p, 2)), 72.0);
+  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, pipeline_stage(m, p, 3)), 26.0);
   // the middle stage's padding, dp = 2: buckets of max(40M, 2 x 1M) elements -> ceil(32.72) = 33,
   // each end padded by at most lcm(2, 128) - 1 = 127; 72 starts by at most 63:
   // 33 x 127 + 72 x 63 = 4,191 + 4,536 = 8,727 elements x (2 + 4) bytes (bf16 weight, fp32 grad)
   const RuntimeProfile rt = resolve_runtime(profiles(), "megatron");
   ASSERT_EQ(rt.weight_bytes + rt.grad_bytes, 6.0);
-  const FrameworkMemory f = framework_memory(m, rt, p, 1308721152.0, 0);
+  const FrameworkMemory f = framework_memory(m, rt, p, pipeline_stage(m, p, 1), 1308721152.0, 0);
   double padding = 0;
   for (int i = 0; i < f.count; ++i)
     if (std::string(f.terms[i].name) == "megatron_buffer_padding") padding = f.terms[i].bytes;
@@ -186,9 +186,11 @@ TEST(FrameworkMemory, MegatronBufferPaddingCountsTheStagesOwnTensors) {
   EXPECT_DOUBLE_EQ(term(mp, "megatron_buffer_padding"), 8727.0 * 6.0);
   // even split (pp = 4: 8 layers a stage): first 8 x 6 + 1 = 49, middle 48, last 50
   p = parse_plan("tp=2,pp=4,dp=2,zero=1");
-  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, p, 8 * 109060096.0 + 262668288.0), 49.0);
-  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, p, 8 * 109060096.0), 48.0);
-  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, p, 8 * 109060096.0 + 4096.0 + 262668288.0), 50.0);
+  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, pipeline_stage(m, p, 0)), 49.0);
+  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, pipeline_stage(m, p, 1)), 48.0);
+  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, pipeline_stage(m, p, 3)), 50.0);
+  // pp = 1: every layer, the embedding, the final norm and the output layer: 32 x 6 + 3
+  EXPECT_DOUBLE_EQ(megatron_stage_param_tensors(m, pipeline_stage(m, parse_plan("tp=2,dp=8,zero=1"), 0)), 195.0);
 }
 
 TEST(FrameworkMemory, CtxrunProfilesHaveNoFrameworkTerms) {
