@@ -66,8 +66,17 @@ double megatron_stage_param_tensors(const ModelSpec& m, const PipelineStage& sta
          (stage.last ? 2.0 : 0.0);
 }
 
+double te_userbuffer_bytes(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, double local_tokens) {
+  if (!p.tp_overlap || p.tp <= 1 || local_tokens <= 0) return 0;
+  const double rows_x_hidden = local_tokens * static_cast<double>(m.hidden);
+  const double ag = p.precision == Precision::fp8 ? 1.0 : rt.activation_bytes, rs = rt.activation_bytes;
+  const double tp = static_cast<double>(p.tp);
+  const double proj_fc2_rs = rt.tp_overlap_rs_splits >= 1 ? 1.0 : (2.0 * tp - 1.0) / tp;  // pipeline, or ring exchange
+  return rows_x_hidden * (6.0 * ag + 2.0 * proj_fc2_rs * rs + 2.0 * rs);
+}
+
 FrameworkMemory framework_memory(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, const PipelineStage& stage,
-                                 double stage_params, double live_large_tensors) {
+                                 double stage_params, double live_large_tensors, double local_tokens) {
   FrameworkMemory f;
   auto add = [&f](const char* name, const char* source, double bytes, bool host) {
     if (bytes <= 0 || f.count >= kMaxFrameworkTerms) return;
@@ -131,6 +140,13 @@ FrameworkMemory framework_memory(const ModelSpec& m, const RuntimeProfile& rt, c
         "megatron/core/distributed/param_and_grad_buffer.py _ParamAndGradBuffer.__init__ (_pad_start_of_param_if_needed, _pad_end_of_bucket_if_needed), an upper bound",
         megatron_buffer_padding_elements(stage_params, tensors, dp_cp) * (rt.weight_bytes + rt.grad_bytes), false);
   }
+
+  // Transformer Engine's userbuffers (tp_overlap): registered at start-up, outside the caching allocator
+  add("te_userbuffers",
+      "transformer_engine/pytorch/module/base.py initialize_ub (one buffer per overlapped GEMM, fp8 for the all-gathers under FP8) "
+      "with megatron/training/initialize.py _initialize_tp_communicators' shape [seq x mbs / cp, hidden]; "
+      "transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp CommOverlapBase/CommOverlapP2PBase::initialize",
+      te_userbuffer_bytes(m, rt, p, local_tokens), false);
   return f;
 }
 

@@ -87,10 +87,20 @@ double megatron_buffer_padding_elements(double stage_params, double param_tensor
 // last (pp = 1: all layers + 3).
 double megatron_stage_param_tensors(const ModelSpec& m, const PipelineStage& stage);
 
+// Transformer Engine's userbuffers under tp_overlap (transformer_engine/pytorch/module/base.py
+// initialize_ub: one registered buffer per overlapped GEMM, Megatron's shape [seq x mbs / cp, hidden],
+// megatron/training/initialize.py _initialize_tp_communicators): the six all-gather buffers
+// (layers_all_gather_overlap: qkv_fprop, qkv_dgrad, proj_dgrad, fc1_fprop, fc1_dgrad, fc2_dgrad) in FP8
+// under an FP8 plan, the four reduce-scatter ones (proj_fprop, fc2_fprop, qkv_wgrad, fc1_wgrad) in the
+// activation dtype; a ring-exchange RS holds 2 tp - 1 shards (CommOverlapP2PBase::initialize).
+// `local_tokens` = seq x mbs / cp. 0 without tp_overlap.
+double te_userbuffer_bytes(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, double local_tokens);
+
 // The terms for one rank of pipeline stage `stage`. `stage_params`: the parameters that stage's
 // model chunks hold on one TP rank (pipeline_stage_params, before ZeRO sharding); `live_large_tensors`: activations and transients alive at the device peak that
-// the caching allocator placed in its large pool (> 1 MiB).
+// the caching allocator placed in its large pool (> 1 MiB); `local_tokens`: seq x mbs / cp (the
+// userbuffers' rows; 0: no userbuffers term).
 FrameworkMemory framework_memory(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, const PipelineStage& stage,
-                                 double stage_params, double live_large_tensors);
+                                 double stage_params, double live_large_tensors, double local_tokens = 0);
 
 }  // namespace ctx

@@ -8,6 +8,8 @@
 //   - one layer at tp=4, by hand: with overlap the layer's SP collectives leave the TP stream and each
 //     fused GEMM+collective costs what the schedule says beyond its GEMM, in the comm-bound and the
 //     compute-bound regime, in the closed form and the simulator alike;
+//   - Transformer Engine's userbuffers are device memory: ten [seq x mbs / cp, hidden] buffers (initialize_ub),
+//     the six all-gather ones in FP8 under FP8, by hand for Llama-3.1-70B;
 //   - tp_overlap=1 is refused with tp=1 and without SP, naming the key, and by a runtime that does not
 //     state the capability.
 #include <gtest/gtest.h>
@@ -17,6 +19,8 @@
 #include <string>
 
 #include "costmodel/errors.hpp"
+#include "costmodel/framework_memory.hpp"
+#include "costmodel/memory_model.hpp"
 #include "costmodel/plan_check.hpp"
 #include "costmodel/profile_store.hpp"
 #include "costmodel/runtime_capabilities.hpp"
@@ -187,6 +191,35 @@ TEST(TpOverlapOneLayer, ComputeBoundRegimeByHand) {
   const OneLayer job(900e9);
   const StepCosts off = job.costs(false), on = job.costs(true);
   EXPECT_LT(estimate_step(on).step_seconds, estimate_step(off).step_seconds);
+}
+
+TEST(TpOverlapMemory, UserbuffersByHandForLlama70B) {
+  // Llama-3.1-70B (hidden 8192), seq 8192, mbs 1, cp 1, tp 4: each buffer [8192, 8192]; FP8: six all-gather
+  // buffers of 1 byte and four reduce-scatter ones of 2 (the pipelined RS of proj/FC2 holds one shape):
+  // 8192 x 8192 x (6 + 8) = 939,524,096 bytes; bf16: 8192 x 8192 x 20
+  const ModelSpec m = resolve_model(profiles(), "Llama-3.1-70B");
+  const ClusterSpec c = resolve_cluster(profiles(), "8x8xh100");
+  const RuntimeProfile rt = resolve_runtime(profiles(), "megatron");
+  auto runtime_bytes = [&](const std::string& text) {
+    Plan p = parse_plan(text);
+    EXPECT_TRUE(check_plan(p, m, c, 8192).ok()) << text;
+    const MemoryPrediction mp = predict_memory(m, c, rt, p, 8192);
+    double ub = -1;
+    for (int i = 0; i < mp.framework.count; ++i)
+      if (std::string(mp.framework.terms[i].name) == "te_userbuffers") ub = mp.framework.terms[i].bytes;
+    return std::make_pair(mp.peak[Mem::runtime], ub);
+  };
+  const auto fp8_on = runtime_bytes("tp=4,pp=8,vpp=5,zero=1,ga=64,precision=fp8,tp_overlap=1");
+  const auto fp8_off = runtime_bytes("tp=4,pp=8,vpp=5,zero=1,ga=64,precision=fp8");
+  EXPECT_DOUBLE_EQ(fp8_on.second, 8192.0 * 8192.0 * 14.0);
+  EXPECT_EQ(fp8_off.second, -1.0);  // no term without the overlap
+  EXPECT_DOUBLE_EQ(fp8_on.first - fp8_off.first, 8192.0 * 8192.0 * 14.0);
+  EXPECT_DOUBLE_EQ(runtime_bytes("tp=4,pp=8,vpp=5,zero=1,ga=64,tp_overlap=1").second, 8192.0 * 8192.0 * 20.0);
+  // a ring-exchange RS (Megatron-Bridge's FP8 configurations) holds 2 tp - 1 shards of tp: 7/4 of the shape each
+  RuntimeProfile ring = rt;
+  ring.tp_overlap_rs_splits = 0;
+  Plan p = parse_plan("tp=4,pp=8,vpp=5,zero=1,ga=64,precision=fp8,tp_overlap=1");
+  EXPECT_DOUBLE_EQ(te_userbuffer_bytes(m, ring, p, 8192), 8192.0 * 8192.0 * (6.0 + 2.0 * 2.0 * 7.0 / 4.0 + 4.0));
 }
 
 TEST(TpOverlapPlan, RefusedWithTpOneAndWithoutSequenceParallelNamingTheKey) {
