@@ -376,8 +376,8 @@ inline void scan(Seq2& out, double init, const Seq2& inc, const Seq2& z, Seq2* s
     o.clear(i1);
     if (par == pa) o.push(a >> 1, s_a, 0.0);
     if (i0 < i1) {
-      Seq& tmp = u.sub[par];  // (u is free again)
-      Seq cc, zz;
+      Seq& tmp = u.sub[par];  // (u and t are free again: their storage is kept between calls)
+      Seq &cc = t.sub[0], &zz = t.sub[1];
       restrict(cc, c2.sub[par], i0, i1);
       restrict(zz, z2.sub[par], i0, i1);
       scan(tmp, par == pa ? s_a : init, cc, zz);

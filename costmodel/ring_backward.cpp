@@ -138,6 +138,20 @@ bool same(const Seq2& a, const Seq2& b) {
   return true;
 }
 
+// bit for bit the same sequences
+bool identical(const Seq& a, const Seq& b) {
+  if (a.last != b.last || a.p.size() != b.p.size()) return false;
+  for (size_t k = 0; k < a.p.size(); ++k)
+    if (a.p[k].j != b.p[k].j || a.p[k].v != b.p[k].v || a.p[k].s != b.p[k].s) return false;
+  return true;
+}
+bool identical(const Seq2& a, const Seq2& b) { return a.a == b.a && a.b == b.b && identical(a.sub[0], b.sub[0]) && identical(a.sub[1], b.sub[1]); }
+template <class R>
+bool identical(const R& a, const R& b) {
+  return identical(a.rs, b.rs) && identical(a.re, b.re) && identical(a.cs, b.cs) && identical(a.ce, b.ce) && identical(a.ds, b.ds) &&
+         identical(a.de, b.de) && a.rr0 == b.rr0 && a.dr_last == b.dr_last;
+}
+
 // The passes and the accumulation in one representation; false when a rank's sequences take more
 // than max_pieces or the check does not hold.
 template <class S>
@@ -154,6 +168,14 @@ bool solve(RingBackwardStore<S>& st, RingBackwardWork& w, int64_t j0, int64_t st
   for (size_t r = 0; r < n; ++r) st.costs[r] = &cost_seq(st, in[r].cost, j0, steps);
   w.seen.assign(n, 0);
   w.passes = 0;
+  const bool guessed = st.tails_j0 == j0 && st.tails_steps == steps && st.tail_known.size() == n;  // (the same steps, the same ranks)
+  if (!guessed) {
+    st.tail_before.resize(n);
+    st.tail_have_before.assign(n, 0.0);
+    st.tail_known.assign(n, 0);
+    st.tails_j0 = j0;
+    st.tails_steps = steps;
+  }
   const int64_t max_passes = 2 + steps;  // (two when the lag argument holds)
   // A rank's three sequences in more pieces than this and the closed form gives way to the sweep
   // (a piece costs about what ten steps of the sweep do). Without recompute a long plain ring's
@@ -171,27 +193,51 @@ bool solve(RingBackwardStore<S>& st, RingBackwardWork& w, int64_t j0, int64_t st
     const size_t L = w.order.size();
     const int first = w.order.front(), tail = w.order.back();
     if (in[static_cast<size_t>(first)].prev != tail) return false;
-    // false when a rank's times are not a few lines (then the sweep is faster)
-    auto pass = [&](const Rank& upstream_of_first) {
+    // false when a rank's times are not a few lines (then the sweep is faster). After the first
+    // pass (`again`), a rank whose sequences come out bit for bit as in the pass before ends the
+    // pass: every rank after it reads only its upstream's sequences (and its own input), so it
+    // would come out as before too.
+    auto pass = [&](const Rank& upstream_of_first, bool again) {
       for (size_t i = 0; i < L; ++i) {
         const int r = w.order[i];
         const int u = in[static_cast<size_t>(r)].prev;
         Rank& x = st.rank[static_cast<size_t>(r)];
+        if (again) std::swap(x, st.before);
         compute_rank(st, x, in[static_cast<size_t>(r)], i == 0 ? upstream_of_first : st.rank[static_cast<size_t>(u)], in[static_cast<size_t>(u)],
                      *st.costs[static_cast<size_t>(r)], j0, steps, p, q);
         if (static_cast<int64_t>(pieces(x.rs) + pieces(x.cs) + pieces(x.ds)) > max_pieces) return false;
+        if (again && identical(x, st.before)) break;
       }
       ++w.passes;
       return true;
     };
-    if (!pass(st.lower)) return false;
+    // the first pass from the lower bound, or from this cycle's last rank in the previous call
+    // moved along: any guess gives the same result (one pass makes the last rank exact whatever
+    // its upstream stood for, by the lag argument above: its step j depends on the first rank's
+    // upstream at steps <= j - L + 1 only, none when the cycle is the ring), but a guess near the
+    // truth makes the first pass nearly right, and the second ends where a rank comes out as before
+    const Rank* first_upstream = &st.lower;
+    if (guessed && st.tail_known[static_cast<size_t>(tail)]) {
+      const Rank& b = st.tail_before[static_cast<size_t>(tail)];
+      const double moved = in[static_cast<size_t>(tail)].have_end - st.tail_have_before[static_cast<size_t>(tail)];
+      add_constant(st.guess.re, b.re, moved);
+      add_constant(st.guess.ce, b.ce, moved);
+      add_constant(st.guess.de, b.de, moved);
+      first_upstream = &st.guess;
+    }
+    if (!pass(*first_upstream, false)) return false;
     for (int64_t k = 1;; ++k) {
       if (k >= max_passes) return false;
       Rank& tl = st.rank[static_cast<size_t>(tail)];
       st.check.re = tl.re, st.check.ce = tl.ce, st.check.de = tl.de;
-      if (!pass(st.check)) return false;
+      if (!pass(st.check, true)) return false;
       if (same(tl.re, st.check.re) && same(tl.ce, st.check.ce) && same(tl.de, st.check.de)) break;
     }
+    Rank& kept = st.tail_before[static_cast<size_t>(tail)];
+    const Rank& tl = st.rank[static_cast<size_t>(tail)];
+    kept.re = tl.re, kept.ce = tl.ce, kept.de = tl.de;
+    st.tail_have_before[static_cast<size_t>(tail)] = in[static_cast<size_t>(tail)].have_end;
+    st.tail_known[static_cast<size_t>(tail)] = 1;
   }
   // what each rank's steps add, its last tasks and the task ending last
   out.assign(n, RingBackwardResult{});

@@ -58,7 +58,15 @@ struct RingBackwardStore {
     double dr_last = 0;        // the last hop's readiness
   };
   std::vector<Rank> rank;
-  Rank lower, check;
+  Rank lower, check, before;  // (before: a rank's sequences in the pass before, while it is computed again)
+  // Each cycle's last rank as the previous call left it (by rank; the layers of a pass are alike):
+  // its sequences and its block's arrival then. Moved by how much later its block arrives now, they
+  // stand for its upstream's sequences in the first pass instead of the lower bound.
+  Rank guess;
+  std::vector<Rank> tail_before;
+  std::vector<double> tail_have_before;
+  std::vector<char> tail_known;
+  int64_t tails_j0 = -1, tails_steps = -1;
   S t[8];
   S scratch[4];
   std::unordered_map<const std::vector<double>*, S> cost_seq;  // per cost vector, over [j0, steps)

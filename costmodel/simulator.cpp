@@ -1110,7 +1110,7 @@ class Builder {
           a1.ntasks - a0.ntasks != b1.ntasks - b0.ntasks)
         return kInf;
       double worst = 0;
-      auto step = [&](double p, double q, double r, double s) {
+      auto step = [&](double p, double q, double r, double s) __attribute__((always_inline)) {  // (inlined: called per number)
         double d = 0;
         if (p == q) {  // unchanged (also infinities)
           if (r != s) d = std::isfinite(r) && std::isfinite(s) ? std::abs(s - r) : kInf;
@@ -1122,7 +1122,7 @@ class Builder {
         worst = std::max(worst, d);
         return d == 0;
       };
-      auto task = [&](const T& p, const T& q, const T& r, const T& s) {
+      auto task = [&](const T& p, const T& q, const T& r, const T& s) __attribute__((always_inline)) {
         if (p.id == q.id) {  // untouched (or no task) in both
           if (!(r.id == s.id && (p.id < 0) == (r.id < 0))) worst = kInf;
           return worst == 0;

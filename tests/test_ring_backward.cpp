@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -175,7 +176,11 @@ TEST(RingBackward, BothRepresentationsEqualTheSweepOnRandomRings) {
   std::mt19937 rng(20261125);
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   auto quarter = [&](int hi) { return uni(0, 4 * hi) / 4.0; };
-  int cases = 0, staircases_taken = 0;
+  int cases = 0, staircases_taken = 0, guessed = 0;
+  // a work area kept from an earlier trial of the same size: its cycles' last ranks as that trial
+  // left them stand for their upstreams in the first pass (a guess unrelated to this ring, which
+  // must change nothing)
+  std::map<std::pair<int, int>, RingBackwardWork> warm[2];
   for (int trial = 0; trial < 600; ++trial) {
     const int cycles = uni(1, 2);
     const int L = uni(2, 6 + 6 / cycles);
@@ -213,11 +218,22 @@ TEST(RingBackward, BothRepresentationsEqualTheSweepOnRandomRings) {
       ASSERT_TRUE(ring_backward_closed_form(j0, steps, p, q, in, got, w)) << what;
       staircases_taken += period == 2;
       expect_same(got, want, what);
+      RingBackwardWork& kept = warm[period - 1][{n, cycles}];
+      kept.period = period;
+      kept.lines.cost_seq.clear();  // (cached by the address of a cost vector: an earlier trial's are gone)
+      kept.stairs.cost_seq.clear();
+      const auto& known = period == 1 ? kept.lines.tail_known : kept.stairs.tail_known;
+      guessed += std::count(known.begin(), known.end(), 1) > 0;
+      ASSERT_TRUE(ring_backward_closed_form(j0, steps, p, q, in, got, kept)) << what << ", warm";
+      expect_same(got, want, what + ", warm");
+      ASSERT_TRUE(ring_backward_closed_form(j0, steps, p, q, in, got, kept)) << what << ", warm again";
+      expect_same(got, want, what + ", warm again (the guess is this ring's own answer)");
     }
     ++cases;
   }
   EXPECT_EQ(cases, 600);
   EXPECT_EQ(staircases_taken, 600);
+  EXPECT_GT(guessed, 1000) << "first passes that started from an earlier call's last ranks";
 }
 
 TEST(RingBackward, RefusesWhatItCannotTime) {
