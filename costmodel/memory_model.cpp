@@ -87,11 +87,13 @@ double cp_kv_expansion(const RuntimeProfile& rt, const LocalShapes& s) {
 
 LossWorkingSet loss_working_set(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, const LocalShapes& s) {
   if (plan_changes_runtime(rt, p)) return loss_working_set(m, runtime_for_plan(rt, p), p, s);
+  if (compile_changes_runtime(rt, p)) return loss_working_set(m, runtime_for_compile(rt, p), p, s);
   // rows = tokens after the SP gather; columns = this rank's vocabulary shard
   LossWorkingSet w;
   const double fp32 = 4.0;
   double rows = s.tokens;
   double copies = rt.loss_fp32_copies;
+  if (p.tp > 1 && rt.loss_parallel_fp32_copies >= 0) copies = rt.loss_parallel_fp32_copies;  // vocabulary-parallel loss
   if (p.tiled_loss != 0) {
     rows = loss_tile_tokens(p, s);                                             // one tile at a time
     copies = rt.tiled_loss_fp32_copies;
@@ -100,6 +102,12 @@ LossWorkingSet loss_working_set(const ModelSpec& m, const RuntimeProfile& rt, co
   w.hidden_grad_bytes = s.tokens * static_cast<double>(m.hidden) * rt.activation_bytes;
   w.logits_bytes = rows * s.vocab * rt.logits_bytes;
   w.fp32_bytes = rows * s.vocab * copies * fp32;
+  if (rt.loss_logit_copies > 0) {
+    // a compiled loss (runtime_for_compile): [tokens, vocab] tensors in the logits' dtype only (the
+    // logits its graph saves, the gradient its fused backward writes), no fp32 copy
+    w.logits_bytes = rows * s.vocab * rt.loss_logit_copies * rt.activation_bytes;
+    w.fp32_bytes = 0;
+  }
   return w;
 }
 
@@ -109,6 +117,8 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   // grads and moments set the model states' bytes per parameter (runtime_profile.hpp runtime_for_plan)
   if (plan_changes_runtime(rt, p))
     return predict_stage_memory(m, c, runtime_for_plan(rt, p), p, seq, stage);
+  // torch.compile: what the compiled blocks and loss save (runtime_profile.hpp runtime_for_compile)
+  if (compile_changes_runtime(rt, p)) return predict_stage_memory(m, c, runtime_for_compile(rt, p), p, seq, stage);
   if (p.pad) seq = padded_seq(p, seq);  // pad=1: the pad tokens are stored like real ones (plan_check.hpp)
   const LocalShapes S = local_shapes(m, p, seq);
   const double a = rt.activation_bytes;
@@ -161,15 +171,33 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   const double mlp_side = x_in + rstd + norm_out + mlp_saved;
   const double layer_none = attn_side + mlp_side;
 
+  // torchtitan's per-op selective checkpointing (selective_recomputes_every_second_matmul): a block keeps
+  // its input (the checkpoint's argument) and the outputs of the ops of the policy's _save_list (aten.mm,
+  // SDPA, reduce_scatter_tensor, aten.max) except every second aten.mm (torchtitan/models/llama3/infra/
+  // parallelize.py _apply_ac_to_transformer_block at 000204a4; parallelisms/parallelize_llama.py at
+  // 9dec370). The block's mms in forward order (model.py Attention.forward, FeedForward.forward) are
+  // wq, wk, wv, wo, w1, w3, w2 (SwiGLU) or ..., fc1, fc2: kept are wq's output (q before RoPE), wv's (v),
+  // w1's [T, F] and, with SwiGLU, w2's [T, h] (before its TP reduce-scatter); SDPA's output and LSE; under
+  // TP the reduce-scatter outputs of wo and w2 ([Tsp, h] each). torch.compile keeps the same set: the
+  // AOT partitioner saves the MUST_SAVE nodes and recomputes the PREFER_RECOMPUTE ones
+  // (torch/_functorch/partitioners.py must_recompute). Not modelled: per-ring-step SDPA outputs under CP.
+  const bool op_sac = p.recompute == Recompute::selective && rt.selective_recomputes_every_second_matmul;
+  const bool swiglu = m.activation == ActivationKind::swiglu;
+  const double op_sac_saved = x_in + q + kv_seq / 2.0 + o + lse + (tiled_mlp ? 0.0 : ffn_t) +
+                              (swiglu ? S.tokens * h * a : 0.0) + (p.tp > 1 ? 2.0 * x_in : 0.0);
   double saved_per_layer = 0, recomputed = 0;
   switch (p.recompute) {
     case Recompute::none:
       saved_per_layer = layer_none;
       break;
     case Recompute::selective:
-      // keep matmul outputs and norm inputs; recompute norms, the attention core and the activation
-      saved_per_layer = 2 * x_in + 2 * rstd + q + kv_seq + qk_pre +
-                        (tiled_mlp ? 0.0 : (m.activation == ActivationKind::swiglu ? 2.0 : 1.0) * ffn_t);
+      if (op_sac) {
+        saved_per_layer = op_sac_saved;
+      } else {
+        // keep matmul outputs and norm inputs; recompute norms, the attention core and the activation
+        saved_per_layer = 2 * x_in + 2 * rstd + q + kv_seq + qk_pre +
+                          (tiled_mlp ? 0.0 : (m.activation == ActivationKind::swiglu ? 2.0 : 1.0) * ffn_t);
+      }
       recomputed = layer_none - saved_per_layer;
       break;
     case Recompute::full:
@@ -237,6 +265,7 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   double fwd_mlp = 0;
   if (tiled_mlp) fwd_mlp = mlp_tensors * ffn_t / chunks;                 // one chunk's intermediates
   else if (full) fwd_mlp = 0;                                                // counted in the layer's own tensors
+  else if (op_sac) fwd_mlp = (mlp_tensors - 1.0) * ffn_t;                   // all but w1's output: recomputed later
   else if (p.recompute == Recompute::selective) fwd_mlp = (mlp_tensors - 2.0) * ffn_t;  // act, product: recomputed later
   // d(act), d(gate), d(up); a tiled chunk also recomputes its own tensors, of which the product is
   // consumed by the down projection's weight gradient before d(gate), d(up) exist
@@ -273,6 +302,7 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   // MLP's kept [T, F]; full: the checkpoint), Megatron's buffer padding, DeepSpeed's host buffers
   const double saved_tensors_per_layer =
       p.recompute == Recompute::full ? 1.0
+      : op_sac ? 5.0 + (tiled_mlp ? 0.0 : 1.0) + (swiglu ? 1.0 : 0.0) + (p.tp > 1 ? 2.0 : 0.0)
       : p.recompute == Recompute::selective ? 5.0 + (tiled_mlp ? 0.0 : (m.activation == ActivationKind::swiglu ? 2.0 : 1.0))
                                             : 9.0 + (tiled_mlp ? 0.0 : mlp_tensors);
   const double layers_on_device = full && p.ckpt_offload ? std::min(L + others, rt.ckpt_offload_device_layers) : L + others;
@@ -288,7 +318,15 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
     s[Mem::runtime] = runtime_device_bytes;
     return s;
   };
-  const bool grads_always = rt.grads_persistent || p.ga > 1;
+  // the sharded gradient's bytes in every phase: a persistent buffer, accumulation over micro-batches,
+  // or (grad_shards_reserved_by_reduce_stream) FSDP2's reduce-scatter stream holding them reserved:
+  // foreach_reduce (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) allocates each unit's
+  // reduce-scatter output, which becomes the sharded .grad, under reduce_scatter_stream, and the CUDA
+  // caching allocator reuses a freed block only for its own stream (c10/cuda/CUDACachingAllocator.cpp:
+  // BlockPool ordered by stream, get_free_block; expandable segments are per stream), so after
+  // zero_grad the compute stream cannot use them
+  const bool grads_always = rt.grads_persistent || p.ga > 1 ||
+                            (rt.grad_shards_reserved_by_reduce_stream && p.zero >= 2 && !grads_on_host);
   // saved layers on the device; offloaded checkpoints: those in flight in the forward, those
   // prefetched back in the backward
   auto saved_layers = [&](MemorySnapshot& s, double n_layers, bool backward = false) {
@@ -355,7 +393,8 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   // gradients and the context-parallel buffers.
   {
     // layer i's own tensors at the MLP backward beyond what saved_layers counts, by recompute kind
-    const double rematerialised = full ? layer_none : recomputed - (p.recompute == Recompute::selective ? o + lse : 0.0);
+    // (Megatron-style selective recomputes the attention core later, in the attention backward; op-SAC keeps it)
+    const double rematerialised = full ? layer_none : recomputed - (p.recompute == Recompute::selective && !op_sac ? o + lse : 0.0);
     MemorySnapshot best;
     int64_t best_layer = -1;
     for (int64_t i : {stage.chunk_layers - 1, int64_t(0)}) {

@@ -105,6 +105,14 @@ const char* to_string(Precision x) {
   }
   return "?";
 }
+const char* to_string(Compile x) {
+  switch (x) {
+    case Compile::off: return "off";
+    case Compile::model: return "model";
+    case Compile::model_loss: return "model+loss";
+  }
+  return "?";
+}
 const char* to_string(StateDtype x) {
   switch (x) {
     case StateDtype::runtime: return "runtime";
@@ -199,6 +207,9 @@ const std::vector<std::pair<std::string, std::string>>& plan_key_help() {
                 "reduce_dtype; default: the runtime's)"},
       {"moments", "fp32|bf16|8bit: Adam's m and v (Megatron --exp-avg-dtype/--exp-avg-sq-dtype; 8bit = block-wise, "
                   "torchao AdamW8bit's 256-element blocks with an fp32 scale each; default: the runtime's)"},
+      {"compile", "off|model|model+loss: torch.compile of each transformer block (model) and of the loss too (model+loss; "
+                  "torchtitan's training.compile at 000204a4 and e7c0cae; 9dec370 compiles the blocks only); priced in memory "
+                  "from what the compiled code saves, not in time (default off: eager; runtimes list what they run)"},
       {"order", "rank order, innermost first, e.g. tp-cp-dp (default); pp is always outermost"},
   };
   return keys;
@@ -422,6 +433,9 @@ void set_key(Plan& p, const std::string& where, const std::string& key, const st
   else if (key == "moments") p.moments = parse_enum<StateDtype>(where, key, v,
                                         {{"fp32", StateDtype::fp32}, {"bf16", StateDtype::bf16}, {"8bit", StateDtype::q8},
                                          {"runtime", StateDtype::runtime}});
+  else if (key == "compile")
+    p.compile = parse_enum<Compile>(where, key, v, {{"off", Compile::off}, {"0", Compile::off}, {"model", Compile::model},
+                                                   {"model+loss", Compile::model_loss}});
   else if (key == "order") parse_order(where, v, p);
   else {
     std::string msg = "unknown plan key";
@@ -534,6 +548,7 @@ std::string plan_to_string(const Plan& p) {
   if (p.master != StateDtype::runtime) os << ",master=" << to_string(p.master);
   if (p.grads != StateDtype::runtime) os << ",grads=" << to_string(p.grads);
   if (p.moments != StateDtype::runtime) os << ",moments=" << to_string(p.moments);
+  if (p.compile != Compile::off) os << ",compile=" << to_string(p.compile);
   if (order_to_string(p) != order_to_string(d)) os << ",order=" << order_to_string(p);
   return os.str();
 }
@@ -575,6 +590,7 @@ json plan_to_json(const Plan& p) {
   if (p.master != StateDtype::runtime) j["master"] = to_string(p.master);  // unset: the runtime's own
   if (p.grads != StateDtype::runtime) j["grads"] = to_string(p.grads);
   if (p.moments != StateDtype::runtime) j["moments"] = to_string(p.moments);
+  if (p.compile != Compile::off) j["compile"] = to_string(p.compile);  // eager: older readers see the plan's keys
   j["order"] = order_to_string(p);
   return j;
 }

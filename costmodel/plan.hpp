@@ -35,6 +35,12 @@ enum class Precision { fp32, bf16, fp8 };
 // own; runtime_for_plan (runtime_profile.hpp) resolves them, the runtime's capabilities allow them.
 enum class StateDtype { runtime, none, fp32, bf16, q8 };
 enum class Dim { tp, cp, dp };
+// torch.compile (issue 16): what the runtime compiles. off = eager; model = each TransformerBlock
+// compiled, the loss eager (torchtitan 9dec370's apply_compile; its train.py leaves the loss's
+// torch.compile commented out); model_loss = the blocks and the loss (torchtitan e7c0cae..000204a4
+// training.compile: build_cross_entropy_loss compiles loss_fn too). A runtime lists the values it
+// runs (capability "compile"); what the compiled code keeps is its profile's compiled_* constants.
+enum class Compile { off, model, model_loss };
 
 // Lengths of the documents packed into a sequence (intra-document masking).
 struct DocLengths {
@@ -83,6 +89,7 @@ struct Plan {
   StateDtype master = StateDtype::runtime;   // master=fp32|none
   StateDtype grads = StateDtype::runtime;    // grads=fp32|bf16
   StateDtype moments = StateDtype::runtime;  // moments=fp32|bf16|8bit
+  Compile compile = Compile::off;            // compile=off|model|model+loss
   Dim order[3] = {Dim::tp, Dim::cp, Dim::dp};  // innermost first: consecutive ranks differ in order[0]; pp outside all three
 };
 
@@ -109,6 +116,7 @@ const char* to_string(Recompute r);
 const char* to_string(Dim d);
 const char* to_string(Precision x);
 const char* to_string(StateDtype x);  // runtime, none, fp32, bf16, 8bit
+const char* to_string(Compile x);     // off, model, model+loss
 std::string mask_to_string(const Plan& p);
 std::string order_to_string(const Plan& p);
 

@@ -428,6 +428,12 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"tp_overlap_qkv_wgrad_sms", &rt.tp_overlap_qkv_wgrad_sms, nullptr, nullptr, true},
       {"tp_overlap_fc1_dgrad_sms", &rt.tp_overlap_fc1_dgrad_sms, nullptr, nullptr, true},
       {"tp_overlap_fc1_wgrad_sms", &rt.tp_overlap_fc1_wgrad_sms, nullptr, nullptr, true},
+      // torch.compile (plan key compile), optional: absent = the eager constants hold under compile
+      {"compiled_mlp_saved_ffn_tensors", &rt.compiled_mlp_saved_ffn_tensors, nullptr, nullptr, true},
+      {"compiled_saves_norm_outputs", nullptr, &rt.compiled_saves_norm_outputs, nullptr, true},
+      {"compiled_loss_logit_copies", &rt.compiled_loss_logit_copies, nullptr, nullptr, true},
+      {"loss_parallel_fp32_copies", &rt.loss_parallel_fp32_copies, nullptr, nullptr, true},
+      {"grad_shards_reserved_by_reduce_stream", nullptr, &rt.grad_shards_reserved_by_reduce_stream, nullptr, true},
   };
   for (auto& [key, v] : c.self().items()) {
     bool known = key == "attention_kernels";  // a list, read below
@@ -495,6 +501,9 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
     for (auto& n : rt.attention_kernels) listed |= (n == def);
     if (!listed) e.fail("value", "must list the default kernel '" + def + "' (constants.attention_kernel)");
   }
+  if (c.has("compiled_mlp_saved_ffn_tensors") != c.has("compiled_saves_norm_outputs"))
+    c.fail(c.has("compiled_mlp_saved_ffn_tensors") ? "compiled_saves_norm_outputs" : "compiled_mlp_saved_ffn_tensors",
+           "compiled_mlp_saved_ffn_tensors and compiled_saves_norm_outputs state a compiled block together: give both or neither");
   if (caching_allocator == "none") rt.caching_allocator = RuntimeProfile::CachingAllocator::none;
   else if (caching_allocator == "segments") rt.caching_allocator = RuntimeProfile::CachingAllocator::segments;
   else if (caching_allocator == "expandable_segments") rt.caching_allocator = RuntimeProfile::CachingAllocator::expandable_segments;

@@ -7,7 +7,7 @@ namespace {
 
 const char* const kKeys[] = {"stack",     "tp",        "sp",   "pp",        "vpp",         "cp_comm",       "cp_layout", "zero_shard",
                              "cp_varlen", "zero",      "recompute", "opt_offload", "param_offload", "ckpt_offload",
-                             "tiled_loss", "tiled_mlp", "master", "grads", "moments", "zero_with_pp", "tp_overlap"};
+                             "tiled_loss", "tiled_mlp", "master", "grads", "moments", "zero_with_pp", "tp_overlap", "compile"};
 
 // {"value": ..., "source": "..."} with a non-empty source
 const json& statement(const JsonReader& r, const std::string& key, RuntimeCapabilities& c) {
@@ -125,6 +125,11 @@ RuntimeCapabilities capabilities_from_json(const JsonReader& r) {
   c.tiled_mlp = flag(r, "tiled_mlp", c);
   // optional: absent = the stack does not overlap TP collectives with GEMMs (tp_overlap=0 only)
   c.tp_overlap = r.has("tp_overlap") && flag(r, "tp_overlap", c);
+  // optional: absent = eager only
+  if (r.has("compile")) {
+    c.compile.clear();
+    for (int i : names(r, "compile", c, {"off", "model", "model+loss"})) c.compile.push_back(static_cast<Compile>(i));
+  }
   const std::vector<std::pair<const char*, std::vector<StateDtype>>> precision = {
       {"master", {StateDtype::fp32, StateDtype::none}},
       {"grads", {StateDtype::fp32, StateDtype::bf16}},
@@ -172,6 +177,8 @@ std::vector<std::vector<std::string>> capability_rows(const RuntimeCapabilities&
   rows.push_back({"tiled_loss", yes(c.tiled_loss), src("tiled_loss")});
   rows.push_back({"tiled_mlp", yes(c.tiled_mlp), src("tiled_mlp")});
   rows.push_back({"tp_overlap", yes(c.tp_overlap), src("tp_overlap")});
+  rows.push_back({"compile", list_text(c.compile, [](Compile x) { return to_string(x); }),
+                  c.sources.count("compile") ? src("compile") : std::string("not stated: eager only")});
   auto dtypes = [](const std::vector<StateDtype>& v) { return list_text(v, [](StateDtype x) { return to_string(x); }); };
   rows.push_back({"master", dtypes(c.master), src("master")});
   rows.push_back({"grads", dtypes(c.grads), src("grads")});
@@ -230,6 +237,9 @@ std::string missing_capability(const RuntimeCapabilities& c, const std::string& 
     return no("tiled_mlp", p.tiled_mlp < 0 ? "auto" : std::to_string(p.tiled_mlp), "an untiled MLP only");
   if (p.tp_overlap && !c.tp_overlap)
     return no("tp_overlap", "1", "its tensor-parallel collectives between the GEMMs, not overlapped with them (tp_overlap=0)");
+  if (!listed(c.compile, p.compile))
+    return no("compile", to_string(p.compile),
+              c.compile.size() == 1 ? "eager kernels only (compile=off)" : "compile " + list_text(c.compile, [](Compile x) { return to_string(x); }));
   const std::pair<const char*, std::pair<StateDtype, const std::vector<StateDtype>*>> precision[] = {
       {"master", {p.master, &c.master}}, {"grads", {p.grads, &c.grads}}, {"moments", {p.moments, &c.moments}}};
   for (auto& [key, given] : precision) {

@@ -27,6 +27,8 @@
 //     "moments":   {"value": ["fp32", "bf16", "8bit"]}  constants' master/grad/optimizer_bytes)
 //     "tp_overlap": {"value": true | false}          TP collectives overlapped with the GEMMs (plan key
 //                                                    tp_overlap); optional, absent = false
+//     "compile":   {"value": ["off", "model", "model+loss"]}  torch.compile (plan key compile); optional:
+//                                                    absent = eager only (off)
 //   }
 // Every other key is required; every key carries a source. A profile without "capabilities" (a user's own file)
 // states nothing: every plan the cost model prices is allowed.
@@ -60,6 +62,7 @@ struct RuntimeCapabilities {
   // optimizer precision a plan may set (Plan::master, grads, moments); the profile reader adds the
   // runtime's own value (runtime_state_dtypes), so an absent key allows only that
   std::vector<StateDtype> master, grads, moments;
+  std::vector<Compile> compile{Compile::off};  // plan key compile; absent: eager only
   std::map<std::string, std::string> sources;  // key -> the source of its statement
 };
 

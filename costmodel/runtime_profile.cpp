@@ -54,6 +54,33 @@ RuntimeProfile runtime_for_plan(const RuntimeProfile& rt, const Plan& p) {
   return out;
 }
 
+RuntimeProfile runtime_for_compile(const RuntimeProfile& rt, const Plan& p) {
+  RuntimeProfile out = rt;
+  if (p.compile == Compile::off) return out;
+  if (rt.compiled_mlp_saved_ffn_tensors >= 0) {
+    out.mlp_saved_ffn_tensors = rt.compiled_mlp_saved_ffn_tensors;
+    out.saves_norm_outputs = rt.compiled_saves_norm_outputs;
+    out.sources["mlp_saved_ffn_tensors"] = "the plan's compile=" + std::string(to_string(p.compile)) + ": " +
+                                           out.sources["compiled_mlp_saved_ffn_tensors"];
+    out.sources["saves_norm_outputs"] = "the plan's compile=" + std::string(to_string(p.compile)) + ": " +
+                                        out.sources["compiled_saves_norm_outputs"];
+  }
+  if (p.compile == Compile::model_loss && rt.compiled_loss_logit_copies >= 0) {
+    out.loss_logit_copies = rt.compiled_loss_logit_copies;
+    out.sources["loss_logit_copies"] = "the plan's compile=model+loss: " + out.sources["compiled_loss_logit_copies"];
+  }
+  return out;
+}
+
+bool compile_changes_runtime(const RuntimeProfile& rt, const Plan& p) {
+  if (p.compile == Compile::off) return false;
+  const bool model = rt.compiled_mlp_saved_ffn_tensors >= 0 &&
+                     (rt.mlp_saved_ffn_tensors != rt.compiled_mlp_saved_ffn_tensors || rt.saves_norm_outputs != rt.compiled_saves_norm_outputs);
+  const bool loss = p.compile == Compile::model_loss && rt.compiled_loss_logit_copies >= 0 &&
+                    rt.loss_logit_copies != rt.compiled_loss_logit_copies;
+  return model || loss;
+}
+
 bool precision_changes_runtime(const RuntimeProfile& rt, Precision precision) {
   return precision == Precision::fp32 && (rt.weight_bytes != kFp32Bytes || rt.activation_bytes != kFp32Bytes ||
                                           rt.logits_bytes != kFp32Bytes || rt.grad_comm_bytes != kFp32Bytes);

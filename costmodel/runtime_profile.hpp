@@ -46,6 +46,22 @@ struct RuntimeProfile {
   double logits_bytes = 2;        // dtype of the head's output
   double loss_fp32_copies = 2;    // fp32 [tokens, vocab] copies alive at the loss (untiled)
   double tiled_loss_fp32_copies = 2;  // fp32 [chunk, vocab] copies per tile
+  // fp32 [tokens, vocab / tp] copies at the loss under tensor parallelism where the stack computes a
+  // vocabulary-parallel loss of its own (PyTorch's loss_parallel); optional, absent (< 0): loss_fp32_copies
+  double loss_parallel_fp32_copies = -1;
+  // [tokens, vocab] tensors in the logits' dtype (activation_bytes) at the loss's high point, where > 0
+  // in place of logits_bytes and loss_fp32_copies: a compiled loss (runtime_for_compile sets it)
+  double loss_logit_copies = 0;
+  // ---- torch.compile (plan key compile, capability "compile"): what the compiled code keeps; the
+  // memory model applies them (runtime_for_compile), the time model does not. Optional, absent (< 0):
+  // the runtime's eager constants hold under compile too.
+  double compiled_mlp_saved_ffn_tensors = -1;  // compile=model|model+loss: [T, F] tensors a compiled MLP saves (with
+  bool compiled_saves_norm_outputs = true;     //   compiled_saves_norm_outputs: whether the norm output is saved)
+  double compiled_loss_logit_copies = -1;      // compile=model+loss: loss_logit_copies
+  // FSDP2 allocates each unit's reduced (sharded) gradient on its reduce-scatter stream, whose caching-
+  // allocator pool keeps those bytes reserved after the gradients are freed (zero_grad): the sharded
+  // gradient counts in every phase (a device limit and torch.cuda.max_memory_reserved). Optional, absent = false
+  bool grad_shards_reserved_by_reduce_stream = false;
   // ---- transients and overheads
   double zero3_prefetch_layers = 2;   // gathered layers alive at once under ZeRO-3
   double ckpt_offload_device_layers = 2;  // offloaded checkpoints in flight on the device (forward)
@@ -154,6 +170,13 @@ StateDtypes runtime_state_dtypes(const RuntimeProfile& rt);
 RuntimeProfile runtime_for_plan(const RuntimeProfile& rt, const Plan& p);
 // True when runtime_for_plan(rt, p) differs from rt; lets the hot path skip the copy.
 bool plan_changes_runtime(const RuntimeProfile& rt, const Plan& p);
+// The runtime as the plan's torch.compile (Plan::compile) leaves what its code saves: compile=model
+// (and model+loss) sets mlp_saved_ffn_tensors and saves_norm_outputs from compiled_mlp_saved_ffn_tensors
+// and compiled_saves_norm_outputs, model+loss sets loss_logit_copies from compiled_loss_logit_copies;
+// absent constants leave the eager ones. For the memory model only (the time model prices eager
+// kernels). compile_changes_runtime: whether that differs from rt (idempotent: false on its result).
+RuntimeProfile runtime_for_compile(const RuntimeProfile& rt, const Plan& p);
+bool compile_changes_runtime(const RuntimeProfile& rt, const Plan& p);
 
 // The runtime profile (profiles/runtimes/) that describes a ctxrun backend: "ctxrun-cuda" for the
 // CUDA backend and its emulation (cuda, cuda-emulated), "ctxrun-cpu" for the CPU backends (cpu, cpu-*).

@@ -345,8 +345,13 @@ StackJob import_torchtitan(const std::string& text, const std::string& where, co
     if (c == "float8") p.precision = Precision::fp8;
     else job.warnings.push_back("model.converters \"" + c + "\": not modelled");
   }
-  if (t.boolean("training", "compile", false))
-    job.warnings.push_back("training.compile: torch.compile's fusion is not modelled (the runtime profile's kernels are)");
+  // torchtitan 000204a4: training.compile compiles each TransformerBlock (apply_compile) and the loss
+  // (torchtitan/components/loss.py build_cross_entropy_loss): compile=model+loss, priced in memory only
+  if (t.boolean("training", "compile", false)) {
+    p.compile = Compile::model_loss;
+    job.warnings.push_back("training.compile: compile=model+loss, priced in memory (what the compiled blocks and loss save); "
+                           "its speed-up is not priced (the runtime profile's eager kernels are)");
+  }
 
   // ---- activation checkpointing ----
   const std::string mode = t.str("activation_checkpoint", "mode", "selective");
@@ -356,8 +361,8 @@ StackJob import_torchtitan(const std::string& text, const std::string& where, co
   else if (mode == "selective") {
     if (option == "op") {
       p.recompute = Recompute::selective;
-      job.warnings.push_back("activation_checkpoint selective_ac_option = \"op\": modelled as recompute=selective "
-                             "(attention core recomputed); torchtitan's op-level policy also saves every other matmul");
+      job.warnings.push_back("activation_checkpoint selective_ac_option = \"op\": modelled as recompute=selective, "
+                             "priced as torchtitan's op-level policy (every other matmul's output and SDPA's kept)");
     } else if (option == "1") {
       p.recompute = Recompute::full;
     } else {
@@ -450,6 +455,9 @@ StackExport export_torchtitan(const ExportJob& job, const Profiles& profiles) {
                                  " per virtual stage (embedding and output weigh one layer each)");
     }
   }
+  if (p.compile == Compile::model)
+    e.cannot_express.push_back("compile=model: torchtitan 000204a4's training.compile compiles the loss too "
+                               "(components/loss.py build_cross_entropy_loss); written as compile = true");
   if (p.ckpt_offload) e.cannot_express.push_back("ckpt_offload=1: torchtitan has no activation checkpoint offload");
   if (p.opt_offload != p.param_offload)
     e.cannot_express.push_back("opt_offload/param_offload: torchtitan's enable_cpu_offload moves parameters, gradients and "
@@ -484,7 +492,8 @@ StackExport export_torchtitan(const ExportJob& job, const Profiles& profiles) {
   const int64_t local = p.pp > 1 ? p.mbs * p.ga : p.mbs;
   os << "\n[training]\nlocal_batch_size = " << local << "\nglobal_batch_size = " << p.mbs * p.dp * p.ga
      << "\nseq_len = " << job.seq << "\nmixed_precision_param = \"" << (p.precision == Precision::fp32 ? "float32" : "bfloat16")
-     << "\"\nenable_cpu_offload = " << (p.opt_offload || p.param_offload ? "true" : "false") << "\n";
+     << "\"\nenable_cpu_offload = " << (p.opt_offload || p.param_offload ? "true" : "false")
+     << "\ncompile = " << (p.compile != Compile::off ? "true" : "false") << "\n";
   os << "\n[parallelism]\ndata_parallel_replicate_degree = " << replicate << "\ndata_parallel_shard_degree = " << shard
      << "\nfsdp_reshard_after_forward = \"" << reshard << "\"\ntensor_parallel_degree = " << p.tp
      << "\ncontext_parallel_degree = " << p.cp << "\ncontext_parallel_rotate_method = \"" << rotate

@@ -119,7 +119,9 @@ TEST(StackRoundTrip, TorchtitanKeepsEveryCpKindAndOption) {
                      "zero=3,precision=fp8,tp=2", "zero=3,zero_shard=8", "cp=2,zero=3,zero_shard=4", "zero=2,zero_shard=8",
                      // FSDP under pipeline stages is zero=1 (stack_torchtitan.cpp); 32 layers over 2 stages is
                      // torchtitan's weighted split too: (32 + 2) / 2 = 17 each, minus the embedding / the output
-                     "dp=8,pp=2,zero=1,ga=4", "dp=4,tp=2,pp=2,zero=1,mbs=2,ga=3,recompute=full", "dp=8,pp=2,zero=1,zero_shard=4,ga=2"});
+                     "dp=8,pp=2,zero=1,ga=4", "dp=4,tp=2,pp=2,zero=1,mbs=2,ga=3,recompute=full", "dp=8,pp=2,zero=1,zero_shard=4,ga=2",
+                     // [training] compile = true at 000204a4 compiles the blocks and the loss
+                     "zero=3,recompute=selective,compile=model+loss"});
 }
 
 TEST(StackRoundTrip, DeepSpeedKeepsEveryOptionItsConfigHolds) {
@@ -155,6 +157,7 @@ TEST(StackExport, ListsWhatTheStackCannotExpress) {
       {Stack::torchtitan, "dp=8,pp=2,zero=0,ga=4", "DDP has not supported"},
       {Stack::torchtitan, "dp=4,tp=4,zero=0", "DDP has not supported"},
       {Stack::torchtitan, "zero=3,ckpt_offload=1,recompute=full", "ckpt_offload"},
+      {Stack::torchtitan, "zero=3,compile=model", "compile=model"},  // 000204a4's compile compiles the loss too
       {Stack::deepspeed, "tp=2,zero=1", "tp=2"},
       {Stack::deepspeed, "cp=8,cp_kind=ulysses,zero=3", "cp=8"},
       {Stack::arctic, "cp=8,cp_kind=zigzag,zero=3,recompute=full", "cp_kind=zigzag"},
