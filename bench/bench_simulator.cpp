@@ -12,7 +12,7 @@
 // 1M tokens): the full search with 20, 200 and 1000 simulated finalists (wall and thread CPU time; same-run
 // references: 200 finalists without pipeline plans, and with every pipeline plan priced), and with
 // --space every fitting plan of the space simulated once (streaming): count, total, median, p99,
-// max, how many exceed 10 ms (thread CPU time), and the slowest plans.
+// max, how many exceed 10 ms (thread CPU time), and the slowest plans (8; CTX_BENCH_SPACE_TOP=N lists N).
 // Standalone (no Google Benchmark): build/bench/bench_simulator [--space] [model cluster seq plan [reps]].
 #include <malloc.h>
 #include <sys/resource.h>
@@ -172,7 +172,9 @@ void space_rows(const ctx::SearchRequest& req) {
   for (const Row& r : rows) over += r.ms > 10.0;
   std::printf("  search space: %zu fitting plans simulated once each in %.2f s of CPU time; CPU median %.3f ms, p99 %.2f ms, max %.1f ms; %zu over 10 ms\n",
               rows.size(), total / 1e3, rows[rows.size() / 2].ms, rows[rows.size() / 100].ms, rows[0].ms, over);
-  for (size_t i = 0; i < rows.size() && i < 8; ++i)
+  const char* top = std::getenv("CTX_BENCH_SPACE_TOP");  // how many of the slowest plans to list (default 8)
+  const size_t shown = top ? static_cast<size_t>(std::max(0, std::atoi(top))) : 8;
+  for (size_t i = 0; i < rows.size() && i < shown; ++i)
     std::printf("    %9.1f ms CPU (%.1f wall)  %s  (%lld tasks, %lld layer iterations extrapolated)\n", rows[i].ms, rows[i].wall_ms, rows[i].plan.c_str(),
                 static_cast<long long>(rows[i].tasks), static_cast<long long>(rows[i].extrapolated));
 }

@@ -532,7 +532,7 @@ class Builder {
     ng_hops.assign(n, -1);
     std::vector<char>& seen = ng_seen_;  // (scratch kept between layers)
     std::vector<int>& cycle = ng_cycle_;
-    std::vector<int64_t>& stack = ng_stack_;
+    std::vector<NgEntry>& stack = ng_stack_;
     seen.assign(n, 0);
     for (size_t x0 = 0; x0 < n; ++x0) {
       if (seen[x0]) continue;
@@ -543,15 +543,15 @@ class Builder {
       }
       const int64_t L = static_cast<int64_t>(cycle.size());
       stack.clear();
-      for (int64_t i = 2 * L - 1; i >= 0; --i) {
-        const int x = cycle[static_cast<size_t>(i % L)];
-        while (!stack.empty() && value[static_cast<size_t>(cycle[static_cast<size_t>(stack.back() % L)])] <= value[static_cast<size_t>(x)])
-          stack.pop_back();
+      for (int64_t i = 2 * L - 1; i >= 0; --i) {  // (entries carry the rank and value: no division per step)
+        const int x = cycle[static_cast<size_t>(i >= L ? i - L : i)];
+        const double vx = value[static_cast<size_t>(x)];
+        while (!stack.empty() && stack.back().value <= vx) stack.pop_back();
         if (i < L && !stack.empty()) {
-          ng[static_cast<size_t>(x)] = cycle[static_cast<size_t>(stack.back() % L)];
-          ng_hops[static_cast<size_t>(x)] = stack.back() - i;
+          ng[static_cast<size_t>(x)] = stack.back().rank;
+          ng_hops[static_cast<size_t>(x)] = stack.back().pos - i;
         }
-        stack.push_back(i);
+        stack.push_back({i, x, vx});
       }
     }
   }
@@ -1369,7 +1369,12 @@ class Builder {
   std::vector<int> ng_, ng_cycle_;
   Upstream upstream_;  // ring_forward_by_rank's range queries over the first ends
   std::vector<char> ng_seen_;
-  std::vector<int64_t> ng_stack_;
+  struct NgEntry {
+    int64_t pos;
+    int rank;
+    double value;
+  };
+  std::vector<NgEntry> ng_stack_;
   std::vector<RingBackwardRank> ring_in_;  // ring_backward's
   std::vector<RingBackwardResult> ring_out_;
   RingBackwardWork ring_work_;
