@@ -94,9 +94,9 @@ int64_t ring_steps_per_layer(const StepCosts& k);
 // Without a recording, a backward ring of at least `ring_closed_form_min_ranks` simulated ranks
 // runs rank by rank in closed form (costmodel/ring_backward.hpp: O(ranks x pieces) per layer
 // instead of O(ranks x steps)); smaller ones are swept step by step on flat arrays, four ranks per
-// operation (ring_backward_sweep), which is as fast or faster there (whole simulations of the
-// 70B/1M plain rings with recompute, same runs: the sweep 1.8x faster at 128 ranks, equal at 256,
-// the closed form 2.8x faster at 512 and 5.7x at 1024; bench/bench_simulator.cpp). The tests pass
+// operation (ring_backward_sweep), which is faster there (whole simulations of the 70B/1M plain
+// rings with recompute, thread CPU time, same runs: the sweep 1.6x faster at 128 ranks, the closed
+// form 1.4x faster at 256, 2.6x at 512 and 3.6x at 1024; bench/bench_simulator.cpp). The tests pass
 // 2 to take the closed form on small rings too.
 constexpr int kRingClosedFormMinRanks = 256;
 SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record = SimRecord::tasks,
