@@ -76,6 +76,10 @@ struct RuntimeProfile {
   // repeats the KV heads before the attention call its CP wraps (torchtitan's repeat_kv before SDPA).
   // Scales the CP ring / all-gather bytes and buffers by q heads / KV heads; optional, absent = false
   bool cp_kv_query_heads = false;
+  // context parallelism is PyTorch's eager ring-attention loop: each ring step's output is merged into
+  // an fp32 accumulator, and the backward accumulates fp32 gradients, by separate elementwise kernels on
+  // the compute stream (costmodel/cp_eager_merge.hpp counts them); optional, absent = false
+  bool cp_eager_merge_fp32 = false;
   // recompute=selective is torchtitan's per-op SAC: each block saves its matmul and SDPA outputs except
   // every second matmul, whose output (and every memory-bound op) the backward recomputes; the attention
   // core is not recomputed (step_model.cpp). Optional, absent = false (Megatron-style: the attention core)

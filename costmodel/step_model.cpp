@@ -8,6 +8,7 @@
 #include "costmodel/attention_kernels.hpp"
 #include "costmodel/attention_work.hpp"
 #include "costmodel/collectives.hpp"
+#include "costmodel/cp_eager_merge.hpp"
 #include "costmodel/errors.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/plan_check.hpp"
@@ -43,6 +44,13 @@ struct Pricer {
     if (bytes <= 0) return 0;
     bytes *= traffic;
     return bytes / (c.gpu.hbm_bytes_per_second * c.gpu.kernels.memory.at(bytes)) + c.gpu.kernels.launch_seconds;
+  }
+  // `kernels` memory-bound kernels moving `bytes` in all, counted op by op (so without the runtime's
+  // memory_traffic_factor, which scales the ops the step model counts as if fused)
+  double counted_memory(double bytes, double kernels) const {
+    if (bytes <= 0) return 0;
+    const double each = bytes / std::max(1.0, kernels);
+    return kernels * (each / (c.gpu.hbm_bytes_per_second * c.gpu.kernels.memory.at(each)) + c.gpu.kernels.launch_seconds);
   }
   // attention FLOPs run at the bf16 peak (fp8 plans keep attention in bf16, as TE and torchao do)
   double attention(double flops, double tokens, bool backward) const {
@@ -266,6 +274,22 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
           fw[rank][j] = f_s;
           bw[rank][j] = b_s;
         }
+    }
+    // PyTorch's eager CP (cp_eager_merge_fp32): each ring step's fp32 merge (forward) and fp32 gradient
+    // accumulation (backward) follow that step's kernel on the compute stream; an all-gather exchange (or
+    // a per-rank total) runs the same loop, so its one entry carries the sum (cp_eager_merge.hpp)
+    if (rt.cp_eager_merge_fp32 && k.ring > 1 && k.ulysses == 1 && p.cp_comm != CpComm::a2a) {
+      const double q_elems = s.attn_tokens * s.q_heads * d;
+      const double kv_elems = s.attn_tokens * s.kv_heads * d * cp_kv_expansion(rt, s);
+      const bool balanced = p.cp_layout != CpLayout::contiguous;
+      for (size_t rank = 0; rank < fw.size(); ++rank) {
+        const CpEagerMergeBytes mb = cp_eager_merge_bytes(q_elems, kv_elems, a, k.ring, static_cast<int64_t>(rank), balanced);
+        for (size_t i = 0; i < mb.fwd_bytes.size(); ++i) {
+          const size_t j = fw[rank].size() == mb.fwd_bytes.size() ? i : 0;
+          fw[rank][j] += price.counted_memory(mb.fwd_bytes[i], mb.fwd_ops[i]);
+          bw[rank][j] += price.counted_memory(mb.bwd_bytes[i], mb.bwd_ops[i]);
+        }
+      }
     }
     k.attn_fwd.push_back(std::move(fw));
     k.attn_bwd.push_back(std::move(bw));
