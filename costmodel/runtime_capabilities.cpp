@@ -236,7 +236,7 @@ std::string missing_capability(const RuntimeCapabilities& c, const std::string& 
   if (p.tiled_mlp != 0 && p.tiled_mlp != 1 && !c.tiled_mlp)
     return no("tiled_mlp", p.tiled_mlp < 0 ? "auto" : std::to_string(p.tiled_mlp), "an untiled MLP only");
   if (p.tp_overlap && !c.tp_overlap)
-    return no("tp_overlap", "1", "its tensor-parallel collectives between the GEMMs, not overlapped with them (tp_overlap=0)");
+    return no("tp_overlap", "1", "no Transformer Engine userbuffers overlap of its tensor-parallel collectives with the GEMMs (tp_overlap=0)");
   if (!listed(c.compile, p.compile))
     return no("compile", to_string(p.compile),
               c.compile.size() == 1 ? "eager kernels only (compile=off)" : "compile " + list_text(c.compile, [](Compile x) { return to_string(x); }));

@@ -97,8 +97,9 @@ TEST(TorchtitanRuntime, CapabilitiesAdmitItsPlansAndNameWhatItCannotRun) {
   ASSERT_TRUE(rt.capabilities.declared);
   // every key of runtime_capabilities.hpp, each sourced: the 15 plan axes, master/grads/moments
   // (issue 21 part 5: the runtime's own values when not stated) and zero_shard (part 4)
-  // and zero_with_pp (FSDP under pipeline stages is ZeRO-1)
-  EXPECT_EQ(rt.capabilities.sources.size(), 21u);
+  // and zero_with_pp (FSDP under pipeline stages is ZeRO-1), compile, and tp_overlap (async TP is not TE's userbuffers)
+  EXPECT_EQ(rt.capabilities.sources.size(), 22u);
+  EXPECT_FALSE(rt.capabilities.tp_overlap);
   for (auto& [key, src] : rt.capabilities.sources) EXPECT_GT(src.size(), 20u) << key;
   for (const char* ok : {"dp=8,zero=3,recompute=selective", "dp=4,cp=2,cp_kind=allgather,zero=3,recompute=full",
                          "dp=2,cp=4,cp_kind=zigzag,zero=3,recompute=full", "dp=8,zero=2", "dp=8,zero=0,recompute=none",
