@@ -14,6 +14,19 @@
 
 namespace ctx::testing {
 
+// The attention seconds of a StepCosts table (attn_fwd or attn_bwd: [pack][rank][call]) summed over
+// every call, and the number of calls into *calls.
+inline double attention_call_seconds(const std::vector<std::vector<std::vector<double>>>& t, int* calls) {
+  double s = 0;
+  for (auto& pack : t)
+    for (auto& rank : pack)
+      for (double x : rank) {
+        s += x;
+        ++*calls;
+      }
+  return s;
+}
+
 inline const std::string& built_in_profiles_dir() {
   static const std::string dir = std::string(CTXPLAN_SOURCE_DIR) + "/profiles";
   return dir;

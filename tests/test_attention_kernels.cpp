@@ -12,6 +12,7 @@
 #include "costmodel/plan.hpp"
 #include "costmodel/profile_store.hpp"
 #include "costmodel/step_model.hpp"
+#include "tests/built_in_profiles.hpp"
 #include "tests/run_process.hpp"
 
 namespace {
@@ -30,17 +31,6 @@ double stated_efficiency(const std::string& hardware_file, const std::string& ke
     if (pt[0].get<double>() == tokens) return pt[1].get<double>();
   ADD_FAILURE() << kernel << "." << curve << " has no point at " << tokens;
   return 0;
-}
-
-double total(const std::vector<std::vector<std::vector<double>>>& t, int* calls) {
-  double s = 0;
-  for (auto& pack : t)
-    for (auto& rank : pack)
-      for (double x : rank) {
-        s += x;
-        ++*calls;
-      }
-  return s;
 }
 
 // Each attention call costs flops / (peak x efficiency) + launch (step_model.cpp, Pricer::attention), so
@@ -66,7 +56,7 @@ TEST(AttentionKernels, AChoiceScalesAttentionTimeByTheRatioOfItsCurves) {
       const ctx::RuntimeProfile rt = ctx::with_attention(base, names[i], "--attention", "");
       const ctx::StepCosts k = ctx::step_costs(m, c, rt, plan, seq, false);
       EXPECT_EQ(k.attention_kernel, names[i]);
-      t[i] = total(bwd ? k.attn_bwd : k.attn_fwd, &n[i]);
+      t[i] = ctx::testing::attention_call_seconds(bwd ? k.attn_bwd : k.attn_fwd, &n[i]);
     }
     ASSERT_EQ(n[0], n[1]);
     ASSERT_GT(n[0], 0);

@@ -164,17 +164,6 @@ TEST(LlmFoundryRuntime, PublishedLlmFoundryPointsArePricedWithIt) {
   EXPECT_TRUE(predict_published_time(profiles(), "llmfoundry-", "hf-deepspeed").empty());
 }
 
-double attention_seconds(const std::vector<std::vector<std::vector<double>>>& t, int* calls) {
-  double s = 0;
-  for (auto& pack : t)
-    for (auto& rank : pack)
-      for (double x : rank) {
-        s += x;
-        ++*calls;
-      }
-  return s;
-}
-
 // llm-foundry's attn_impl triton (flash-attention's flash_attn_triton.py) runs at half FlashAttention-2's
 // throughput: its docstring puts its forward + backward 'slightly slower' than FlashAttention-1's, and the
 // FlashAttention-2 paper (arXiv:2307.08691, sec. 4.1) measures FA2 'around 2x faster than FlashAttention'
@@ -196,7 +185,8 @@ TEST(LlmFoundryRuntime, TritonAttentionTakesTwiceFa2sTimeAsItsSourcesState) {
     const double launch = c.gpu.kernels.launch_seconds;
     for (bool bwd : {false, true}) {
       int na = 0, nb = 0;
-      const double ta = attention_seconds(bwd ? a.attn_bwd : a.attn_fwd, &na), tb = attention_seconds(bwd ? b.attn_bwd : b.attn_fwd, &nb);
+      const double ta = ctx::testing::attention_call_seconds(bwd ? a.attn_bwd : a.attn_fwd, &na);
+      const double tb = ctx::testing::attention_call_seconds(bwd ? b.attn_bwd : b.attn_fwd, &nb);
       ASSERT_EQ(na, nb);
       ASSERT_GT(na, 0);
       EXPECT_NEAR((ta - na * launch) / (tb - nb * launch), 2.0, 2e-9) << cluster << (bwd ? " backward" : " forward");
