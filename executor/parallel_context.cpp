@@ -74,6 +74,9 @@ std::string executor_plan_problem(const ModelSpec& m, const Plan& p, int64_t seq
   if (p.tp_overlap)
     return "ctxrun runs its tensor-parallel collectives between the GEMMs (no userbuffers overlap): tp_overlap=1 is "
            "priced by ctxplan (Megatron's --tp-comm-overlap) but not executed; valid: tp_overlap=0";
+  if (p.compile != Compile::off)
+    return std::string("ctxrun runs eager kernels (no torch.compile): compile=") + to_string(p.compile) +
+           " is priced by ctxplan for torchtitan but not executed; valid: compile=off";
   if (p.mask == MaskKind::document && p.cp > 1 && !(p.cp_varlen == CpVarlen{}))
     return "ctxrun runs packed documents as one varlen ring (cp_varlen=native); cp_varlen=" + to_string(p.cp_varlen) +
            " (the ring per document or per sub-pack) is priced by ctxplan but not executed yet; valid: cp_varlen=native";

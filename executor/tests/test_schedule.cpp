@@ -175,5 +175,21 @@ TEST(ExecutorPlan, PadThatWouldPadIsRefusedNamingTheKey) {
   EXPECT_EQ(exec::executor_plan_problem(m, parse_plan("cp=2,cp_kind=zigzag,pad=1"), 64), "");
 }
 
+// tp_overlap and compile (issue 16) are priced for Megatron and torchtitan, not run by ctxrun: refused
+// naming the key and the value that runs, as the ctxrun profiles' capabilities (which ctxplan checks)
+// refuse them, so the executor never runs a plan it reports under another name.
+TEST(ExecutorPlan, TpOverlapAndCompileAreRefusedAsTheCtxrunProfilesSay) {
+  Profiles prof = load_profiles(default_profiles_dir());
+  const ModelSpec m = resolve_model(prof, "tiny");
+  for (const char* plan : {"tp=2,tp_overlap=1", "compile=model", "compile=model+loss"}) {
+    const std::string why = exec::executor_plan_problem(m, parse_plan(plan), 64);
+    const std::string key = std::string(plan).find("compile") != std::string::npos ? "compile=off" : "tp_overlap=0";
+    EXPECT_NE(why.find(key), std::string::npos) << plan << ": " << why;
+    for (const char* rt : {"ctxrun-cpu", "ctxrun-cuda"})
+      EXPECT_NE(missing_capability(resolve_runtime(prof, rt).capabilities, rt, parse_plan(plan)), "") << rt << " " << plan;
+  }
+  EXPECT_EQ(exec::executor_plan_problem(m, parse_plan("tp=2,tp_overlap=0,compile=off"), 64), "");
+}
+
 }  // namespace
 }  // namespace ctx
