@@ -68,7 +68,7 @@ const StepCosts costs(const RuntimeProfile& rt) {
 
 // tt-8b-cp2: 32,768 local tokens x 32 heads x 128 = 134,217,728 query elements; torchtitan expands K,V to
 // the 32 query heads (cp_kv_query_heads), so Ekv = E. Every counted kernel moves over 256 MiB, where the
-// H100 96 GB profile states 0.88 of its 2,000 GB/s (kernels.memory_mib). The all-gather exchange has one
+// H100 96 GB profile states 0.88 of its 2,400 GB/s (kernels.memory_mib). The all-gather exchange has one
 // attention entry per rank: it carries both steps' bytes.
 TEST(CpEagerMerge, Tt8bCp2AttentionEntriesGrowByTheCountedBytes) {
   const RuntimeProfile on = resolve_runtime(profiles(), "torchtitan");
@@ -76,7 +76,7 @@ TEST(CpEagerMerge, Tt8bCp2AttentionEntriesGrowByTheCountedBytes) {
   RuntimeProfile off = on;
   off.cp_eager_merge_fp32 = false;
   const StepCosts a = costs(on), b = costs(off);
-  const double E = 32768.0 * 32 * 128, bw = 0.88 * 2000e9, launch = 4e-6;
+  const double E = 32768.0 * 32 * 128, bw = 0.88 * 2400e9, launch = 4e-6;
   ASSERT_EQ(a.attn_fwd.size(), 1u);
   ASSERT_EQ(a.attn_fwd[0].size(), 2u);
   for (int rank = 0; rank < 2; ++rank) {
