@@ -12,8 +12,10 @@
 // 1M tokens): the full search with 20, 200 and 1000 simulated finalists (wall and thread CPU time; same-run
 // references: 200 finalists without pipeline plans, and with every pipeline plan priced), and with
 // --space every fitting plan of the space simulated once (streaming): count, total, median, p99,
-// max, how many exceed 10 ms (thread CPU time), and the slowest plans (8; CTX_BENCH_SPACE_TOP=N lists N).
-// Standalone (no Google Benchmark): build/bench/bench_simulator [--space] [model cluster seq plan [reps]].
+// max, how many exceed 10 ms (thread CPU time), and the slowest plans (8; CTX_BENCH_SPACE_TOP=N lists N;
+// CTX_BENCH_SPACE_ROWS=FILE writes every plan's CPU ms, step time and plan; CTX_BENCH_SPACE_ONLY=1 skips the other rows).
+// Standalone (no Google Benchmark): build/bench/bench_simulator [--space | --one] [model cluster seq plan [reps]]
+// (--one: only the streaming sweep of that plan, with its periodicity statistics: for profiles).
 #include <malloc.h>
 #include <sys/resource.h>
 
@@ -150,6 +152,7 @@ void space_rows(const ctx::SearchRequest& req) {
     double wall_ms;
     std::string plan;
     int64_t tasks, extrapolated;
+    double step;
   };
   std::vector<Row> rows;
   double total = 0;
@@ -163,8 +166,15 @@ void space_rows(const ctx::SearchRequest& req) {
     const double ms = thread_cpu_ms() - c0;
     const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     total += ms;
-    rows.push_back({ms, wall_ms, ctx::plan_to_string(p), r.stats.tasks, r.stats.layers_extrapolated});
+    rows.push_back({ms, wall_ms, ctx::plan_to_string(p), r.stats.tasks, r.stats.layers_extrapolated, r.time.step_seconds});
     if (rows.size() % 2000 == 0) std::fprintf(stderr, "  ... %zu plans simulated, %.1f s\n", rows.size(), total / 1e3);
+  }
+  // CTX_BENCH_SPACE_ROWS=FILE: every plan's CPU time and step time (to compare two builds plan by plan)
+  if (const char* path = std::getenv("CTX_BENCH_SPACE_ROWS")) {
+    if (FILE* f = std::fopen(path, "w")) {
+      for (const Row& r : rows) std::fprintf(f, "%.4f\t%.17g\t%lld\t%s\n", r.ms, r.step, static_cast<long long>(r.extrapolated), r.plan.c_str());
+      std::fclose(f);
+    }
   }
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.ms > b.ms; });
   if (rows.empty()) return;
@@ -180,9 +190,13 @@ void space_rows(const ctx::SearchRequest& req) {
 }
 
 int main(int argc, char** argv) {
-  bool space = false;
+  bool space = false, one = false;
   if (argc >= 2 && std::string(argv[1]) == "--space") {
     space = true;
+    --argc;
+    ++argv;
+  } else if (argc >= 2 && std::string(argv[1]) == "--one") {  // the streaming sweep only (for profiles)
+    one = true;
     --argc;
     ++argv;
   }
@@ -209,6 +223,30 @@ int main(int argc, char** argv) {
   const ctx::StepCosts k = ctx::step_costs(m, cl, rt, p, seq, true);
   std::printf("%s on %s, seq %lld, %s (%d repetitions, best time; peak heap of one simulation)\n", model.c_str(), cluster.c_str(),
               static_cast<long long>(seq), plan_text.c_str(), reps);
+  if (space && std::getenv("CTX_BENCH_SPACE_ONLY")) {  // the space rows alone (the job of the search rows below)
+    ctx::SearchRequest req;
+    req.model = ctx::resolve_model(profiles, "Llama-3.1-70B");
+    req.cluster = ctx::resolve_cluster(profiles, "h100-superpod-1024");
+    req.runtime = rt;
+    req.seq = 1048576;
+    space_rows(req);
+    return 0;
+  }
+  if (one) {
+    const char* cf = std::getenv("CTX_BENCH_CLOSED_FORM_MIN");  // the backward ring's closed form from this many ranks
+    const int cf_min = cf ? std::atoi(cf) : ctx::kRingClosedFormMinRanks;
+    Measure x = measure(reps, [&] { return ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min); });
+    const ctx::SimResult r = ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min);
+    std::printf("  streaming: best %.2f ms CPU (median %.2f ms CPU, %.2f ms wall), step %.17g s; %lld tasks, %lld jumps, %lld layer iterations "
+                "extrapolated, %lld jump misses\n",
+                x.best_cpu_ms, x.median_cpu_ms, x.median_ms, x.step, static_cast<long long>(x.tasks), static_cast<long long>(r.stats.periodic_jumps),
+                static_cast<long long>(r.stats.layers_extrapolated), static_cast<long long>(r.stats.jump_misses));
+    const auto& b = r.time.breakdown;
+    std::printf("  breakdown (rep %d): compute %.17g exposed %.17g offload %.17g imbalance %.17g optimizer %.17g; phases %.17g %.17g %.17g\n",
+                r.breakdown_rep, b.compute, b.exposed_comm, b.offload_stall, b.imbalance, b.optimizer, r.time.phase_seconds[0], r.time.phase_seconds[1],
+                r.time.phase_seconds[2]);
+    return 0;
+  }
   // new first, so that the process's maxrss after it is the new implementation's; the streaming
   // sweep (milliseconds) is repeated at least 20 times, the seconds-long ones `reps` times
   Measure sweep = measure(std::max(reps, 20), [&] { return ctx::simulate_step(k, p, ctx::SimRecord::none); });

@@ -476,6 +476,70 @@ CTX_SWEEP_CLONES void hop(size_t n, double j, double q, const double* ring_prev,
     CTX_RISE_TO(top, r, (m2)(end > rp) | force, 2.0, j, full, rd);
   }
 }
+
+// The plain ring (prev[r] = r - 1, mod n, n >= 2: no rank is its own upstream) after the first
+// step, in two loops per step instead of three and no gathers: every array the upstream's value is
+// read from has a slot before its first element holding the last rank's value (x[-1] = x[n-1]), so
+// the upstream's values are x + r - 1. The receive and the compute of a step read nothing the
+// other writes (the receive writes the next block's arrays, the compute reads the current block's),
+// so they run in one loop, each lane as receive() then compute() would: the same operations, the
+// same bits.
+CTX_SWEEP_CLONES void receive_compute_shift(size_t n, double j, double p, const double* ring_end, const double* h_end, double* nr_start, double* nr_end,
+                                             double* nr_ready, const Top& rtop, const double* cost, const double* h_start, const double* h_ready,
+                                             double* c_start, double* c_end, double* prev_end, double* busy, double* imbalance, double* exposed,
+                                             const Top& ctop) {
+  const v2 zero = {0.0, 0.0, 0.0, 0.0}, pv = zero + p, jv = zero + j;
+  for (size_t r = 0; r < n; r += kLanes) {
+    const v2 he = CTX_LD(h_end + r);
+    {  // receive (own = 0: the readiness is the rank's own)
+      const v2 re = CTX_LD(ring_end + r);
+      const v2 ready = CTX_VMAX(CTX_VMAX(zero, re), he);
+      const v2 full = CTX_VMAX(ready, CTX_LD(h_end + r - 1));
+      const v2 end = full + pv;
+      CTX_ST(nr_start + r, full);
+      CTX_ST(nr_end + r, end);
+      CTX_ST(nr_ready + r, ready);
+      CTX_RISE_TO(rtop, r, (m2)(end > re), 0.0, j, full, ready);
+    }
+    {  // compute
+      const v2 dur = CTX_LD(cost + r), ce = CTX_LD(c_end + r);
+      const v2 start = CTX_VMAX(CTX_VMAX(zero, ce), he);
+      const v2 end = start + dur;
+      const v2 gap = start - CTX_LD(prev_end + r);
+      const v2 g = CTX_SEL(gap > zero, gap, zero);
+      const v2 others = CTX_VMIN(g, CTX_VMAX(zero, CTX_LD(h_start + r) - CTX_LD(h_ready + r)));
+      CTX_ST(busy + r, CTX_LD(busy + r) + dur);
+      CTX_ST(imbalance + r, CTX_LD(imbalance + r) + others);
+      CTX_ST(exposed + r, CTX_LD(exposed + r) + (g - others));
+      const m2 rise = (m2)(end > ce);
+      CTX_ST(ctop.j + r, CTX_SEL(rise, jv, CTX_LD(ctop.j + r)));
+      CTX_ST(ctop.start + r, CTX_SEL(rise, start, CTX_LD(ctop.start + r)));
+      CTX_ST(prev_end + r, end);
+      CTX_ST(c_start + r, start);
+      CTX_ST(c_end + r, end);
+    }
+  }
+}
+
+// The plain ring's hops after the first step (as hop(), own = 0), from the last block down: a
+// block's lanes read the upstream's previous hop (d_end + r - 1) before anything below them is
+// overwritten, and d_end[-1] holds the last rank's previous hop; c_end[-1] the last rank's compute
+// of this step. `ring_prev` may be d_end itself (the last step): each lane reads it before writing.
+CTX_SWEEP_CLONES void hop_shift(size_t n, double j, double q, const double* ring_prev, const double* c_end, double* d_start, double* d_end, double* d_ready,
+                                const Top& top) {
+  const v2 zero = {0.0, 0.0, 0.0, 0.0}, qv = zero + q;
+  for (size_t r = n; r > 0;) {
+    r -= kLanes;
+    const v2 rp = CTX_LD(ring_prev + r);
+    const v2 ready = CTX_VMAX(zero, rp);
+    const v2 full = CTX_VMAX(CTX_VMAX(ready, CTX_LD(c_end + r - 1)), CTX_LD(d_end + r - 1));
+    const v2 end = full + qv;
+    CTX_ST(d_start + r, full);
+    CTX_ST(d_end + r, end);
+    CTX_ST(d_ready + r, ready);
+    CTX_RISE_TO(top, r, (m2)(end > rp), 2.0, j, full, ready);
+  }
+}
 #undef CTX_LD
 #undef CTX_ST
 #undef CTX_SEL
@@ -494,8 +558,9 @@ void ring_backward_sweep(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv
     kHStart, kHEnd, kHReady, kNrStart, kNrEnd, kNrReady, kCStart, kCEnd, kPrevEnd, kDStart, kDEnd, kDReady, kRingEnd, kBusy,
     kImbalance, kExposed, kCtJ, kCtStart, kRtRole, kRtJ, kRtStart, kRtReady, kUp1, kUp2, kCostRow, kOwn, kArrays
   };
-  w.v.assign(kArrays * np, 0.0);
-  auto a = [&](size_t k) { return w.v.data() + k * np; };
+  // (each array has kLanes slots before it: the plain ring's kernels read x[-1])
+  w.v.assign(kArrays * (np + sweep::kLanes), 0.0);
+  auto a = [&](size_t k) { return w.v.data() + k * (np + sweep::kLanes) + sweep::kLanes; };
   w.prev.resize(n);
   bool shift = n >= 2;
   for (size_t r = 0; r < n; ++r) {
@@ -536,6 +601,28 @@ void ring_backward_sweep(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv
     const double jd = static_cast<double>(j);
     const bool has_recv = j + 1 < steps;
     const double* ring_end = j == j0 ? a(kRingEnd) : a(kDEnd);
+    if (shift && j > j0) {  // the plain ring after the first step: two loops, no gathers
+      const double* cost = a(kCostRow);
+      if (matrix) {
+        cost = w.cost.data() + static_cast<size_t>(j) * np;
+      } else {
+        for (size_t r = 0; r < n; ++r) a(kCostRow)[r] = cost_at(r, j);
+      }
+      double* h_end = a(have[1]);
+      if (has_recv) {
+        h_end[-1] = h_end[n - 1];
+        sweep::receive_compute_shift(np, jd, p, ring_end, h_end, a(recv[0]), a(recv[1]), a(recv[2]), rtop, cost, a(have[0]), a(have[2]),
+                                     a(kCStart), a(kCEnd), a(kPrevEnd), a(kBusy), a(kImbalance), a(kExposed), ctop);
+      } else {
+        sweep::compute(np, jd, cost, a(have[0]), h_end, a(have[2]), a(kCStart), a(kCEnd), a(kPrevEnd), a(kBusy), a(kImbalance), a(kExposed), ctop,
+                       false);
+      }
+      a(kCEnd)[-1] = a(kCEnd)[n - 1];
+      a(kDEnd)[-1] = a(kDEnd)[n - 1];
+      sweep::hop_shift(np, jd, q, has_recv ? a(recv[1]) : ring_end, a(kCEnd), a(kDStart), a(kDEnd), a(kDReady), rtop);
+      if (has_recv) std::swap(have, recv);
+      continue;
+    }
     if (has_recv) {
       sweep::gather(a(kUp1), a(have[1]), prev, n, shift);
       sweep::receive(np, jd, p, ring_end, a(have[1]), a(kUp1), a(kOwn), a(recv[0]), a(recv[1]), a(recv[2]), rtop, j == j0);

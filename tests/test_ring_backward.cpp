@@ -5,7 +5,8 @@
 // the recurrence of the simulator's generic loop written out step by step (receive, compute, hop
 // per rank and step, seen() tracking the task ending last as finish() does); the inputs are small
 // dyadic numbers (multiples of 1/4), so both must agree exactly. ring_backward_sweep (flat arrays,
-// two ranks per operation, the last-ending task from each stream's last rise) must equal it too. Rings of 2-12 ranks, one or two cycles (usp's rings), costs in runs (zero-cost steps
+// four ranks per operation, the last-ending task from each stream's last rise; on a plain ring after
+// the first step two loops per step that read the upstream at x + r - 1) must equal it too. Rings of 2-12 ranks, one or two cycles (usp's rings), costs in runs (zero-cost steps
 // included), hops of 0 to 1, a first hop sent or not.
 #include <gtest/gtest.h>
 
@@ -104,7 +105,7 @@ void expect_same(const std::vector<RingBackwardResult>& got, const std::vector<R
   }
 }
 
-// ring_backward_sweep against the written-out sweep: plain rings (the shifted-copy gather), random
+// ring_backward_sweep against the written-out sweep: plain rings (the shifted-copy gather at the first step, then the two fused loops), random
 // upstream permutations and ranks that are their own upstream (the indexed gather, the own-rank
 // readiness), odd and even rank counts (the padding lane), any first step, and rings too large
 // for the cached cost matrix (costs gathered per step). Exact: the same operations per rank.
