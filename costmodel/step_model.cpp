@@ -472,22 +472,35 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
     k.opt_d2h = pcie_seconds(shard * rt.grad_bytes, c);
     k.opt_h2d = pcie_seconds(shard * rt.weight_bytes, c);
     if (p.zero == 3 && rt.zero3_grad_partition_bytes > 0) {
+      // DeepSpeed's offload buffers are pageable unless offload_optimizer.pin_memory (default false,
+      // DeepSpeed 0.17.0 runtime/zero/offload_config.py; ALST's recipes, e.g. ArcticTraining
+      // projects/sequence-parallelism/run-h100-sp1-llama-8b-baseline.yml and run-h100-sp32-llama-8b-baseline.yml,
+      // set only offload_*.device): the driver stages a pageable copy through its own pinned buffer
+      // (CUDA Runtime API, "API synchronization behavior": a device-to-pageable copy returns only once
+      // complete). DeepSpeed PR #5301 (7b5b066) measured the pinned copy 6x (1 GPU) and 4-5x (8-GPU node,
+      // all ranks copying) faster than the pageable one; PR #8207 (7dfa67a, after 0.17) names the ZeRO-3
+      // gradient offload's 'synchronous, low-bandwidth (staged pageable) path'. The ratio was measured
+      // host-to-device; the device-to-host copies below are priced at it too (the same staging), an
+      // assumption: the one device-to-pageable measurement found, PyTorch PR #138018 (A100, 1.4 GB/s vs
+      // 12.6 GB/s pinned, 9x, into fresh buffers whose first-touch faults DeepSpeed's persistent ones pay
+      // once), is larger
+      const double pageable_slowdown = ranks_per_node > 1 ? 4.5 : 6.0;
       // DeepSpeed ZeRO-3 (0.17.0 runtime/zero/stage3.py, the flat gradient partition's runtime):
       // __reduce_and_partition_ipg_grads runs on the autograd thread when a reduce bucket fills: the
       // bucket's reduce-scatter on the reduce stream (which waited for the compute stream,
       // __add_grad_to_ipg_bucket), then partition_grads copies the partition to the host buffer (bf16),
       // back up as a device buffer, and into the optimizer's fp32 gradient (2 + 2 + 4 B per element; the
-      // fp32 copy at the accumulation boundary only). Those host buffers are pageable unless
-      // offload_optimizer.pin_memory (default false, runtime/zero/offload_config.py; ALST's recipes do not
-      // set it): a copy to or from pageable memory returns only when done, so the autograd thread, and
-      // with it every later backward kernel, waits for the bucket's reduce-scatter and copies. Every
-      // bucket's reduction and copies are on the critical path: priced here, after the backward (the
-      // simulator's grads_d2h), the copies at the pinned rate (a lower bound: no measurement of the
-      // pageable path's D2H is published). The simulator also places the reductions on the dp stream,
-      // where a reduction it leaves exposed is counted twice (the last layers' at most)
+      // fp32 copy at the accumulation boundary only; grad_partitions_flat_buffer and the fp32 gradient
+      // are pinned only under offload_optimizer.pin_memory: _setup_for_real_optimizer and
+      // initialize_optimizer_states' subgroup_gradient_buffer). Those buffers are pageable (above): a
+      // copy to or from them returns only when done, so the autograd thread, and with it every later
+      // backward kernel, waits for the bucket's reduce-scatter and copies. Every bucket's reduction and copies are on the critical path:
+      // priced here, after the backward (the simulator's grads_d2h), the copies at the pageable rate
+      // (the pinned one over PR #5301's ratio). The simulator also places the reductions on the dp
+      // stream, where a reduction it leaves exposed is counted twice (the last layers' at most)
       const double ga = static_cast<double>(k.ga);
       const double reductions = ga * (static_cast<double>(m.layers) * k.grad_reduce + k.head_grad_reduce + k.embed_grad_reduce);
-      k.opt_d2h = reductions + pcie_seconds(shard * (ga * 2.0 * rt.zero3_grad_partition_bytes + rt.grad_bytes), c);
+      k.opt_d2h = reductions + pageable_slowdown * pcie_seconds(shard * (ga * 2.0 * rt.zero3_grad_partition_bytes + rt.grad_bytes), c);
       // step(): per sub-group, _reassign_or_swap_out_partitioned_parameters copies the fp32 partition
       // (unpinned: _create_fp32_partitions' .to(cpu).clone().float()) into the bf16 one with a blocking
       // copy_, which PyTorch converts on the host into a pageable buffer before the transfer. DeepSpeed
@@ -495,7 +508,6 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
       // than the pinned fp32 copy it put in its place; stage3.py kept it. With offload_param the bf16
       // partition is host memory (pinned flat buffer): the copy stays on the host and the weights go up
       // in the next forward's fetch (param_h2d)
-      const double pageable_slowdown = ranks_per_node > 1 ? 4.5 : 6.0;
       k.opt_h2d = p.param_offload ? 0.0 : pageable_slowdown * pcie_seconds(shard * rt.master_bytes, c);
     }
   } else {
