@@ -172,6 +172,23 @@ std::vector<double> attention_pairs_per_rank(const Plan& p, int64_t seq) {
   return out;
 }
 
+std::vector<double> attention_pairs_own_keys(const Plan& p, int64_t seq) {
+  const int64_t u = ulysses_degree(p);
+  std::vector<double> out(static_cast<size_t>(p.cp), 0.0);
+  for (int64_t c = 0; c < p.cp; ++c) {
+    if (c % u != 0) {  // a Ulysses group's ranks share their ring position's spans
+      out[static_cast<size_t>(c)] = out[static_cast<size_t>(c - c % u)];
+      continue;
+    }
+    const std::vector<TokenSpan> spans = cp_attention_spans(p, c, seq);
+    double pairs = 0;
+    for (const TokenSpan& q : spans)
+      for (const TokenSpan& k : spans) pairs += causal_block(q.begin, q.end, k.begin, k.end);
+    out[static_cast<size_t>(c)] = pairs / static_cast<double>(u);
+  }
+  return out;
+}
+
 std::vector<std::vector<double>> attention_pairs_per_step(const Plan& p, int64_t seq) {
   std::vector<std::vector<std::vector<double>>> each;
   for (const auto& docs : priced_packs(p, seq)) each.push_back(attention_pairs_per_step(p, docs));

@@ -48,6 +48,13 @@ std::vector<double> attention_pairs_per_rank(const Plan& p, int64_t seq);
 std::vector<std::vector<double>> attention_pairs_per_step(const Plan& p, const std::vector<int64_t>& doc_lengths);
 std::vector<std::vector<double>> attention_pairs_per_step(const Plan& p, int64_t seq);
 
+// Pairs of each CP rank's queries with its own keys under a plain causal mask (one document of
+// `seq` tokens), times the fraction of heads the rank holds: out[cp rank]. This is a ring's step 0,
+// the one block a causal mask cuts; the other ranks' keys arrive as blocks every query of the rank
+// sees whole or not at all (cp_placement.hpp's layouts never split a key block across the diagonal
+// outside the rank's own spans). O(cp), without the rank x rank matrix.
+std::vector<double> attention_pairs_own_keys(const Plan& p, int64_t seq);
+
 // Attention work (query-key pairs) of the sequence each data-parallel rank receives: the packs of
 // sample_packs(p, seq, packs). Without documents every pack is equal.
 std::vector<double> pack_attention_work(const Plan& p, int64_t seq, int64_t packs);

@@ -402,6 +402,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"allgather_dkv_fp32", nullptr, &rt.allgather_dkv_fp32},
       {"cp_kv_query_heads", nullptr, &rt.cp_kv_query_heads, nullptr, true},  // absent: false
       {"cp_eager_merge_fp32", nullptr, &rt.cp_eager_merge_fp32, nullptr, true},  // absent: false
+      {"cp_allgather_step_loop", nullptr, &rt.cp_allgather_step_loop, nullptr, true},  // absent: false
       {"selective_recomputes_every_second_matmul", nullptr, &rt.selective_recomputes_every_second_matmul, nullptr, true},  // absent: false
       {"step_overhead_optimizer_offload_only", nullptr, &rt.step_overhead_optimizer_offload_only, nullptr, true},  // absent: false
       {"reduce_bucket_mib", &rt.reduce_bucket_bytes, nullptr},

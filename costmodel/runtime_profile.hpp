@@ -80,6 +80,11 @@ struct RuntimeProfile {
   // an fp32 accumulator, and the backward accumulates fp32 gradients, by separate elementwise kernels on
   // the compute stream (costmodel/cp_eager_merge.hpp counts them); optional, absent = false
   bool cp_eager_merge_fp32 = false;
+  // the all-gather CP exchange still runs the ring's step loop over the gathered chunks, one attention call
+  // per chunk, causal only on the rank's own keys (PyTorch's _AllGatherRotater inside
+  // _templated_ring_attention), not one causal call per query chunk against its key prefix (Transformer
+  // Engine's all-gather CP); step_model.cpp prices those chunks on the no-mask curve; optional, absent = false
+  bool cp_allgather_step_loop = false;
   // recompute=selective is torchtitan's per-op SAC: each block saves its matmul and SDPA outputs except
   // every second matmul, whose output (and every memory-bound op) the backward recomputes; the attention
   // core is not recomputed (step_model.cpp). Optional, absent = false (Megatron-style: the attention core)

@@ -53,9 +53,12 @@ struct Pricer {
     return kernels * (each / (c.gpu.hbm_bytes_per_second * c.gpu.kernels.memory.at(each)) + c.gpu.kernels.launch_seconds);
   }
   // attention FLOPs run at the bf16 peak (fp8 plans keep attention in bf16, as TE and torchao do)
-  double attention(double flops, double tokens, bool backward) const {
+  // unmasked: a block of a causal plan no mask cuts (a ring step's other rank's keys), priced on the
+  // kernel's no-mask curve where the hardware profile has one
+  double attention(double flops, double tokens, bool backward, bool unmasked = false) const {
     if (flops <= 0) return 0;
-    return flops / (c.gpu.peak_bf16_flops * attention_scale * attention_efficiency(*attn, mask, head_dim, tokens, backward)) +
+    const AttentionMask m = unmasked && mask == AttentionMask::causal ? AttentionMask::full : mask;
+    return flops / (c.gpu.peak_bf16_flops * attention_scale * attention_efficiency(*attn, m, head_dim, tokens, backward)) +
            c.gpu.kernels.launch_seconds;
   }
 };
@@ -243,19 +246,41 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
     k.pack_work = {1.0};
     k.pack_dp_rank = {0};
   }
+  // a call spans the whole sequence's keys under Ulysses and TE's all-gather, one ring block otherwise
+  // (PyTorch's all-gather runs the ring's loop over the gathered chunks: cp_allgather_step_loop)
   const double call_tokens =
-      std::min((p.cp_comm == CpComm::a2a || p.cp_comm == CpComm::allgather) ? static_cast<double>(priced)
+      std::min((p.cp_comm == CpComm::a2a || (p.cp_comm == CpComm::allgather && !rt.cp_allgather_step_loop)) ? static_cast<double>(priced)
                                                                                 : static_cast<double>(priced) / static_cast<double>(k.ring),
                pre->effective_length);
   const double flops_per_pair = 4.0 * d * static_cast<double>(m.heads) / tp * static_cast<double>(p.mbs);
+  // A ring visits the other ranks' keys as blocks no causal mask cuts: Transformer Engine's
+  // AttnFuncWithCPAndKVP2P runs step 0 causal and every later step with no mask (the whole KV chunk
+  // for the queries, or the later half of the queries against it, under headtail), and PyTorch's
+  // _templated_ring_attention calls SDPA with is_causal False after step 0, its all-gather rotater
+  // included (rt.cp_allgather_step_loop). Those blocks run at the
+  // kernel's no-mask efficiency, not the causal curve's (no diagonal tiles, no idle warps). TE's
+  // all-gather CP runs two causal calls per rank (each query chunk against its key prefix): causal.
+  // Documents keep the kernel's document mask on every block.
+  const bool unmasked_blocks = p.mask == MaskKind::causal && price.mask == AttentionMask::causal && k.ring > 1 &&
+                               (p.cp_comm == CpComm::p2p || p.cp_comm == CpComm::a2a_p2p ||
+                                (p.cp_comm == CpComm::allgather && rt.cp_allgather_step_loop));
+  const std::vector<double> own_keys = unmasked_blocks ? attention_pairs_own_keys(p, priced) : std::vector<double>{};
   for (double scale : k.pack_work) {
     std::vector<std::vector<double>> fw, bw;
-    for (auto& steps : pairs) {
+    for (size_t rank = 0; rank < pairs.size(); ++rank) {
+      const std::vector<double>& steps = pairs[rank];
       std::vector<double> fs, bs;
-      for (double w : steps) {
-        double fl = flops_per_pair * w * scale;
-        fs.push_back(price.attention(fl, call_tokens, false));
-        bs.push_back(price.attention(2.5 * fl, call_tokens, true));  // FlashAttention backward: 5 GEMMs vs 2
+      for (size_t j = 0; j < steps.size(); ++j) {
+        const double fl = flops_per_pair * steps[j] * scale;
+        if (unmasked_blocks && steps.size() == 1) {  // one entry per rank: its own keys causal, the rest unmasked
+          const double diag = flops_per_pair * std::min(steps[j], own_keys[rank]) * scale;
+          fs.push_back(price.attention(diag, call_tokens, false) + price.attention(fl - diag, call_tokens, false, true));
+          bs.push_back(price.attention(2.5 * diag, call_tokens, true) + price.attention(2.5 * (fl - diag), call_tokens, true, true));
+          continue;
+        }
+        const bool unmasked = unmasked_blocks && j > 0;  // step 0: the rank's own keys
+        fs.push_back(price.attention(fl, call_tokens, false, unmasked));
+        bs.push_back(price.attention(2.5 * fl, call_tokens, true, unmasked));  // FlashAttention backward: 5 GEMMs vs 2
       }
       fw.push_back(std::move(fs));
       bw.push_back(std::move(bs));

@@ -67,6 +67,40 @@ TEST(AttentionKernels, AChoiceScalesAttentionTimeByTheRatioOfItsCurves) {
   }
 }
 
+// A ring's later steps pair a rank's queries with another rank's keys, blocks no causal mask cuts: they
+// run on the no-mask curve (Transformer Engine's AttnFuncWithCPAndKVP2P, PyTorch's
+// _templated_ring_attention). Plain ring cp=2 at 32,768 tokens: each rank holds n = 16,384 (a point of
+// both curves). Rank 1's step 0 is its causal diagonal, n(n+1)/2 pairs; its step 1 rank 0's keys, n^2
+// pairs, unmasked; rank 0's step 1 is empty. Launch-free times are flops / (peak x scale x efficiency)
+// with flops proportional to pairs, so step 1 / step 0 = 2n/(n+1) x causal(n) / full(n), forward and
+// backward. The closed form's one entry per rank prices the same two blocks: it equals the steps' sum
+// (each call one launch). Relative 1e-9: arithmetic only.
+TEST(AttentionKernels, RingStepsPastTheFirstRunOnTheNoMaskCurve) {
+  const ctx::Profiles prof = ctx::load_profiles(ctx::default_profiles_dir());
+  const ctx::ModelSpec m = ctx::resolve_model(prof, "Llama-3.1-8B");
+  const ctx::ClusterSpec c = ctx::resolve_cluster(prof, "8xh100");
+  const ctx::RuntimeProfile rt = ctx::with_attention(ctx::resolve_runtime(prof, "megatron"), "fa2", "--attention", "");
+  const ctx::Plan plan = ctx::parse_plan("dp=4,cp=2,cp_kind=ring", "test");
+  const int64_t seq = 32768;
+  const double n = 16384, launch = c.gpu.kernels.launch_seconds;
+  const ctx::StepCosts steps = ctx::step_costs(m, c, rt, plan, seq, true);
+  const ctx::StepCosts closed = ctx::step_costs(m, c, rt, plan, seq, false);
+  for (const char* curve : {"fwd_tokens", "bwd_tokens"}) {
+    SCOPED_TRACE(curve);
+    const bool bwd = std::string(curve) == "bwd_tokens";
+    const auto& t = (bwd ? steps.attn_bwd : steps.attn_fwd).at(0);
+    ASSERT_EQ(t.size(), 2u);
+    ASSERT_EQ(t[1].size(), 2u);
+    EXPECT_EQ(t[0][1], 0.0);  // rank 0 sees none of rank 1's keys
+    const double expected = 2 * n / (n + 1) * stated_efficiency("h100-sxm-80gb.json", "fa2", curve, 16384) /
+                            stated_efficiency("h100-sxm-80gb.json", "fa2", std::string("full_") + curve, 16384);
+    EXPECT_NEAR((t[1][1] - launch) / (t[1][0] - launch) / expected, 1.0, 1e-9);
+    const auto& one = (bwd ? closed.attn_bwd : closed.attn_fwd).at(0);
+    ASSERT_EQ(one[1].size(), 1u);
+    EXPECT_NEAR(one[1][0] / (t[1][0] + t[1][1]), 1.0, 1e-9);
+  }
+}
+
 // The mask picks the causal or the no-mask curve (document masks run the causal kernel per document),
 // and the head-dim factor multiplies it: checked on the kernel the loader built, against the numbers the
 // file states (at a point of each curve, so no interpolation enters).

@@ -49,6 +49,26 @@ TEST(AttentionWork, CausalTotalIsNTimesNPlusOneOverTwo) {
   }
 }
 
+// A ring's step 0 pairs each rank's queries with its own keys: attention_pairs_own_keys (one pass over
+// the ranks, for the pricing of unmasked ring blocks) equals that step of the per-step matrix for every
+// layout with ring steps, by hand for the plain ring (rank r holds n = 96 tokens: n(n+1)/2 pairs) and
+// zig-zag (rank r's two chunks of c = 48: each causal on itself, c(c+1)/2 twice, plus its tail chunk's
+// queries against its head chunk's keys, c^2), and under Ulysses x ring (1/u of the heads each).
+TEST(AttentionWork, OwnKeysAreTheRingsFirstStep) {
+  const int64_t seq = 384;
+  for (const char* text : {"cp=4,cp_kind=ring", "cp=4,cp_kind=zigzag", "cp=8,cp_kind=usp,ulysses=2", "cp=4,cp_kind=usp,ulysses=2"}) {
+    SCOPED_TRACE(text);
+    const Plan p = plan(text);
+    const std::vector<double> own = attention_pairs_own_keys(p, seq);
+    const std::vector<std::vector<double>> steps = attention_pairs_per_step(p, seq);
+    ASSERT_EQ(own.size(), steps.size());
+    for (size_t r = 0; r < own.size(); ++r) EXPECT_DOUBLE_EQ(own[r], steps[r][0]) << "rank " << r;
+  }
+  const double n = 96, c = 48;
+  for (double x : attention_pairs_own_keys(plan("cp=4,cp_kind=ring"), seq)) EXPECT_DOUBLE_EQ(x, n * (n + 1) / 2);
+  for (double x : attention_pairs_own_keys(plan("cp=4,cp_kind=zigzag"), seq)) EXPECT_DOUBLE_EQ(x, c * (c + 1) + c * c);
+}
+
 TEST(AttentionWork, ZigZagBalancesCausalWork) {
   auto w = attention_pairs_per_rank(plan("cp=8,cp_kind=zigzag"), 65536);
   for (double x : w) EXPECT_DOUBLE_EQ(x, w[0]);

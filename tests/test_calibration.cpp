@@ -62,7 +62,10 @@ RuntimeProfile prior() { return resolve_runtime(profiles(), "megatron"); }
 
 CalibrationValues truth() {
   CalibrationValues v = calibration_values(prior());
-  v.value = {0.85, 1.2, v.value[2] * 1.3, 0.7, 0.25};  // GEMM, attention, memory traffic, comm, overhead seconds
+  // GEMM, attention, memory traffic, comm, overhead seconds; the traffic factor and the communication scale
+  // relative to the prior's (megatron's fitted comm scale moves with its calibration: half of it, as 0.7 was
+  // of the 1.41 it had when this test was written)
+  v.value = {0.85, 1.2, v.value[2] * 1.3, v.value[3] * 0.5, 0.25};
   return v;
 }
 
@@ -125,17 +128,22 @@ TEST(Calibration, AHeldParameterStaysAtThePriorAndTheOthersStillRecoverTheTruth)
   std::vector<CalibrationRun> runs = {job("1xh100", "dp=1", 4096), job("1xh100", "dp=1,recompute=full", 16384),
                                       job("8xh100", "tp=8", 32768), job("8xh100", "cp=8,cp_kind=ring", 131072),
                                       job("8xh100", "dp=8,ga=4", 8192)};
+  // the prior at the links' stated bandwidth: megatron's fitted communication scale (3.19) hides most of
+  // these runs' communication, so no four of them would identify it in the leave-one-out fits
+  RuntimeProfile p0 = prior();
+  p0.comm_efficiency_scale = 1.0;
   CalibrationValues v = truth();
+  v.value[static_cast<int>(CalParam::comm)] = 0.7;
   v.value[static_cast<int>(CalParam::overhead)] = 0;
-  const RuntimeProfile t = with_calibration(prior(), v);
+  const RuntimeProfile t = with_calibration(p0, v);
   for (auto& r : runs) r.measured_step_seconds = predicted_step_seconds(r, t);
   CalibrationHeld held{};
   held[static_cast<int>(CalParam::overhead)] = true;
-  const CalibrationFit fit = fit_calibration(runs, all_of(runs), prior(), held);
+  const CalibrationFit fit = fit_calibration(runs, all_of(runs), p0, held);
   EXPECT_FALSE(fit.fitted[static_cast<int>(CalParam::overhead)]);
-  EXPECT_EQ(fit.values.value[static_cast<int>(CalParam::overhead)], calibration_values(prior()).value[static_cast<int>(CalParam::overhead)]);
+  EXPECT_EQ(fit.values.value[static_cast<int>(CalParam::overhead)], calibration_values(p0).value[static_cast<int>(CalParam::overhead)]);
   EXPECT_LT(fit.rms_log_residual, 1e-4);
-  for (double r : leave_one_out_log_ratios(runs, prior(), held)) EXPECT_LT(std::abs(r), 0.01);
+  for (double r : leave_one_out_log_ratios(runs, p0, held)) EXPECT_LT(std::abs(r), 0.01);
   EXPECT_STREQ(calibration_param_name(CalParam::overhead), "overhead");
 }
 

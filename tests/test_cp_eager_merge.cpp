@@ -74,7 +74,7 @@ TEST(CpEagerMerge, Tt8bCp2AttentionEntriesGrowByTheCountedBytes) {
   const RuntimeProfile on = resolve_runtime(profiles(), "torchtitan");
   ASSERT_TRUE(on.cp_eager_merge_fp32);
   RuntimeProfile off = on;
-  off.cp_eager_merge_fp32 = false;
+  off.cp_eager_merge_fp32 = false;  // the merge only: the step loop (cp_allgather_step_loop) prices the same blocks
   const StepCosts a = costs(on), b = costs(off);
   const double E = 32768.0 * 32 * 128, bw = 0.88 * 2400e9, launch = 4e-6;
   ASSERT_EQ(a.attn_fwd.size(), 1u);
@@ -97,11 +97,17 @@ TEST(CpEagerMerge, Tt8bCp2AttentionEntriesGrowByTheCountedBytes) {
 
 TEST(CpEagerMerge, OnlyTorchtitanStatesItAndAnAbsentKeyReadsFalse) {
   EXPECT_TRUE(resolve_runtime(profiles(), "torchtitan").cp_eager_merge_fp32);
+  // the all-gather's step loop: PyTorch's and ctxrun's (one call per gathered chunk); Transformer Engine
+  // (megatron) calls per query chunk against its key prefix; the others run no all-gather CP
+  for (const char* name : {"torchtitan", "ctxrun-cpu", "ctxrun-cuda"}) EXPECT_TRUE(resolve_runtime(profiles(), name).cp_allgather_step_loop) << name;
+  for (const char* name : {"hf-deepspeed", "megatron", "llm-foundry"}) EXPECT_FALSE(resolve_runtime(profiles(), name).cp_allgather_step_loop) << name;
   for (const char* name : {"hf-deepspeed", "megatron", "llm-foundry", "ctxrun-cpu", "ctxrun-cuda"})
     EXPECT_FALSE(resolve_runtime(profiles(), name).cp_eager_merge_fp32) << name;
   json j = read_json_file(std::string(CTXPLAN_SOURCE_DIR) + "/profiles/runtimes/torchtitan.json");
   j["constants"].erase("cp_eager_merge_fp32");
+  j["constants"].erase("cp_allgather_step_loop");
   EXPECT_FALSE(runtime_from_json(j, "old.json").cp_eager_merge_fp32);
+  EXPECT_FALSE(runtime_from_json(j, "old.json").cp_allgather_step_loop);
 }
 
 }  // namespace

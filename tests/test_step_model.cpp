@@ -239,13 +239,17 @@ TEST(StepModel, FullRecomputeAddsExactlyOneForward) {
 // The closed form prices each layer as the max of compute and the transfer it overlaps, prefetches
 // and gradient reductions as hidden unless they outlast their layer, and takes the slowest rank;
 // the simulator schedules the same costs event by event. Measured on the matrix below (Release
-// build, ctxrun runtime, profiles of this commit): most plans agree within 0.2%; the two largest
-// differences are 0.77% (70B dp=8,tp=8,zero=3,ga=4 at 4K) and 0.39% (8B dp=4,cp=2,zero=2,ga=2,mbs=2),
-// both closed > simulated and both ZeRO-2/3 with ga > 1: the closed form charges every micro-batch
-// its last gradient reduction in full, the simulator drains it under the next micro-batch.
-// Tolerance 2%: about 2.5x the worst measured, tight enough to catch a schedule the closed form
-// stops describing (a missing overlap or a doubled collective moves a step by far more).
-constexpr double kClosedFormTolerance = 0.02;
+// build, ctxrun runtime, profiles of 2026-11-27): most plans agree within 0.2%; the largest
+// differences are 3.51% (8B tp=1,cp=64 plain ring at 64K, closed 0.938 s < simulated 0.973 s), 1.90% (8B
+// dp=32,zero=3,param_offload=1,opt_offload=1,ga=2) and 0.67% (8B dp=2,tp=2,cp=8 ring, zero=1, ga=2). The
+// cp=64 ring is 88% exposed ring hops across nodes: since ring steps past the first run on the kernel's
+// no-mask curve (1,024-token blocks, steps now shorter than their hop) the closed form, which takes each
+// step's max with its own hop on the heaviest rank alone, comes out below the simulator, which times
+// every rank's steps and hops together (our reading, not traced: the lighter ranks that forward the
+// heaviest rank's blocks pace its hops); it was 0.5% with those steps priced on the causal curve.
+// Tolerance 5%: 1.4x that worst case; a schedule the closed form stops describing (a missing overlap,
+// a doubled collective) moves these communication-bound steps by far more (the hops are 88% of one).
+constexpr double kClosedFormTolerance = 0.05;
 
 TEST(StepModel, ClosedFormAgreesWithSimulator) {
   struct Case { const char* model; const char* cluster; const char* plan; int64_t seq; };
