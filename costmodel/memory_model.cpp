@@ -162,9 +162,16 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
                            : 0.0;
   const double qk_pre = m.qk_norm ? S.attn_tokens * (S.q_heads + S.kv_heads) * d * a : 0.0;  // q,k before qk-norm
   const double ffn_t = S.tokens * S.ffn * a;                  // one [T, F] tensor
-  const double mlp_tensors = rt.mlp_saved_ffn_tensors * (m.activation == ActivationKind::swiglu ? 1.0 : 0.5);
   const double chunks = mlp_chunks(m, p, S);
   const bool tiled_mlp = chunks > 1;
+  // a fused SwiGLU MLP that comes with the stack's tiled loss (tiled_loss_mlp_*: ArcticTraining's Liger
+  // model, whose LigerSwiGLUMLP only TiledMLP switches off): it saves gate and up (LigerSiLUMulFunction
+  // save_for_backward) and the product (down_proj's input), and its backward adds d(product) only
+  // (swiglu_backward writes d(gate), d(up) into the saved gate and up; Liger-Kernel ops/swiglu.py)
+  const bool fused_mlp = rt.tiled_loss_mlp_saved_ffn_tensors > 0 && p.tiled_loss != 0 && !tiled_mlp &&
+                         m.activation == ActivationKind::swiglu;
+  const double mlp_tensors = fused_mlp ? rt.tiled_loss_mlp_saved_ffn_tensors
+                                       : rt.mlp_saved_ffn_tensors * (m.activation == ActivationKind::swiglu ? 1.0 : 0.5);
   const double mlp_saved = tiled_mlp ? 0.0 : mlp_tensors * ffn_t;  // TiledMLP saves only its input
 
   const double attn_side = x_in + rstd + norm_out + q + kv_seq + o + lse + o_seq + qk_pre;
@@ -269,7 +276,9 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   else if (p.recompute == Recompute::selective) fwd_mlp = (mlp_tensors - 2.0) * ffn_t;  // act, product: recomputed later
   // d(act), d(gate), d(up); a tiled chunk also recomputes its own tensors, of which the product is
   // consumed by the down projection's weight gradient before d(gate), d(up) exist
-  const double bwd_mlp = tiled_mlp ? (mlp_tensors + 2.0) * ffn_t / chunks : 3.0 * ffn_t;
+  const double bwd_mlp = tiled_mlp   ? (mlp_tensors + 2.0) * ffn_t / chunks
+                         : fused_mlp ? rt.tiled_loss_mlp_backward_ffn_tensors * ffn_t
+                                     : 3.0 * ffn_t;
   // Activation gradients in flight at the MLP backward: backward_grad_tensors [tokens, hidden]
   // tensors, of which the row-parallel input gradient is [T, h] before its TP reduce, and under SP
   // a recomputed norm output lives gathered among the communication buffers instead.
@@ -285,7 +294,7 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   // ZeRO-2/3: a unit's full gradient lives until its reduce-scatter, in the weights' dtype or, where
   // the runtime accumulates weight gradients in fp32 buffers, in fp32
   const double unit_grad_bytes = rt.unit_grads_fp32 ? fp32 : rt.weight_bytes;
-  const double grad_reduce = rt.reduce_bucket_bytes + (p.zero >= 2 ? S.layer_params * unit_grad_bytes : 0.0);
+  const double grad_reduce = p.zero >= 2 ? S.layer_params * unit_grad_bytes : 0.0;
 
   // ---- an explicit mask: [attention query rows, seq] for the whole step; otherwise the micro-batch's
   // token data: ids/labels/positions per local token, the queries' identities, and per key block
@@ -307,7 +316,9 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
                                             : 9.0 + (tiled_mlp ? 0.0 : mlp_tensors);
   const double layers_on_device = full && p.ckpt_offload ? std::min(L + others, rt.ckpt_offload_device_layers) : L + others;
   const FrameworkMemory fw = framework_memory(m, rt, p, stage, P, layers_on_device * saved_tensors_per_layer, S.tokens);
-  const double runtime_device_bytes = rt.reserved_bytes + fw.device_bytes();
+  // the gradient reduction bucket is allocated once with the optimizer and kept (DeepSpeed ZeRO-3's
+  // flat IPG buffer, stage3.py __init__ .. destroy; reduce_bucket_mib): in every phase
+  const double runtime_device_bytes = rt.reserved_bytes + fw.device_bytes() + rt.reduce_bucket_bytes;
   auto base = [&](double grads_bytes) {
     MemorySnapshot s;
     s[Mem::weights] = w_dev;
@@ -464,6 +475,10 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   out.host_capacity_bytes_per_node = static_cast<double>(c.host_bytes_per_node);
   out.fits_device = out.peak.total() <= out.device_capacity_bytes;
   out.fits_host = out.host_total_bytes_per_node <= out.host_capacity_bytes_per_node;
+  // the rank's [tokens, hidden] tensors against the most its tiled-loss kernels index
+  out.tensor_elements = S.tokens * h;
+  out.max_tensor_elements = p.tiled_loss != 0 && rt.tiled_loss_max_tensor_elements > 0 ? rt.tiled_loss_max_tensor_elements : 0.0;
+  out.fits_index = out.max_tensor_elements <= 0 || out.tensor_elements <= out.max_tensor_elements;
   return out;
 }
 

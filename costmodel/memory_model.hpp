@@ -53,7 +53,12 @@ struct MemoryPrediction {
   FrameworkMemory framework;
   bool fits_device = false;
   bool fits_host = false;
-  bool fits() const { return fits_device && fits_host; }
+  // the largest [tokens, hidden] tensor a rank holds, in elements, and the most the runtime's kernels
+  // index (tiled_loss_max_tensor_elements; 0: no limit): a plan beyond it does not run, whatever the memory
+  double tensor_elements = 0;
+  double max_tensor_elements = 0;
+  bool fits_index = true;
+  bool fits() const { return fits_device && fits_host && fits_index; }
   double headroom_bytes() const { return device_capacity_bytes - peak.total(); }
 };
 

@@ -163,7 +163,10 @@ json prediction_to_json(const Prediction& p) {
                    {"by_category", host}}},
                  {"framework_terms", framework},
                  {"fits_device", mp.fits_device},
-                 {"fits_host", mp.fits_host}};
+                 {"fits_host", mp.fits_host},
+                 {"tensor_elements", mp.tensor_elements},
+                 {"max_tensor_elements", mp.max_tensor_elements},
+                 {"fits_index", mp.fits_index}};
   j["time"] = step_time_to_json(p.time);
   j["time"]["closed_form_step_seconds"] = p.time_closed_form.step_seconds;
   j["time"]["band"] = error_band_to_json(p.time_band, p.time.step_seconds);

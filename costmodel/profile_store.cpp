@@ -383,6 +383,9 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"activation_bytes", &rt.activation_bytes, nullptr},
       {"saves_norm_outputs", nullptr, &rt.saves_norm_outputs},
       {"mlp_saved_ffn_tensors", &rt.mlp_saved_ffn_tensors, nullptr},
+      {"tiled_loss_mlp_saved_ffn_tensors", &rt.tiled_loss_mlp_saved_ffn_tensors, nullptr, nullptr, true},
+      {"tiled_loss_mlp_backward_ffn_tensors", &rt.tiled_loss_mlp_backward_ffn_tensors, nullptr, nullptr, true},
+      {"tiled_loss_max_tensor_elements", &rt.tiled_loss_max_tensor_elements, nullptr, nullptr, true},
       {"ulysses_saves_both_layouts", nullptr, &rt.ulysses_saves_both_layouts},
       {"ulysses_backward_resends_inputs", nullptr, &rt.ulysses_backward_resends_inputs},
       {"logits_bytes", &rt.logits_bytes, nullptr},
@@ -506,6 +509,9 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
   if (c.has("compiled_mlp_saved_ffn_tensors") != c.has("compiled_saves_norm_outputs"))
     c.fail(c.has("compiled_mlp_saved_ffn_tensors") ? "compiled_saves_norm_outputs" : "compiled_mlp_saved_ffn_tensors",
            "compiled_mlp_saved_ffn_tensors and compiled_saves_norm_outputs state a compiled block together: give both or neither");
+  if (c.has("tiled_loss_mlp_saved_ffn_tensors") != c.has("tiled_loss_mlp_backward_ffn_tensors"))
+    c.fail(c.has("tiled_loss_mlp_saved_ffn_tensors") ? "tiled_loss_mlp_backward_ffn_tensors" : "tiled_loss_mlp_saved_ffn_tensors",
+           "tiled_loss_mlp_saved_ffn_tensors and tiled_loss_mlp_backward_ffn_tensors state the fused MLP together: give both or neither");
   if (caching_allocator == "none") rt.caching_allocator = RuntimeProfile::CachingAllocator::none;
   else if (caching_allocator == "segments") rt.caching_allocator = RuntimeProfile::CachingAllocator::segments;
   else if (caching_allocator == "expandable_segments") rt.caching_allocator = RuntimeProfile::CachingAllocator::expandable_segments;

@@ -64,6 +64,7 @@ RuntimeProfile runtime_for_compile(const RuntimeProfile& rt, const Plan& p) {
                                            out.sources["compiled_mlp_saved_ffn_tensors"];
     out.sources["saves_norm_outputs"] = "the plan's compile=" + std::string(to_string(p.compile)) + ": " +
                                         out.sources["compiled_saves_norm_outputs"];
+    out.tiled_loss_mlp_saved_ffn_tensors = out.tiled_loss_mlp_backward_ffn_tensors = 0;  // the compiled MLP's set holds
   }
   if (p.compile == Compile::model_loss && rt.compiled_loss_logit_copies >= 0) {
     out.loss_logit_copies = rt.compiled_loss_logit_copies;

@@ -40,6 +40,16 @@ struct RuntimeProfile {
   double activation_bytes = 2;    // activation dtype
   bool saves_norm_outputs = true; // norm outputs saved as matmul inputs (else recomputed)
   double mlp_saved_ffn_tensors = 4;   // [tokens, ffn] tensors the MLP keeps for backward
+  // The stack replaces the MLP by a fused SwiGLU kernel whenever the plan tiles the loss and not the
+  // MLP (ArcticTraining: the fused loss is Liger's, model.type liger, whose LigerSwiGLUMLP is switched
+  // off only by tiled_mlp_compute): the [tokens, ffn] tensors that MLP saves, and those its backward
+  // allocates beyond them (else 3: d(act), d(gate), d(up)). 0 or absent: no such MLP. Compiled code
+  // keeps the compiled constants (runtime_for_compile).
+  double tiled_loss_mlp_saved_ffn_tensors = 0;
+  double tiled_loss_mlp_backward_ffn_tensors = 0;
+  // the most elements the kernels that come with the tiled loss index in a [tokens, hidden] tensor
+  // (32-bit offsets: Liger-Kernel's RMSNorm/RoPE before its int64 fix); 0 or absent: no limit
+  double tiled_loss_max_tensor_elements = 0;
   bool ulysses_saves_both_layouts = true;  // attention output kept head- and sequence-sharded
   bool ulysses_backward_resends_inputs = false;  // the backward sends q, k, v, o to the head layout again
   // ---- logits and loss

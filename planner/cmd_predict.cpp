@@ -99,6 +99,10 @@ std::string print_table(const Prediction& p) {
     if (!m.fits_host)
       os << "DOES NOT FIT: host memory " << gib(m.host_total_bytes_per_node) << " GiB per node exceeds "
          << gib(m.host_capacity_bytes_per_node) << " GiB\n";
+    if (!m.fits_index)
+      os << "DOES NOT RUN: a [tokens, hidden] tensor of " << static_cast<int64_t>(m.tensor_elements)
+         << " elements per GPU exceeds the " << static_cast<int64_t>(m.max_tensor_elements)
+         << " its runtime's kernels index (constant tiled_loss_max_tensor_elements)\n";
   }
   return os.str();
 }

@@ -121,9 +121,12 @@ TEST(FrameworkMemory, NcclBuffersArePerCommunicatorAndChannel) {
   EXPECT_EQ(nccl_communicators(parse_plan("dp=4,pp=2")), 2);
   EXPECT_EQ(nccl_communicators(parse_plan("dp=1")), 0);
   // the device runtime category is the cuBLAS workspace (32 MiB) + NCCL + the caching allocator's
-  // expected unfilled pages under expandable segments ((20 MiB + 2 MiB) / 2 = 11 MiB)
+  // expected unfilled pages under expandable segments ((20 MiB + 2 MiB) / 2 = 11 MiB) + DeepSpeed
+  // ZeRO-3's flat IPG bucket, DeepSpeed 0.17.0's default reduce_bucket_size of 5e8 bf16 elements
+  // (zero/config.py; stage3.py __ipg_bucket_flat_buffer): 1,000,000,000 B, in every phase
   MemoryPrediction mp = run("dp=8,zero=3,recompute=full", "hf-deepspeed");
-  EXPECT_DOUBLE_EQ(mp.peak[Mem::runtime], 32.0 * kMiB + per_comm + 11.0 * kMiB);
+  EXPECT_DOUBLE_EQ(mp.peak[Mem::runtime], 32.0 * kMiB + per_comm + 11.0 * kMiB + 1e9);
+  for (int ph = 0; ph < kPhases; ++ph) EXPECT_GE(mp.phase_peak[ph][Mem::runtime], 1e9) << ph;
 }
 
 TEST(FrameworkMemory, TorchMaxReservedLeavesOutNcclBuffers) {
