@@ -417,6 +417,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"key_block_bytes", &rt.key_block_bytes, nullptr},
       {"attention_kernel", nullptr, nullptr, &rt.attention_kernel},
       {"cpu_adam_gparams_per_s", &rt.cpu_adam_params_per_second, nullptr},
+      {"host_fp32_to_bf16_gelems_per_s", &rt.host_fp32_to_bf16_elems_per_second, nullptr, nullptr, true},  // absent: 0
       {"optimizer_offload_on_device", nullptr, &rt.optimizer_offload_on_device},
       {"memory_traffic_factor", &rt.memory_traffic_factor, nullptr},
       // framework memory terms (framework_memory.hpp), optional: absent = the term is not there
@@ -529,6 +530,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
   rt.reserved_bytes *= kMiB;
   rt.host_bytes_per_rank *= kGiB;
   rt.cpu_adam_params_per_second *= 1e9;
+  rt.host_fp32_to_bf16_elems_per_second *= 1e9;
   // a calibrated profile's scales (ctxplan calibrate), each {"value", "source"}; absent: 1 and 0
   double* scales[] = {&rt.gemm_efficiency_scale, &rt.attention_efficiency_scale, &rt.comm_efficiency_scale, &rt.step_overhead_seconds};
   for (size_t i = 0; i < calibration_constant_names().size(); ++i) {
@@ -565,6 +567,8 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
   if (rt.memory_traffic_factor <= 0 || (rt.memory_traffic_factor < 1 && !r.has("calibration")))
     c.object("memory_traffic_factor").fail("value", "must be >= 1 (1 = fused kernels; below 1 only in a calibrated profile)");
   if (rt.cpu_adam_params_per_second <= 0) c.object("cpu_adam_gparams_per_s").fail("value", "must be positive");
+  if (rt.host_fp32_to_bf16_elems_per_second < 0)
+    c.object("host_fp32_to_bf16_gelems_per_s").fail("value", "must be >= 0 (elements per second, in 1e9; 0 or absent: not priced)");
   // optimizer precision: the runtime runs its own values (its constants) whatever its capabilities list
   if (rt.capabilities.declared) {
     const StateDtypes own = runtime_state_dtypes(rt);

@@ -140,6 +140,9 @@ struct RuntimeProfile {
   std::vector<std::string> attention_kernels;
   std::string attention_where, attention_field;
   double cpu_adam_params_per_second = 1e9;  // host AdamW rate per node (optimizer offload)
+  // host fp32 -> bf16 copy_ rate per node, elements/s: DeepSpeed ZeRO-3's step() writes the updated
+  // fp32 partition into the host bf16 one under offload_param; 0 (absent): not priced
+  double host_fp32_to_bf16_elems_per_second = 0;
   // optimizer offload runs the update on the device over the offloaded states in pinned host
   // memory (read and written over PCIe), not on the host
   bool optimizer_offload_on_device = false;

@@ -531,9 +531,13 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
       // copy_, which PyTorch converts on the host into a pageable buffer before the transfer. DeepSpeed
       // PR #5301 (ec16120d, stage_1_and_2.py) measured that path 6x (1 GPU) and 4-5x (8-GPU node) slower
       // than the pinned fp32 copy it put in its place; stage3.py kept it. With offload_param the bf16
-      // partition is host memory (pinned flat buffer): the copy stays on the host and the weights go up
-      // in the next forward's fetch (param_h2d)
-      k.opt_h2d = p.param_offload ? 0.0 : pageable_slowdown * pcie_seconds(shard * rt.master_bytes, c);
+      // partition is host memory (pinned flat buffer): the copy stays on the host, a PyTorch CPU
+      // fp32 -> bf16 copy_ of the partition at the profile's host rate (shared by the node's ranks, as
+      // CPU-Adam's), and the weights go up in the next forward's fetch (param_h2d)
+      const double host_cast = rt.host_fp32_to_bf16_elems_per_second > 0
+                                   ? shard / (rt.host_fp32_to_bf16_elems_per_second / ranks_per_node)
+                                   : 0.0;
+      k.opt_h2d = p.param_offload ? host_cast : pageable_slowdown * pcie_seconds(shard * rt.master_bytes, c);
     }
   } else {
     // read grad, master, m, v; write master, m, v, bf16 weight. Without a master copy (master=none)

@@ -10,7 +10,8 @@
 //    (6x on one GPU, 4-5x on an 8-GPU node with every rank copying; 4.5 taken);
 //  - the fp32 -> bf16 parameter copy back is the unpinned, host-converted path DeepSpeed PR #5301
 //    measured 6x (1 GPU) and 4-5x (8-GPU node) slower than a pinned fp32 copy; with offload_param the
-//    copy stays on the host.
+//    copy stays on the host: a CPU fp32 -> bf16 copy_ of the partition at the profile's host rate
+//    (PyTorch PR #103148's measurement), per node like CPU-Adam.
 // Runtimes without DeepSpeed's ZeRO-3 gradient partition keep the plain price (copies after backward).
 #include <gtest/gtest.h>
 
@@ -18,6 +19,8 @@
 #include <cmath>
 #include <string>
 
+#include "costmodel/errors.hpp"
+#include "costmodel/json_util.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/plan_check.hpp"
 #include "costmodel/profile_store.hpp"
@@ -87,9 +90,33 @@ TEST(CpuAdamOffload, TheParameterCopyBackIsTheUnpinnedPath) {
   // PR #5301: the pinned fp32 copy was 4-5x faster on an 8-GPU node, 6x on one GPU
   EXPECT_NEAR(costs(node).opt_h2d, 4.5 * pcie(shard_params(node) * 4, node.c), 1e-12);
   EXPECT_NEAR(costs(one).opt_h2d, 6.0 * pcie(shard_params(one) * 4, one.c), 1e-12);
-  // offload_param: the bf16 partition is host memory; the copy never crosses PCIe in the step
-  EXPECT_EQ(costs(one_params).opt_h2d, 0.0);
+  // offload_param: the bf16 partition is host memory; the copy never crosses PCIe in the step, it is a
+  // host cast of the rank's partition at the node's rate shared by the node's ranks
+  const double cast_rate = one_params.rt.host_fp32_to_bf16_elems_per_second;
+  ASSERT_GT(cast_rate, 0);
+  EXPECT_NEAR(costs(one_params).opt_h2d, shard_params(one_params) / cast_rate, 1e-12);
+  const Job node_params = job("dp=8,zero=3,recompute=full,opt_offload=1,param_offload=1", "8xh100");
+  EXPECT_NEAR(costs(node_params).opt_h2d, shard_params(node_params) * 8 / cast_rate, 1e-12);
+  // the same 8B parameters cast on one node take the same time whether 1 or 8 ranks hold them
+  EXPECT_NEAR(costs(node_params).opt_h2d / costs(one_params).opt_h2d, 1.0, 1e-9);
   EXPECT_GT(costs(one_params).param_h2d, 0.0) << "the weights go up in the next forward's fetch";
+}
+
+TEST(CpuAdamOffload, AProfileWithoutTheHostCastRateDoesNotPriceItAndANegativeOneIsRefused) {
+  json j = read_json_file(std::string(CTXPLAN_SOURCE_DIR) + "/profiles/runtimes/hf-deepspeed.json");
+  j["constants"].erase("host_fp32_to_bf16_gelems_per_s");
+  const RuntimeProfile old = runtime_from_json(j, "old.json");
+  EXPECT_EQ(old.host_fp32_to_bf16_elems_per_second, 0.0);
+  const Job one_params = job("dp=1,zero=3,recompute=full,opt_offload=1,param_offload=1", "1xh100");
+  EXPECT_EQ(step_costs(one_params.m, one_params.c, old, one_params.p, one_params.seq, true).opt_h2d, 0.0);
+  j["constants"]["host_fp32_to_bf16_gelems_per_s"] = {{"value", -1}, {"source", "a test"}};
+  try {
+    runtime_from_json(j, "bad.json");
+    FAIL() << "a negative host cast rate accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("host_fp32_to_bf16_gelems_per_s"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bad.json"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CpuAdamOffload, OtherRuntimesKeepTheCopiesAfterBackward) {
