@@ -413,17 +413,19 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
       double grads = grads_always ? g_full : g_full * (L - before) / L;
       // a checkpoint of layer i the runtime keeps while the layer is rematerialised
       const double kept_ckpt = full && rt.recompute_keeps_checkpoint && !p.ckpt_offload ? saved_per_layer : 0.0;
+      // the rematerialised layer's output, held by a reentrant checkpoint through the layer's backward
+      const double kept_out = full && rt.recompute_keeps_output ? x_in : 0.0;
       MemorySnapshot mlp = base(grads);
       saved_layers(mlp, before + others, true);
       if (!full) saved_layers(mlp, 1.0);
       mlp[Mem::checkpoints] += kept_ckpt * frag;
-      mlp[Mem::activations] += rematerialised * frag;
+      mlp[Mem::activations] += (rematerialised + kept_out) * frag;
       mlp[Mem::workspace] += (bwd_mlp + grad_tensors) * frag;
       mlp[Mem::comm_buffers] += (bwd_mlp_comm + zero3_gather + grad_reduce) * frag;
       MemorySnapshot att = base(grads);
       saved_layers(att, before + others, true);
       att[Mem::checkpoints] += kept_ckpt * frag;
-      att[Mem::activations] += attn_side * frag;
+      att[Mem::activations] += (attn_side + kept_out) * frag;
       att[Mem::workspace] += (bwd_attn_ws + dy) * frag;
       att[Mem::comm_buffers] += (bwd_attn_comm + zero3_gather + grad_reduce) * frag;
       for (const MemorySnapshot* s : {&mlp, &att})

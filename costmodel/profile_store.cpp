@@ -395,6 +395,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"ckpt_offload_device_layers", &rt.ckpt_offload_device_layers, nullptr},
       {"ckpt_offload_prefetch_layers", &rt.ckpt_offload_prefetch_layers, nullptr},
       {"recompute_keeps_checkpoint", nullptr, &rt.recompute_keeps_checkpoint},
+      {"recompute_keeps_output", nullptr, &rt.recompute_keeps_output, nullptr, true},
       {"backward_grad_tensors", &rt.backward_grad_tensors, nullptr},
       {"attention_backward_extra_q_tensors", &rt.attention_backward_extra_q_tensors, nullptr},
       {"attention_merges_in_place", nullptr, &rt.attention_merges_in_place},

@@ -77,6 +77,10 @@ struct RuntimeProfile {
   double ckpt_offload_device_layers = 2;  // offloaded checkpoints in flight on the device (forward)
   double ckpt_offload_prefetch_layers = 2;  // offloaded checkpoints back on the device ahead of their backward
   bool recompute_keeps_checkpoint = true;  // full recompute: layer i's checkpoint stays while it is rematerialised
+  // full recompute: the rematerialised layer's output [tokens, hidden] stays referenced through the
+  // layer's backward (reentrant torch.utils.checkpoint's CheckpointFunction.backward holds `outputs`
+  // while it runs torch.autograd.backward on them). Optional, absent = false
+  bool recompute_keeps_output = false;
   double backward_grad_tensors = 3;   // [tokens, hidden] activation-gradient tensors in flight
   double attention_backward_extra_q_tensors = 0;  // [tokens, q heads x d] copies the attention backward adds
   double ring_dkv_fp32_buffers = 2;  // fp32 [K;V]-shaped dK,dV buffers of a ring backward (send, receive, ...)

@@ -8,7 +8,9 @@
 //    d(gate), d(up) into the saved tensors (Liger-Kernel ops/swiglu.py); HF's eager LlamaMLP saves 4
 //    and its backward adds 3 (d(act), d(gate), d(up));
 //  - Liger's kernels of that release index [tokens, hidden] tensors with 32-bit offsets
-//    (Liger-Kernel issue #803, fixed by PR #804): at most 2^31 - 1 elements per rank.
+//    (Liger-Kernel issue #803, fixed by PR #804): at most 2^31 - 1 elements per rank;
+//  - transformers' gradient checkpointing is reentrant: CheckpointFunction.backward holds the
+//    recomputed layer output while the layer's backward runs (torch/utils/checkpoint.py).
 // Shapes (Llama-3.1-8B: hidden 4096, ffn 14336, 32 query / 8 KV heads of 128), seq 1,048,576 over
 // Ulysses cp=8: T = 131,072 tokens per rank, X = T x 4096 x 2 B = 1,073,741,824 B (1 GiB), one
 // [T, F] tensor = T x 14336 x 2 B = 3.5 X; the allocator slack of hf-deepspeed is 5% (x 1.05).
@@ -70,18 +72,19 @@ TEST(AlstKernelMemory, TiledLossRunsLigersSwiGluMlp) {
   //   (seq layout, T x 8 KV heads x 128 each) 0.5, output head layout 1 and seq layout 1 = 5.5 X,
   //   plus 1/rms (T x 4 B = 524,288 B) and the LSE (S x 4 heads x 4 B = 16,777,216 B)
   //   MLP side: input 1, norm output 1, 1/rms, and the MLP's saved [T, F] tensors (3.5 X each)
+  //   and the recomputed layer output the reentrant checkpoint holds (1 X, recompute_keeps_output)
   const double rstd = 131072.0 * 4, lse = 1048576.0 * 4 * 4;
   const double attn_side = 5.5 * X + rstd + lse;
   MemoryPrediction liger = run(kUlysses + ",tiled_loss=4096", kSeq);
   const MemorySnapshot& lb = phase(liger, Phase::backward);
   // Liger: gate, up, product saved (3 x 3.5 X); its backward adds d(product) (3.5 X) beside the
   // three [T, hidden] activation gradients (backward_grad_tensors)
-  EXPECT_DOUBLE_EQ(at(lb, Mem::activations), (attn_side + 2 * X + rstd + 3 * 3.5 * X) * kFrag);
+  EXPECT_DOUBLE_EQ(at(lb, Mem::activations), (attn_side + 2 * X + rstd + 3 * 3.5 * X + X) * kFrag);
   EXPECT_DOUBLE_EQ(at(lb, Mem::workspace), (1 * 3.5 * X + 3 * X) * kFrag);
   // HF eager LlamaMLP (no tiled loss: the plain Hugging Face model): 4 saved, 3 more in its backward
   MemoryPrediction eager = run(kUlysses, kSeq);
   const MemorySnapshot& eb = phase(eager, Phase::backward);
-  EXPECT_DOUBLE_EQ(at(eb, Mem::activations), (attn_side + 2 * X + rstd + 4 * 3.5 * X) * kFrag);
+  EXPECT_DOUBLE_EQ(at(eb, Mem::activations), (attn_side + 2 * X + rstd + 4 * 3.5 * X + X) * kFrag);
   EXPECT_DOUBLE_EQ(at(eb, Mem::workspace), (3 * 3.5 * X + 3 * X) * kFrag);
   // TiledMLP switches Liger's MLP off (ArcticTraining liger_factory: swiglu=False): the shards run
   // HF's eager MLP, whose tensors are per shard, the full MLP keeping only its input
@@ -117,6 +120,34 @@ TEST(AlstKernelMemory, LigerKernelsIndexAtMost2To31ElementsPerTensor) {
   EXPECT_EQ(plain.max_tensor_elements, 0.0);
   // ctxrun's kernels index with 64-bit offsets: no limit in its profiles
   EXPECT_TRUE(run(alst, 524288, "1xh100", "ctxrun-cuda").fits_index);
+}
+
+TEST(AlstKernelMemory, ReentrantCheckpointHoldsTheRecomputedLayerOutput) {
+  // transformers' gradient_checkpointing_enable() is reentrant: CheckpointFunction.backward keeps
+  // `outputs` (the layer's last residual add, [T, hidden]) while it runs the layer's backward, at
+  // both of the backward's high points: +X x 1.05 against the same profile without the term
+  json j = read_json_file(std::string(CTXPLAN_SOURCE_DIR) + "/profiles/runtimes/hf-deepspeed.json");
+  const RuntimeProfile with = runtime_from_json(j, "hf-deepspeed.json");
+  EXPECT_TRUE(with.recompute_keeps_output);
+  j["constants"]["recompute_keeps_output"]["value"] = false;
+  const RuntimeProfile without = runtime_from_json(j, "test.json");
+  ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  ClusterSpec c = resolve_cluster(profiles(), "8xh100");
+  for (const std::string extra : {",tiled_loss=4096", ",tiled_loss=4096,tiled_mlp=auto", ",tiled_loss=4096,ckpt_offload=1"}) {
+    SCOPED_TRACE(extra);
+    Plan p = parse_plan(kUlysses + extra);
+    const MemorySnapshot a = phase(predict_memory(m, c, with, p, kSeq), Phase::backward);
+    const MemorySnapshot b = phase(predict_memory(m, c, without, p, kSeq), Phase::backward);
+    // 1 B: the difference of two ~7e10 B sums of doubles (rounding ~1e-5 B), not a tolerance on the term
+    EXPECT_NEAR(a.total() - b.total(), X * kFrag, 1.0);
+    EXPECT_NEAR(at(a, Mem::activations) - at(b, Mem::activations), X * kFrag, 1.0);
+  }
+  // without recompute there is no rematerialised output to hold
+  Plan none = parse_plan("cp=8,cp_kind=ulysses,zero=3,opt_offload=1,tiled_loss=4096");
+  EXPECT_DOUBLE_EQ(predict_memory(m, c, with, none, 65536).peak.total(), predict_memory(m, c, without, none, 65536).peak.total());
+  // non-reentrant checkpointing (torchtitan, llm-foundry) recomputes from unpack hooks: no output held
+  for (const char* name : {"torchtitan", "llm-foundry", "ctxrun-cpu", "ctxrun-cuda"})
+    EXPECT_FALSE(resolve_runtime(profiles(), name).recompute_keeps_output) << name;
 }
 
 TEST(AlstKernelMemory, TheFusedMlpConstantsComeTogether) {
