@@ -15,7 +15,8 @@
 // max, how many exceed 10 ms (thread CPU time), and the slowest plans (8; CTX_BENCH_SPACE_TOP=N lists N;
 // CTX_BENCH_SPACE_ROWS=FILE writes every plan's CPU ms, step time and plan; CTX_BENCH_SPACE_ONLY=1 skips the other rows).
 // Standalone (no Google Benchmark): build/bench/bench_simulator [--space | --one] [model cluster seq plan [reps]]
-// (--one: only the streaming sweep of that plan, with its periodicity statistics: for profiles).
+// (--one: only the streaming sweep of that plan, with its periodicity statistics: for profiles;
+// CTX_BENCH_CLOSED_FORM_MIN and CTX_BENCH_PARTIAL_MIN set simulate_step's two rank thresholds).
 #include <malloc.h>
 #include <sys/resource.h>
 
@@ -235,12 +236,17 @@ int main(int argc, char** argv) {
   if (one) {
     const char* cf = std::getenv("CTX_BENCH_CLOSED_FORM_MIN");  // the backward ring's closed form from this many ranks
     const int cf_min = cf ? std::atoi(cf) : ctx::kRingClosedFormMinRanks;
-    Measure x = measure(reps, [&] { return ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min); });
-    const ctx::SimResult r = ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min);
+    const char* pm = std::getenv("CTX_BENCH_PARTIAL_MIN");  // the forward's partial sweep from this many ranks (huge: never)
+    const int partial_min = pm ? std::atoi(pm) : ctx::kPartialSweepMinRanks;
+    Measure x = measure(reps, [&] { return ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min); });
+    const ctx::SimResult r = ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min);
     std::printf("  streaming: best %.2f ms CPU (median %.2f ms CPU, %.2f ms wall), step %.17g s; %lld tasks, %lld jumps, %lld layer iterations "
-                "extrapolated, %lld jump misses\n",
+                "extrapolated, %lld jump misses; %lld partial jumps over %lld layer iterations (%lld ranks swept in them), %lld undone\n",
                 x.best_cpu_ms, x.median_cpu_ms, x.median_ms, x.step, static_cast<long long>(x.tasks), static_cast<long long>(r.stats.periodic_jumps),
-                static_cast<long long>(r.stats.layers_extrapolated), static_cast<long long>(r.stats.jump_misses));
+                static_cast<long long>(r.stats.layers_extrapolated), static_cast<long long>(r.stats.jump_misses),
+                static_cast<long long>(r.stats.partial_jumps), static_cast<long long>(r.stats.layers_partially_swept),
+                static_cast<long long>(r.stats.partial_rank_layers),
+                static_cast<long long>(r.stats.partial_misses));
     const auto& b = r.time.breakdown;
     std::printf("  breakdown (rep %d): compute %.17g exposed %.17g offload %.17g imbalance %.17g optimizer %.17g; phases %.17g %.17g %.17g\n",
                 r.breakdown_rep, b.compute, b.exposed_comm, b.offload_stall, b.imbalance, b.optimizer, r.time.phase_seconds[0], r.time.phase_seconds[1],

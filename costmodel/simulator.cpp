@@ -95,8 +95,9 @@ constexpr double StepBreakdown::*kBreakdownNumbers[] = {&StepBreakdown::compute,
 // is created: its dependencies were all created (and timed) before it.
 class Builder {
  public:
-  Builder(const StepCosts& k, const Plan& p, SimResult& out, bool record, int ring_closed_form_min_ranks)
-      : k_(k), p_(p), out_(out), record_(record), ring_closed_form_min_ranks_(ring_closed_form_min_ranks) {}
+  Builder(const StepCosts& k, const Plan& p, SimResult& out, bool record, int ring_closed_form_min_ranks, int partial_sweep_min_ranks)
+      : k_(k), p_(p), out_(out), record_(record), ring_closed_form_min_ranks_(ring_closed_form_min_ranks),
+        partial_min_ranks_(partial_sweep_min_ranks) {}
 
   void build() {
     choose_reps();
@@ -165,6 +166,11 @@ class Builder {
   void add(T& out, int rep, SimStream s, const char* name, double dur, SimPass pass, SimCategory cat, int32_t layer,
            std::initializer_list<const T*> deps, int32_t coll = -1) {
     const int64_t id = next_id_++;
+    if (partial_ && !sweep_[static_cast<size_t>(rep)]) {  // a rank on its line (partial sweep): its id only
+      out.id = id;
+      out.rep = rep;
+      return;
+    }
     const double duration = std::max(0.0, dur);
     T& slot = last_[static_cast<size_t>(rep) * kSimStreams + static_cast<int>(s)];
     const T& prev = slot;
@@ -310,10 +316,13 @@ class Builder {
         c = coll_of_key[static_cast<size_t>(key)];
       }
       add(ids[static_cast<size_t>(r)], r, s, name, dur, pass, SimCategory::comm, layer, {&dep_per_rep[static_cast<size_t>(r)]}, c);
-      if (c >= 0) arrival[static_cast<size_t>(key)] = std::max(arrival[static_cast<size_t>(key)], ids[static_cast<size_t>(r)].start);
+      if (c >= 0 && !(partial_ && !sweep_[static_cast<size_t>(r)]))
+        arrival[static_cast<size_t>(key)] = std::max(arrival[static_cast<size_t>(key)], ids[static_cast<size_t>(r)].start);
     }
+    if (taping_ || partial_) joined(g, ids, arrival);
     if (g != G::self)
       for (int r = 0; r < nreps(); ++r) {
+        if (partial_ && !sweep_[static_cast<size_t>(r)]) continue;
         T& m = ids[static_cast<size_t>(r)];
         finish(m, m.id, m.rep, arrival[static_cast<size_t>(key_of[static_cast<size_t>(r)])], m.ready, m.duration, m.stream, m.category, pass, T{});
       }
@@ -395,11 +404,14 @@ class Builder {
     const int64_t generic_steps = record_ ? steps : 1;
     for (int64_t j = 0; j < generic_steps; ++j) {
       std::vector<T> recv(static_cast<size_t>(nreps()));
+      const bool tape = !backward && j == 0 && (taping_ || partial_);  // (a forward layer of the partial sweep's loop)
+      if (tape) first_step_in(have);
       if (j + 1 < steps) {
         for (int r = 0; r < nreps(); ++r)
           add(recv[static_cast<size_t>(r)], r, SimStream::ring, "ring_kv", k_.p2p_fwd, pass, SimCategory::comm, layer,
                                              {&have[static_cast<size_t>(r)], &have[static_cast<size_t>(prev_of(r))]});
       }
+      if (tape) first_step_out(recv, j + 1 < steps);
       for (int r = 0; r < nreps(); ++r)
         add(last_compute[static_cast<size_t>(r)], r, SimStream::compute, name, cost(r, static_cast<size_t>(j)), pass, SimCategory::compute,
                                                    layer, {&have[static_cast<size_t>(r)]});
@@ -678,6 +690,7 @@ class Builder {
       return std::max(0.0, static_cast<size_t>(j) < cv.size() ? cv[static_cast<size_t>(j)] : 0.0);
     };
     for (int r = 0; r < R; ++r) {
+      if (partial_ && !sweep_[static_cast<size_t>(r)]) continue;  // on its line (partial sweep)
       RepAcc& a = acc_[static_cast<size_t>(r)];
       const std::vector<double>& cv = *cost_of[static_cast<size_t>(r)];
       auto& known = runs_of_rep_[static_cast<size_t>(r)];  // (a hash lookup per rank and layer was ~2% of the time)
@@ -1065,7 +1078,9 @@ class Builder {
    private:
     static constexpr double kTol = 1e-12;
     // the live state = the last observed state + m times the last step
-    void place(Builder& b, std::initializer_list<std::vector<T>*> carried, int64_t m) const {
+    // (`skip`, given: leaves the ranks it marks as they are; partial_jump)
+   public:
+    void place(Builder& b, std::initializer_list<std::vector<T>*> carried, int64_t m, const char* skip = nullptr) const {
       const Snapshot &y = s_[1], &z = s_[2];
       const double dm = static_cast<double>(m);
       auto lin = [&](double y0, double z0) { return y0 == z0 ? z0 : z0 + dm * (z0 - y0); };
@@ -1078,11 +1093,25 @@ class Builder {
         t.ready = lin(y0.ready, z0.ready);
         return t;
       };
-      size_t i = 0;
-      for (T& t : b.last_) { t = task(y.tasks[i], z.tasks[i]); ++i; }
-      for (std::vector<T>* v : carried)
-        for (T& t : *v) { t = task(y.tasks[i], z.tasks[i]); ++i; }
+      if (skip) {
+        const size_t R = b.acc_.size();
+        for (size_t r = 0; r < R; ++r) {
+          if (skip[r]) continue;
+          for (size_t i = r * kSimStreams; i < (r + 1) * kSimStreams; ++i) b.last_[i] = task(y.tasks[i], z.tasks[i]);
+          size_t i = b.last_.size() + r;
+          for (std::vector<T>* v : carried) {
+            (*v)[r] = task(y.tasks[i], z.tasks[i]);
+            i += R;
+          }
+        }
+      } else {
+        size_t i = 0;
+        for (T& t : b.last_) { t = task(y.tasks[i], z.tasks[i]); ++i; }
+        for (std::vector<T>* v : carried)
+          for (T& t : *v) { t = task(y.tasks[i], z.tasks[i]); ++i; }
+      }
       for (size_t r = 0; r < b.acc_.size(); ++r) {
+        if (skip && skip[r]) continue;
         const RepAcc &ya = y.acc[r], &za = z.acc[r];
         RepAcc& a = b.acc_[r];
         for (double RepAcc::*f : kRepAccNumbers) a.*f = lin(ya.*f, za.*f);
@@ -1103,7 +1132,11 @@ class Builder {
     // The largest difference between the steps a0 -> a1 and b0 -> b1 of any component, 0 where
     // within the tolerance (infinite where they differ in kind: ids, durations, counters, or a
     // NaN); `first` stops at the first difference.
-    static double step_difference(const Snapshot& a0, const Snapshot& a1, const Snapshot& b0, const Snapshot& b1, bool first) {
+    // `ranks` (given): only those ranks' components (and the counters), infinite at the first
+    // difference; `off` (given): marks every rank with a component off the step.
+   public:
+    static double step_difference(const Snapshot& a0, const Snapshot& a1, const Snapshot& b0, const Snapshot& b1, bool first,
+                                  const char* ranks = nullptr, char* off = nullptr) {
       constexpr double kInf = std::numeric_limits<double>::infinity();
       if (a0.tasks.size() != b1.tasks.size() || a1.tasks.size() != b1.tasks.size() || b0.tasks.size() != b1.tasks.size()) return kInf;
       if (a1.next_id - a0.next_id != b1.next_id - b0.next_id || a1.next_coll - a0.next_coll != b1.next_coll - b0.next_coll ||
@@ -1139,6 +1172,41 @@ class Builder {
         const bool c = step(p.ready, q.ready, r.ready, s.ready);
         return a && b && c;
       };
+      if (ranks) {  // only the components of the ranks `ranks` includes (partial_jump)
+        const size_t R = b1.acc.size(), own = R * kSimStreams;
+        for (size_t i = 0; i < b1.tasks.size(); ++i)
+          if (ranks[i < own ? i / kSimStreams : (i - own) % R] && !task(a0.tasks[i], a1.tasks[i], b0.tasks[i], b1.tasks[i])) return kInf;
+        for (size_t r = 0; r < R; ++r) {
+          if (!ranks[r]) continue;
+          const RepAcc &p = a0.acc[r], &q = a1.acc[r], &u = b0.acc[r], &v = b1.acc[r];
+          if (!task(p.last, q.last, u.last, v.last)) return kInf;
+          for (double RepAcc::*f : kRepAccNumbers)
+            if (!step(p.*f, q.*f, u.*f, v.*f)) return worst;
+          for (double StepBreakdown::*f : kBreakdownNumbers)
+            if (!step(p.b.*f, q.b.*f, u.b.*f, v.b.*f)) return worst;
+        }
+        return worst;
+      }
+      if (off) {  // every rank with a component off the step: off[r] = 1 (partial_jump)
+        const size_t R = b1.acc.size(), own = R * kSimStreams;
+        for (size_t i = 0; i < b1.tasks.size(); ++i) {
+          const double before = worst;
+          worst = 0;
+          if (!task(a0.tasks[i], a1.tasks[i], b0.tasks[i], b1.tasks[i])) off[i < own ? i / kSimStreams : (i - own) % R] = 1;
+          worst = std::max(worst, before);
+        }
+        for (size_t r = 0; r < R; ++r) {
+          const RepAcc &p = a0.acc[r], &q = a1.acc[r], &u = b0.acc[r], &v = b1.acc[r];
+          const double before = worst;
+          worst = 0;
+          bool same = task(p.last, q.last, u.last, v.last);
+          for (double RepAcc::*f : kRepAccNumbers) same = step(p.*f, q.*f, u.*f, v.*f) && same;
+          for (double StepBreakdown::*f : kBreakdownNumbers) same = step(p.b.*f, q.b.*f, u.b.*f, v.b.*f) && same;
+          if (!same) off[r] = 1;
+          worst = std::max(worst, before);
+        }
+        return worst;
+      }
       for (size_t i = 0; i < b1.tasks.size(); ++i)
         if (!task(a0.tasks[i], a1.tasks[i], b0.tasks[i], b1.tasks[i]) && (first || worst == kInf)) return worst;
       for (size_t r = 0; r < b1.acc.size(); ++r) {
@@ -1151,6 +1219,11 @@ class Builder {
       }
       return worst;
     }
+    // the last three observed states (s(2) the latest) and how many of them are valid (partial_jump)
+    const Snapshot& s(int i) const { return s_[i]; }
+    int seen() const { return seen_; }
+
+   private:
     Snapshot s_[3], p_, w_, good_p_, good_w_;
     bool micro_batches_ = false;  // what an iteration is (for the statistics): a micro-batch, else a layer
     int seen_ = 0;
@@ -1160,6 +1233,279 @@ class Builder {
     static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
     int64_t fail_at_ = kNever;
   };
+
+  // ---- the partial sweep (forward layer loop of a plain ring) -----------------------------------
+  // Where the whole state leaves its line (Period), most ranks of a large ring still move on
+  // theirs: summed over a pass only a few layers' worth of ranks leave it. partial_jump then moves
+  // the ranks on their lines (A) and sweeps only the others (B), layer after layer.
+  //
+  // Why it is exact. Within one forward layer of a plain ring (one pack class, no Ulysses) a rank
+  // reads another rank's times at three places only: (1) its first receive waits for its ring
+  // neighbour's pre-attention compute (the block it sends); (2) its later receives wait for the
+  // running maximum M_k of the first receives' ends over it and its k upstream neighbours
+  // (ring_forward_by_rank); (3) the ZeRO-3 parameter gather starts when its last member is ready
+  // (one arrival over all ranks). Everything else is the rank's own streams. Let D(t) say that at
+  // layer t no B value reaches an A rank: (1) a B neighbour's compute ends strictly before the A
+  // rank's first receive starts, (2) every B rank's first receive ends strictly before that of the
+  // first A rank downstream of it (walking upstream from any A rank, that A rank comes first and
+  // is larger: the B rank is never a new maximum of its M_k), (3) every B member of the gather is
+  // ready strictly before the gather's arrival (decided by A members). All three are strict by a
+  // margin (kPartialMargin of the value) far above the line's rounding.
+  // Where D(t) holds, the A ranks' next state is F_A(A's state), F_A the layer's max-plus map with
+  // every B input dropped: convex and piecewise linear in A's state, as F is in the whole state
+  // (the comment above Snapshot). Period's three observed states (two sweeps, each with D checked
+  // on its tape) put A's state on a line S_A(t) with F_A(S_A(t)) = S_A(t + 1) at t = -2, -1; one
+  // full sweep from S(v) (B as swept, A placed on its line) that lands A on S_A(v + 1), with D(v),
+  // makes F_A(S_A(t)) - S_A(t + 1), convex in t and zero at -2, -1 and v, zero on [-1, v]. The
+  // values A ranks lend to B ((1)-(3): their pre-attention end, first receive's start and end, the
+  // gather's arrival) are max-plus functions of A's state too, so each is convex in t; recorded on
+  // a line at t = -2, -1 (the tapes) and checked on it at v by the same sweep, each is that line on
+  // [-1, v]. By induction over the layers 0 .. v-1 (and within a layer over its tasks in creation
+  // order): A on its line and B as swept are the true state, B reads A's true values, and D(t)
+  // (checked each layer on B's swept values against A's lines) keeps A on F_A's trajectory. So
+  // the state after the verifying sweep is the swept one, up to the rounding Period accepts (the
+  // accumulators, which split gaps by a min, are checked at the far end as Period checks them).
+  // A failed D at layer t ends the stretch at v = t - 1; a failed far-end check undoes the jump.
+  struct Tape {  // what one forward iteration's ranks lend each other ((1)-(3) above), per rank
+    std::vector<double> pre_end, recv_start, recv_end, gather_ready;
+    double gather_arrival = 0;
+    int gathers = 0;       // joining collectives seen (the argument covers one ZeRO-3 gather)
+    bool ring = false;     // the first step's receives seen
+    bool unsupported = false;
+    void clear(size_t n) {
+      pre_end.assign(n, 0.0), recv_start.assign(n, 0.0), recv_end.assign(n, 0.0), gather_ready.assign(n, 0.0);
+      gather_arrival = 0, gathers = 0, ring = false, unsupported = false;
+    }
+  };
+  static constexpr double kPartialMargin = 1e-9;  // D's strictness, relative (the line's rounding is ~1e-14)
+  static bool below(double b, double a) { return b < a - kPartialMargin * std::abs(a); }
+  int ring_prev(int r) const { return (r + nreps() - 1) % nreps(); }
+  // the ranks the partial sweep handles: one plain ring of unequal ranks, without a recording
+  bool partial_possible() const {
+    return nreps() >= partial_min_ranks_ && !record_ && k_.cp_kind == CpKind::ring && k_.ulysses == 1 && k_.attn_fwd.size() == 1 && cp_reps_ == k_.cp &&
+           k_.cp >= 4 && k_.ring >= 3 && nreps() == static_cast<int>(k_.cp);
+  }
+  double tape_line(std::vector<double> Tape::*f, int r) const {
+    const double y = (tape_[0].*f)[static_cast<size_t>(r)], z = (tape_[1].*f)[static_cast<size_t>(r)];
+    return y == z ? z : z + partial_dm_ * (z - y);
+  }
+  // attention's first ring step, before its receives: tape the pre-attention ends; partial: A's
+  // from their lines, and D (1)
+  void first_step_in(std::vector<T>& have) {
+    const int R = nreps();
+    if (taping_)
+      for (int r = 0; r < R; ++r) tape_out_->pre_end[static_cast<size_t>(r)] = have[static_cast<size_t>(r)].end;
+    if (!partial_) return;
+    for (int r = 0; r < R; ++r)
+      if (!sweep_[static_cast<size_t>(r)]) have[static_cast<size_t>(r)].end = tape_line(&Tape::pre_end, r);
+    for (int r = 0; r < R; ++r)
+      if (!sweep_[static_cast<size_t>(r)] && sweep_[static_cast<size_t>(ring_prev(r))] &&
+          !below(have[static_cast<size_t>(ring_prev(r))].end, tape_line(&Tape::recv_start, r)))
+        d_failed_ = true;
+  }
+  // after them: tape the receives; partial: A's from their lines, and D (2)
+  void first_step_out(std::vector<T>& recv, bool has_recv) {
+    const int R = nreps();
+    if (!has_recv) {
+      if (taping_) tape_out_->unsupported = true;
+      if (partial_) d_failed_ = true;
+      return;
+    }
+    if (taping_) {
+      tape_out_->ring = true;
+      for (int r = 0; r < R; ++r) {
+        tape_out_->recv_start[static_cast<size_t>(r)] = recv[static_cast<size_t>(r)].start;
+        tape_out_->recv_end[static_cast<size_t>(r)] = recv[static_cast<size_t>(r)].end;
+      }
+    }
+    if (!partial_) return;
+    for (int r = 0; r < R; ++r)
+      if (!sweep_[static_cast<size_t>(r)]) {
+        recv[static_cast<size_t>(r)].start = tape_line(&Tape::recv_start, r);
+        recv[static_cast<size_t>(r)].end = tape_line(&Tape::recv_end, r);
+      }
+    for (int r = 0; r < R; ++r)
+      if (sweep_[static_cast<size_t>(r)] && !below(recv[static_cast<size_t>(r)].end, recv[static_cast<size_t>(down_[static_cast<size_t>(r)])].end))
+        d_failed_ = true;
+  }
+  // a collective joining ranks (not G::self): tape the ZeRO-3 gather; partial: its arrival from
+  // the line, and D (3) (`arrival[0]` holds the B members' latest readiness)
+  void joined(G g, const std::vector<T>& ids, std::vector<double>& arrival) {
+    if (g != G::zero) {
+      if (taping_) tape_out_->unsupported = true;
+      if (partial_) d_failed_ = true;
+      return;
+    }
+    if (taping_) {
+      ++tape_out_->gathers;
+      for (int r = 0; r < nreps(); ++r) tape_out_->gather_ready[static_cast<size_t>(r)] = ids[static_cast<size_t>(r)].start;
+      tape_out_->gather_arrival = arrival[0];
+    }
+    if (!partial_) return;
+    if (++partial_gathers_ > 1) {
+      d_failed_ = true;
+      return;
+    }
+    const double y = tape_[0].gather_arrival, z = tape_[1].gather_arrival;
+    const double a = y == z ? z : z + partial_dm_ * (z - y);
+    if (!below(arrival[0], a)) d_failed_ = true;
+    arrival[0] = a;
+  }
+  // down_[b]: the first A rank downstream of b (it receives b's blocks first), -1: none
+  void find_down() {
+    const int R = nreps();
+    down_.assign(static_cast<size_t>(R), -1);
+    int next_a = -1;
+    for (int i = 2 * R - 1; i >= 0; --i) {
+      const int r = i % R;
+      if (!sweep_[static_cast<size_t>(r)]) next_a = r;
+      else down_[static_cast<size_t>(r)] = next_a;
+    }
+  }
+  // D (1)-(3) on a recorded iteration for the ranks sweep_ marks: 1 holds; 0 fails; -1 grown
+  // (with `grow`, the A ranks that a B value reaches through (1) or (2) join B: call again)
+  int d_check(const Tape& x, bool grow) {
+    if (x.unsupported || !x.ring || x.gathers > 1) return 0;
+    const int R = nreps();
+    bool grew = false;
+    if (x.gathers == 1)
+      for (int b = 0; b < R; ++b)
+        if (sweep_[static_cast<size_t>(b)] && !below(x.gather_ready[static_cast<size_t>(b)], x.gather_arrival)) return 0;
+    for (int a = 0; a < R; ++a) {
+      const int b = ring_prev(a);
+      if (!sweep_[static_cast<size_t>(a)] && sweep_[static_cast<size_t>(b)] &&
+          !below(x.pre_end[static_cast<size_t>(b)], x.recv_start[static_cast<size_t>(a)])) {
+        if (!grow) return 0;
+        sweep_[static_cast<size_t>(a)] = 1, grew = true;
+      }
+    }
+    find_down();
+    for (int b = 0; b < R; ++b) {
+      if (!sweep_[static_cast<size_t>(b)]) continue;
+      const int a = down_[static_cast<size_t>(b)];
+      if (a < 0) return 0;
+      if (!below(x.recv_end[static_cast<size_t>(b)], x.recv_end[static_cast<size_t>(a)])) {
+        if (!grow) return 0;
+        sweep_[static_cast<size_t>(a)] = 1, grew = true;
+        find_down();
+      }
+    }
+    return grew ? -1 : 1;
+  }
+  // B's rows of the state (for going back one layer)
+  struct BState {
+    std::vector<T> tasks;
+    std::vector<RepAcc> acc;
+  };
+  void save_b(BState& s, std::initializer_list<std::vector<T>*> carried) const {
+    s.tasks.clear(), s.acc.clear();
+    for (size_t r = 0; r < sweep_.size(); ++r) {
+      if (!sweep_[r]) continue;
+      s.tasks.insert(s.tasks.end(), last_.begin() + static_cast<std::ptrdiff_t>(r * kSimStreams),
+                     last_.begin() + static_cast<std::ptrdiff_t>((r + 1) * kSimStreams));
+      for (const std::vector<T>* v : carried) s.tasks.push_back((*v)[r]);
+      s.acc.push_back(acc_[r]);
+    }
+  }
+  void restore_b(const BState& s, std::initializer_list<std::vector<T>*> carried) {
+    size_t i = 0, j = 0;
+    for (size_t r = 0; r < sweep_.size(); ++r) {
+      if (!sweep_[r]) continue;
+      for (int st = 0; st < kSimStreams; ++st) last_[r * kSimStreams + static_cast<size_t>(st)] = s.tasks[i++];
+      for (std::vector<T>* v : carried) (*v)[r] = s.tasks[i++];
+      acc_[r] = s.acc[j++];
+    }
+  }
+
+  // After an iteration whose state Period did not find on a line (`period` holds the last three,
+  // taped by tape_[0], tape_[1]): moves the ranks on their lines and sweeps the others for up to
+  // n iterations, `iterate(m)` sweeping the m-th after the observed one. Returns how many were
+  // done (0: none, the state is the observed one again; -1: not tried, nothing swept).
+  int64_t partial_jump(Period& period, std::initializer_list<std::vector<T>*> carried, int64_t n,
+                       const std::function<void(int64_t)>& iterate) {
+    const int R = nreps();
+    const Snapshot &s0 = period.s(0), &s1 = period.s(1), &s2 = period.s(2);
+    if (s1.next_id - s0.next_id != s2.next_id - s1.next_id || s1.next_coll - s0.next_coll != s2.next_coll - s1.next_coll ||
+        s1.ntasks - s0.ntasks != s2.ntasks - s1.ntasks)
+      return -1;
+    // B: the ranks off their lines, and those a B value reaches (D on both tapes)
+    sweep_.assign(static_cast<size_t>(R), 0);
+    Period::step_difference(s0, s1, s1, s2, false, nullptr, sweep_.data());
+    {  // the ranks still catching up (their end moves by less than the fastest-moving rank's): each
+       // will meet the pace of the others and leave its line; swept from the start
+      double lambda = 0;
+      for (int r = 0; r < R; ++r) lambda = std::max(lambda, s2.acc[static_cast<size_t>(r)].end - s1.acc[static_cast<size_t>(r)].end);
+      for (int r = 0; r < R; ++r)
+        if (s2.acc[static_cast<size_t>(r)].end - s1.acc[static_cast<size_t>(r)].end < lambda * (1 - 1e-9)) sweep_[static_cast<size_t>(r)] = 1;
+    }
+    for (;;) {
+      const int64_t nb = std::count(sweep_.begin(), sweep_.end(), 1);
+      // (-1: not tried, the state untouched.) Over R/8 swept ranks it waits: the band of ranks
+      // off their lines shrinks over the first layers (cp=256 no recompute: 100 ranks at the first
+      // try, 20 from layer ~12), and each swept layer costs a B share of a full one
+      if (nb == 0 || 8 * nb > R) return -1;
+      const int c0 = d_check(tape_[0], true);
+      if (c0 == 0) return -1;
+      const int c1 = d_check(tape_[1], true);
+      if (c1 == 0) return -1;
+      if (c0 == 1 && c1 == 1) break;
+    }
+    int64_t v = -1;
+    for (int64_t t = 0;; ++t) {
+      if (t == n - 1) {  // the last iteration: the verifying sweep
+        v = t;
+        break;
+      }
+      save_b(bstate_[t & 1], carried);
+      partial_ = true, partial_dm_ = static_cast<double>(t + 1), partial_gathers_ = 0, d_failed_ = false;
+      iterate(t + 1);
+      partial_ = false;
+      if (d_failed_) {  // D failed in layer t: verify layer t - 1
+        v = t - 1;
+        if (v >= 0) restore_b(bstate_[v & 1], carried);
+        break;
+      }
+    }
+    if (v < 0) {
+      restore(s2, carried);
+      return 0;
+    }
+    // the verifying sweep from S(v): A placed on its line, B as swept
+    period.place(*this, carried, v, sweep_.data());
+    next_id_ = s2.next_id + v * (s2.next_id - s1.next_id);
+    next_coll_ = s2.next_coll + v * (s2.next_coll - s1.next_coll);
+    ntasks_ = s2.ntasks + v * (s2.ntasks - s1.ntasks);
+    take(pv_, carried);
+    tape_v_.clear(static_cast<size_t>(R));
+    tape_out_ = &tape_v_, taping_ = true;
+    iterate(v + 1);
+    taping_ = false;
+    take(wv_, carried);
+    bool ok = d_check(tape_v_, false) == 1 && tape_v_.gathers == tape_[1].gathers;
+    a_mask_.resize(static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r) a_mask_[static_cast<size_t>(r)] = !sweep_[static_cast<size_t>(r)];
+    ok = ok && Period::step_difference(s1, s2, pv_, wv_, true, a_mask_.data()) == 0;
+    partial_dm_ = static_cast<double>(v + 1);
+    auto on_line = [&](double x, double l) { return std::abs(x - l) <= 1e-12 * std::max(std::abs(x), std::abs(l)); };
+    for (int r = 0; ok && r < R; ++r)
+      if (!sweep_[static_cast<size_t>(r)])
+        ok = on_line(tape_v_.pre_end[static_cast<size_t>(r)], tape_line(&Tape::pre_end, r)) &&
+             on_line(tape_v_.recv_start[static_cast<size_t>(r)], tape_line(&Tape::recv_start, r)) &&
+             on_line(tape_v_.recv_end[static_cast<size_t>(r)], tape_line(&Tape::recv_end, r));
+    if (ok && tape_v_.gathers == 1) {
+      const double y = tape_[0].gather_arrival, z = tape_[1].gather_arrival;
+      ok = on_line(tape_v_.gather_arrival, y == z ? z : z + partial_dm_ * (z - y));
+    }
+    if (!ok) {
+      ++partial_misses_;
+      restore(s2, carried);
+      return 0;
+    }
+    ++partial_jumps_;
+    partial_layers_ += v;
+    partial_ranks_ += v * static_cast<int64_t>(std::count(sweep_.begin(), sweep_.end(), 1));
+    return v + 1;
+  }
 
   // ---- one layer forward (also the recompute pass) ----------------------------------------------
   std::vector<T> layer_forward(int32_t l, SimPass pass, const std::vector<T>& after, const std::vector<T>& params) {
@@ -1208,14 +1554,37 @@ class Builder {
     };
     Period& period = layer_period_;  // (one for every layer loop: its snapshots are allocated once)
     period.reset();
+    const bool partial = partial_possible();
+    tapes_ = 0;
     for (int32_t l = 0; l < L; ++l) {
+      const bool tape = partial && l + 2 < L;  // what the ranks lend each other, for partial_jump
+      if (tape) {
+        tape_new_.clear(static_cast<size_t>(nreps()));
+        tape_out_ = &tape_new_, taping_ = true;
+      }
       iteration(l);
+      taping_ = false;
       // iterations 1 .. L-2 are alike (the first starts from the embedding, the last prefetches
       // nothing): see Period
       if (!record_ && l + 2 < L) {
+        if (tape) {
+          std::swap(tape_[0], tape_[1]);
+          std::swap(tape_[1], tape_new_);
+          ++tapes_;
+        }
         const int64_t n = (L - 2) - l;  // alike iterations still to come
-        if (period.observe(*this, {&d, &gathered}) && n >= 2)
-          l += static_cast<int32_t>(period.jump(*this, {&d, &gathered}, n, [&](int64_t m) { iteration(l + static_cast<int32_t>(m)); }));
+        int64_t done = 0;
+        if (period.observe(*this, {&d, &gathered})) {
+          if (n >= 2) done = period.jump(*this, {&d, &gathered}, n, [&](int64_t m) { iteration(l + static_cast<int32_t>(m)); });
+        } else if (tape && n >= 2 && tapes_ >= 2 && period.seen() == 3) {
+          // the whole state is off its line: move the ranks still on theirs, sweep the others
+          done = partial_jump(period, {&d, &gathered}, n, [&](int64_t m) { iteration(l + static_cast<int32_t>(m)); });
+          if (done > 0) period.reset();  // (its observed states are behind)
+          else if (done == 0) tapes_ = 0;  // (undone: not again before two more sweeps)
+          done = std::max<int64_t>(0, done);
+        }
+        if (done > 0) tapes_ = 0;
+        l += static_cast<int32_t>(done);
       }
     }
     fwd_tail_ = d;
@@ -1381,8 +1750,25 @@ class Builder {
   std::vector<int32_t> coll_of_key_, key_of_;  // collective()'s scratch
   std::vector<double> arrival_;
   std::vector<int64_t> ng_hops_;
+  // the partial sweep's (partial_jump)
+  int partial_min_ranks_ = kPartialSweepMinRanks;
+  bool partial_ = false, taping_ = false, d_failed_ = false;  // sweeping only sweep_'s ranks; taping into tape_out_; D failed
+  double partial_dm_ = 0;  // the tapes' line at this many iterations past the last taped one
+  int partial_gathers_ = 0;
+  Tape* tape_out_ = nullptr;
+  Tape tape_[2], tape_new_, tape_v_;  // the last two swept iterations' (tape_[1] the later), the current one's, the verifying sweep's
+  int tapes_ = 0;  // how many iterations in a row were swept and taped
+  std::vector<char> sweep_, a_mask_;
+  std::vector<int> down_;
+  BState bstate_[2];
+  Snapshot pv_, wv_;
+  int64_t partial_jumps_ = 0, partial_layers_ = 0, partial_misses_ = 0, partial_ranks_ = 0;
 
  public:
+  int64_t partial_jumps() const { return partial_jumps_; }
+  int64_t partial_layers() const { return partial_layers_; }
+  int64_t partial_misses() const { return partial_misses_; }
+  int64_t partial_ranks() const { return partial_ranks_; }
   int64_t collectives() const { return next_coll_; }
   int64_t tasks() const { return ntasks_; }
   int64_t jumps() const { return jumps_; }
@@ -1394,10 +1780,10 @@ class Builder {
 
 }  // namespace
 
-SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record, int ring_closed_form_min_ranks) {
+SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record, int ring_closed_form_min_ranks, int partial_sweep_min_ranks) {
   auto t0 = std::chrono::steady_clock::now();
   SimResult r;
-  Builder b(k, p, r, record == SimRecord::tasks, ring_closed_form_min_ranks);
+  Builder b(k, p, r, record == SimRecord::tasks, ring_closed_form_min_ranks, partial_sweep_min_ranks);
   b.build();
   const auto& acc = b.reps();
   r.stats.tasks = b.tasks();
@@ -1406,6 +1792,10 @@ SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record, int
   r.stats.layers_extrapolated = b.layers_extrapolated();
   r.stats.jump_misses = b.jump_misses();
   r.stats.micro_batches_extrapolated = b.micro_batches_extrapolated();
+  r.stats.partial_jumps = b.partial_jumps();
+  r.stats.layers_partially_swept = b.partial_layers();
+  r.stats.partial_misses = b.partial_misses();
+  r.stats.partial_rank_layers = b.partial_ranks();
   for (size_t i = 0; i < acc.size(); ++i) {
     r.reps[i].compute_stream_busy_s = acc[i].stream_busy;
     r.reps[i].end_s = acc[i].end;

@@ -57,6 +57,10 @@ struct SimStats {
   int64_t layers_extrapolated = 0;  // layer iterations taken on the line of the previous ones, not swept
   int64_t micro_batches_extrapolated = 0;  // whole micro-batches taken on the line of the previous ones
   int64_t jump_misses = 0;       // jumps whose check failed (each cost one swept iteration)
+  int64_t partial_jumps = 0;     // forward layer stretches where only the ranks off their lines were swept
+  int64_t layers_partially_swept = 0;  // layer iterations in them (the others' ranks moved along their lines)
+  int64_t partial_misses = 0;    // such stretches undone by their far-end check
+  int64_t partial_rank_layers = 0;  // ranks swept in them, summed over their layer iterations
   double wall_seconds = 0;       // how long the simulation itself took
 };
 
@@ -98,9 +102,19 @@ int64_t ring_steps_per_layer(const StepCosts& k);
 // rings with recompute, thread CPU time, same runs: the sweep 1.6x faster at 128 ranks, the closed
 // form 1.4x faster at 256, 2.6x at 512 and 3.6x at 1024; bench/bench_simulator.cpp). The tests pass
 // 2 to take the closed form on small rings too.
+//
+//
+// Without a recording, the forward layer loop of a plain ring of at least `partial_sweep_min_ranks`
+// unequal ranks sweeps only the ranks that leave their lines where the whole state does not move on
+// one: the others move along their lines, which a full sweep at the far end checks, as Period checks
+// a jump (partial_jump in simulator.cpp states the argument). Below 128 ranks the bookkeeping costs
+// more than it saves (the space's plain rings, thread CPU, all plans of a class summed, partial
+// against whole-layer sweeps: cp=8 1.5x, cp=16 1.3x, cp=32 1.15x, cp=64 1.0x the time; cp=128
+// 0.92-0.96x, cp=256-512 0.88-0.98x). The tests pass 4 to take it on small rings too.
 constexpr int kRingClosedFormMinRanks = 256;
+constexpr int kPartialSweepMinRanks = 128;
 SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record = SimRecord::tasks,
-                        int ring_closed_form_min_ranks = kRingClosedFormMinRanks);
+                        int ring_closed_form_min_ranks = kRingClosedFormMinRanks, int partial_sweep_min_ranks = kPartialSweepMinRanks);
 
 // The event-queue implementation it replaced (every task stored, a priority queue): the oracle of
 // tests/test_simulator_oracle.cpp and the baseline of bench/bench_simulator.cpp. Same results.

@@ -92,6 +92,10 @@ std::vector<Case> matrix() {
       {"Llama-3.1-8B", "8xh100", "dp=2,cp=4,cp_kind=ring,zero=3,mask=doc:hist:1024@0.5/16384@0.5,ga=12", 65536},
       {"Llama-3.1-8B", "8x8xh100", "cp=64,cp_kind=ring,zero=3,recompute=full", 524288},
       {"Llama-3.1-70B", "8x8xh100", "tp=2,cp=32,cp_kind=ring,zero=3,recompute=selective", 262144},
+      // plain rings whose forward layers go on with only the ranks off their lines swept (partial
+      // sweep, forced from 4 ranks below): with and without the ZeRO-3 gather that joins every rank
+      {"Llama-3.1-8B", "4x8xh100", "cp=32,cp_kind=ring", 262144},
+      {"Llama-3.1-8B", "8x8xh100", "cp=64,cp_kind=ring,zero=3", 524288},
   };
   for (const Case& c : more) v.push_back(c);
   return v;
@@ -103,7 +107,7 @@ double rel(double a, double b) {
 }
 
 TEST(SimulatorOracle, StreamingSweepMatchesTheEventQueueOnEveryPlanOfTheMatrix) {
-  int checked = 0, skipped = 0, extrapolating = 0;
+  int checked = 0, skipped = 0, extrapolating = 0, partially = 0;
   double worst = 0;
   std::string worst_where;
   for (const Case& c : matrix()) {
@@ -124,7 +128,8 @@ TEST(SimulatorOracle, StreamingSweepMatchesTheEventQueueOnEveryPlanOfTheMatrix) 
     // (by default only from kRingClosedFormMinRanks ranks); recording
     for (int variant = 0; variant < 3; ++variant) {
       const SimRecord record = variant == 2 ? SimRecord::tasks : SimRecord::none;
-      SimResult got = simulate_step(k, p, record, variant == 1 ? 2 : kRingClosedFormMinRanks);
+      // (the forward's partial sweep from 4 ranks, by default from kPartialSweepMinRanks)
+      SimResult got = simulate_step(k, p, record, variant == 1 ? 2 : kRingClosedFormMinRanks, 4);
       const std::string w = what + (variant == 0 ? " (streaming)" : variant == 1 ? " (streaming, closed-form backward ring)" : " (recording)");
       auto cmp = [&](const char* field, double a, double b) {
         double d = rel(a, b);
@@ -167,6 +172,7 @@ TEST(SimulatorOracle, StreamingSweepMatchesTheEventQueueOnEveryPlanOfTheMatrix) 
         EXPECT_EQ(got.reps[i].label, ref.reps[i].label) << w;
       }
       if (variant == 0 && (got.stats.layers_extrapolated > 0 || got.stats.micro_batches_extrapolated > 0)) ++extrapolating;
+      if (variant == 0 && got.stats.layers_partially_swept > 0) ++partially;
       if (record == SimRecord::none) {
         EXPECT_TRUE(got.tasks.empty()) << w << ": nothing per task without a recording";
         EXPECT_TRUE(got.deps.empty()) << w;
@@ -197,6 +203,10 @@ TEST(SimulatorOracle, StreamingSweepMatchesTheEventQueueOnEveryPlanOfTheMatrix) 
   std::printf("%d of %d plans extrapolated periodic layers or micro-batches without a recording\n", extrapolating, checked);
   // the comparison covers the periodic jumps (layers and micro-batches not swept) on most plans
   EXPECT_GE(extrapolating, checked / 2) << "plans whose streaming sweep extrapolated layers";
+  // and the partial sweep (forward layers with only the ranks off their lines swept) on the plain
+  // rings of 32 and 64 ranks
+  std::printf("%d plans swept forward layers partially\n", partially);
+  EXPECT_GE(partially, 4) << "plans whose forward layers were swept partially";
   std::printf("oracle matrix: %d plans, each streaming (swept and closed-form backward ring) and recording; max relative difference %.3g%s%s\n", checked, worst,
               worst > 0 ? " at " : "", worst > 0 ? worst_where.c_str() : "");
 }
@@ -348,6 +358,124 @@ TEST(SimulatorOracle, RingsRisingUpstreamMatchTheEventQueueExactly) {
     ++cases;
   }
   EXPECT_EQ(cases, 120);
+}
+
+// The partial sweep (only the ranks off their lines swept, the others moved along their lines)
+// on rings whose ranks leave their lines one after another, against the oracle bit for bit: the
+// forward costs of a causal ring (rank r computes on its first cp - r steps, or r + 1 with the
+// heaviest rank last), many layers (a partial jump needs three observed layers and two more to
+// go), with and without a ZeRO-3 gather joining every rank. Same exact-arithmetic setting as the
+// tests above (dyadic costs: the lines' extrapolation z + m (z - y) is exact too, so any
+// difference is a wrong move of a rank or a missed dependency, not rounding).
+TEST(SimulatorOracle, PartialSweepsOfLongRingsMatchTheEventQueueExactly) {
+  std::mt19937 rng(20261127);
+  auto pick = [&](std::initializer_list<double> v) { return *(v.begin() + std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)); };
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int cases = 0, partial = 0, partial_gathered = 0;
+  for (int trial = 0; trial < 160; ++trial) {
+    const int64_t cp = uni(8, 40);
+    StepCosts k;
+    k.layers = uni(10, 24);
+    k.ga = 1;
+    k.cp = cp;
+    k.ulysses = 1;
+    k.ring = cp;
+    k.cp_kind = CpKind::ring;
+    k.world = cp;
+    k.tokens_per_step = 1;
+    k.peak_flops = 1;
+    k.recompute = uni(0, 2) == 0 ? Recompute::full : Recompute::none;
+    k.p2p_fwd = pick({0.25, 0.5, 1});
+    k.p2p_dkv = pick({0.25, 0.5});
+    k.pre_fwd = pick({0.25, 0.5});
+    k.post_fwd = pick({0, 0.25});
+    k.mlp_fwd = pick({0.5, 1});
+    k.pre_bwd = pick({0, 0.5});
+    k.mlp_bwd = pick({0, 1});
+    k.zero3_ag = pick({0, 0.25, 2, 4, 8});
+    const double unit = pick({0.25, 0.5});
+    const bool heavy_last = uni(0, 1);
+    auto costs = [&]() {
+      std::vector<std::vector<double>> v(static_cast<size_t>(cp));
+      for (int64_t r = 0; r < cp; ++r) {
+        const int64_t busy = heavy_last ? r + 1 : cp - r;
+        for (int64_t j = 0; j < cp; ++j) v[static_cast<size_t>(r)].push_back(j < busy ? unit : 0.0);
+      }
+      return v;
+    };
+    k.attn_fwd.push_back(costs());
+    k.attn_bwd.push_back(costs());
+    const Plan p = parse_plan("cp=" + std::to_string(cp) + ",cp_kind=ring");
+    const std::string w = "trial " + std::to_string(trial) + ": cp " + std::to_string(cp) + ", layers " + std::to_string(k.layers) + ", p " +
+                          std::to_string(k.p2p_fwd) + ", unit " + std::to_string(unit) + ", gather " + std::to_string(k.zero3_ag) +
+                          (heavy_last ? ", heaviest last" : ", heaviest first");
+    const SimResult ref = simulate_step_reference(k, p);
+    const SimResult got = simulate_step(k, p, SimRecord::none, kRingClosedFormMinRanks, 4);  // (partial sweep from 4 ranks)
+    EXPECT_EQ(got.time.step_seconds, ref.time.step_seconds) << w;
+    for (int i = 0; i < static_cast<int>(TimePhase::count); ++i) EXPECT_EQ(got.time.phase_seconds[i], ref.time.phase_seconds[i]) << w;
+    EXPECT_EQ(got.time.breakdown.compute, ref.time.breakdown.compute) << w;
+    EXPECT_EQ(got.time.breakdown.exposed_comm, ref.time.breakdown.exposed_comm) << w;
+    EXPECT_EQ(got.time.breakdown.imbalance, ref.time.breakdown.imbalance) << w;
+    EXPECT_EQ(got.breakdown_rep, ref.breakdown_rep) << w;
+    EXPECT_EQ(got.critical_rep, ref.critical_rep) << w;
+    EXPECT_EQ(got.stats.tasks, ref.stats.tasks) << w;
+    ASSERT_EQ(got.reps.size(), ref.reps.size()) << w;
+    std::vector<double> end(ref.reps.size(), 0.0), busy(ref.reps.size(), 0.0);
+    for (const SimTask& t : ref.tasks) {
+      end[static_cast<size_t>(t.rep)] = std::max(end[static_cast<size_t>(t.rep)], t.end);
+      if (t.stream == SimStream::compute) busy[static_cast<size_t>(t.rep)] += t.duration;
+    }
+    for (size_t i = 0; i < ref.reps.size(); ++i) {
+      EXPECT_EQ(got.reps[i].end_s, end[i]) << w << ", rep " << i;
+      EXPECT_EQ(got.reps[i].compute_stream_busy_s, busy[i]) << w << ", rep " << i;
+    }
+    if (got.stats.layers_partially_swept > 0) ++partial, partial_gathered += k.zero3_ag > 0;
+    ++cases;
+  }
+  EXPECT_EQ(cases, 160);
+  std::printf("%d of %d rings swept forward layers partially, %d of them with the gather\n", partial, cases, partial_gathered);
+  EXPECT_GE(partial, 12) << "rings whose forward layers were swept partially";
+  EXPECT_GE(partial_gathered, 4) << "of them with the ZeRO-3 gather";
+}
+
+// The 1024-GPU job's large plain rings (too large for the event queue: 26-105 million tasks),
+// where ranks leave their lines one after another for most of the forward pass: the partial
+// sweep against whole-layer sweeps only (simulate_step's partial_sweep = false, itself held to
+// the oracle above) and by default (from kPartialSweepMinRanks = 128 ranks), to the matrix's 1e-9 (both extrapolate lines, rounding differently), on every
+// output; and the partial sweep must carry most of the forward layers (80 layers, 78 alike).
+TEST(SimulatorOracle, PartialSweepOfLargeRingsEqualsWholeLayerSweeps) {
+  const char* plans[] = {"cp=256,cp_kind=ring", "dp=4,cp=256,cp_kind=ring,zero=3", "tp=8,cp=128,cp_kind=ring,zero=3,recompute=full",
+                         "cp=512,cp_kind=ring,zero=3"};
+  ModelSpec m = resolve_model(profiles(), "Llama-3.1-70B");
+  ClusterSpec cl = resolve_cluster(profiles(), "h100-superpod-1024");
+  const RuntimeProfile& rt = resolve_runtime(profiles(), "ctxrun-cuda");
+  for (const char* text : plans) {
+    Plan p = parse_plan(text);
+    ASSERT_TRUE(check_plan(p, m, cl, 1048576).ok()) << text;
+    const StepCosts k = step_costs(m, cl, rt, p, 1048576, true);
+    const SimResult whole = simulate_step(k, p, SimRecord::none, kRingClosedFormMinRanks, 1 << 30);
+    const SimResult got = simulate_step(k, p, SimRecord::none);
+    auto cmp = [&](const char* field, double a, double b) { EXPECT_LE(rel(a, b), 1e-9) << text << ": " << field << " " << a << " vs " << b; };
+    cmp("step_seconds", got.time.step_seconds, whole.time.step_seconds);
+    for (int i = 0; i < static_cast<int>(TimePhase::count); ++i) cmp("phase", got.time.phase_seconds[i], whole.time.phase_seconds[i]);
+    cmp("breakdown.compute", got.time.breakdown.compute, whole.time.breakdown.compute);
+    cmp("breakdown.exposed_comm", got.time.breakdown.exposed_comm, whole.time.breakdown.exposed_comm);
+    cmp("breakdown.imbalance", got.time.breakdown.imbalance, whole.time.breakdown.imbalance);
+    cmp("breakdown.optimizer", got.time.breakdown.optimizer, whole.time.breakdown.optimizer);
+    EXPECT_EQ(got.critical_rep, whole.critical_rep) << text;
+    EXPECT_EQ(got.breakdown_rep, whole.breakdown_rep) << text;
+    EXPECT_EQ(got.stats.tasks, whole.stats.tasks) << text;
+    ASSERT_EQ(got.reps.size(), whole.reps.size()) << text;
+    for (size_t i = 0; i < got.reps.size(); ++i) {
+      cmp("rank end", got.reps[i].end_s, whole.reps[i].end_s);
+      cmp("rank compute-stream busy", got.reps[i].compute_stream_busy_s, whole.reps[i].compute_stream_busy_s);
+    }
+    EXPECT_EQ(whole.stats.partial_jumps, 0) << text;
+    EXPECT_GE(got.stats.partial_jumps, 1) << text;
+    EXPECT_GE(got.stats.layers_partially_swept, 39) << text << ": forward layers swept partially (half of the 78 alike)";
+    std::printf("%s: %lld forward layers swept partially in %lld jumps (%lld undone)\n", text, static_cast<long long>(got.stats.layers_partially_swept),
+                static_cast<long long>(got.stats.partial_jumps), static_cast<long long>(got.stats.partial_misses));
+  }
 }
 
 }  // namespace
