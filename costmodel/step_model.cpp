@@ -264,7 +264,11 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   const bool unmasked_blocks = p.mask == MaskKind::causal && price.mask == AttentionMask::causal && k.ring > 1 &&
                                (p.cp_comm == CpComm::p2p || p.cp_comm == CpComm::a2a_p2p ||
                                 (p.cp_comm == CpComm::allgather && rt.cp_allgather_step_loop));
-  const std::vector<double> own_keys = unmasked_blocks ? attention_pairs_own_keys(p, priced) : std::vector<double>{};
+  // only ranks priced as one entry (per-rank totals) split their own keys from the rest; per-step ranks
+  // know step 0 is their own keys, so the O(cp) span walk is skipped when no rank has a single entry
+  const bool single_entry_ranks =
+      unmasked_blocks && std::any_of(pairs.begin(), pairs.end(), [](const std::vector<double>& steps) { return steps.size() == 1; });
+  const std::vector<double> own_keys = single_entry_ranks ? attention_pairs_own_keys(p, priced) : std::vector<double>{};
   for (double scale : k.pack_work) {
     std::vector<std::vector<double>> fw, bw;
     for (size_t rank = 0; rank < pairs.size(); ++rank) {
