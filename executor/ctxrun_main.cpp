@@ -16,6 +16,7 @@
 #include "costmodel/plan_check.hpp"
 #include "costmodel/prediction.hpp"
 #include "costmodel/profile_store.hpp"
+#include "costmodel/runtime_capabilities.hpp"
 #ifdef CTXPLAN_HAVE_CUDA
 #include "executor/cuda/cuda_backend.hpp"
 #ifdef CTXPLAN_HAVE_CUDA_EMULATED
@@ -146,6 +147,10 @@ int run(int argc, char** argv, CommWorld& world) {
   // the fit check prices the runtime this backend really is (its profile, at the plan's precision)
   const std::string runtime_name = ctxrun_runtime_for_backend(o.backend);
   const RuntimeProfile runtime = resolve_runtime(prof, runtime_name);
+  // the backend's own profile states what ctxrun runs (ctxplan proposes only those plans); test_schedule's
+  // CtxrunProfilesAllowExactlyWhatTheExecutorRuns keeps it and executor_plan_problem one statement
+  if (std::string missing = missing_capability(runtime.capabilities, runtime_name, plan); !missing.empty())
+    throw InputError(o.plan_file.empty() ? "--plan" : o.plan_file, "", missing);
   Prediction pred = predict(model, cluster, runtime, plan, seq);
   const int64_t predicted_peak_bytes = static_cast<int64_t>(pred.memory.peak.total());
   if (!pred.memory.fits() && !o.no_fit_check) {

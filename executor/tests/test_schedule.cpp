@@ -191,5 +191,42 @@ TEST(ExecutorPlan, TpOverlapAndCompileAreRefusedAsTheCtxrunProfilesSay) {
   EXPECT_EQ(exec::executor_plan_problem(m, parse_plan("tp=2,tp_overlap=0,compile=off"), 64), "");
 }
 
+
+// The ctxrun profiles' capabilities and the executor's own refusals are one statement (review of issue 16):
+// ctxplan proposes for ctxrun only plans its profile allows, and ctxrun refuses (executor_plan_problem) what it
+// does not run. For one plan per capability value, the profile allows the plan exactly when the executor runs
+// it, on both ctxrun profiles; a value one side accepts and the other refuses fails here naming both answers.
+TEST(ExecutorPlan, CtxrunProfilesAllowExactlyWhatTheExecutorRuns) {
+  Profiles prof = load_profiles(default_profiles_dir());
+  const ModelSpec m = resolve_model(prof, "tiny");
+  const std::vector<std::string> plans = {
+      "tp=2", "tp=2,sp=0", "tp=2,sp=1", "pp=2", "pp=2,vpp=2", "cp=2,cp_kind=ring", "cp=2,cp_kind=zigzag",
+      "cp=2,cp_kind=ulysses", "cp=2,cp_comm=allgather", "cp=4,cp_kind=usp,ulysses=2", "cp=2,cp_kind=ring,mask=doc:16,cp_varlen=native",
+      "cp=2,cp_kind=ring,mask=doc:16,cp_varlen=cycle", "cp=2,cp_kind=ring,mask=doc:16,cp_varlen=split:2", "zero=0", "zero=1",
+      "dp=2,zero=2", "dp=2,zero=3", "dp=4,zero=3,zero_shard=2", "recompute=none", "recompute=selective",
+      "recompute=full", "opt_offload=1", "param_offload=1,zero=3,dp=2", "ckpt_offload=1,recompute=full",
+      "tiled_loss=16", "tiled_mlp=16", "master=none", "master=fp32", "grads=bf16", "grads=fp32", "moments=bf16",
+      "moments=8bit", "tp=2,tp_overlap=1", "compile=model", "compile=model+loss"};
+  int checked = 0;
+  for (const char* rt : {"ctxrun-cpu", "ctxrun-cuda"}) {
+    const RuntimeProfile runtime = resolve_runtime(prof, rt);
+    for (const std::string& text : plans) {
+      Plan plan;
+      try {
+        plan = parse_plan(text);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << text << " does not parse: " << e.what();
+        continue;
+      }
+      const std::string profile_says = missing_capability(runtime.capabilities, rt, plan);
+      const std::string executor_says = exec::executor_plan_problem(m, plan, 64);
+      EXPECT_EQ(profile_says.empty(), executor_says.empty())
+          << rt << " " << text << ": profile: '" << profile_says << "', executor: '" << executor_says << "'";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2 * static_cast<int>(plans.size()));
+}
+
 }  // namespace
 }  // namespace ctx
