@@ -160,5 +160,29 @@ TEST(MemoryModel, MaxTrainableSequenceGrowsWithGpus) {
   }
 }
 
+TEST(MemoryModel, MegatronFullRecomputeHoldsTheRecomputedLayerOutput) {
+  // megatron/core/tensor_parallel/random.py CheckpointFunction.backward keeps `outputs` (the recomputed
+  // layer's [s/tp, b, h] under SP) referenced while torch.autograd.backward runs the layer's backward:
+  // 131,072 tokens over cp x tp = 8 ranks -> 16,384 x 4096 x 2 B = 134,217,728 B at both backward high
+  // points, x 1.05 (megatron's fragmentation), against the same profile without the term
+  const double out_bytes = 16384.0 * 4096.0 * 2.0 * 1.05;
+  const RuntimeProfile with = resolve_runtime(profiles(), "megatron");
+  EXPECT_TRUE(with.recompute_keeps_output);
+  RuntimeProfile without = with;
+  without.recompute_keeps_output = false;
+  ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  ClusterSpec c = resolve_cluster(profiles(), "8xh100");
+  auto backward = [&](const RuntimeProfile& rt, const std::string& plan) {
+    return predict_memory(m, c, rt, parse_plan(plan), 131072).phase_peak[static_cast<int>(Phase::backward)];
+  };
+  for (const std::string plan : {"tp=8,recompute=full", "tp=4,cp=2,recompute=full"}) {
+    SCOPED_TRACE(plan);
+    // 1 B: the difference of two ~1e10 B sums of doubles, not a tolerance on the term
+    EXPECT_NEAR(backward(with, plan).total() - backward(without, plan).total(), out_bytes, 1.0);
+  }
+  // selective recompute keeps the layer's tensors: no rematerialised output to hold
+  EXPECT_DOUBLE_EQ(backward(with, "tp=8,recompute=selective").total(), backward(without, "tp=8,recompute=selective").total());
+}
+
 }  // namespace
 }  // namespace ctx
