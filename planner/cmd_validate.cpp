@@ -64,7 +64,14 @@ std::function<int()> add_validate_command(CLI::App& app, CommonOptions& common) 
       if (!a->only.empty() && id.find(a->only) == std::string::npos) continue;
       ModelSpec m = resolve_model(profiles, r.string("model"));
       ClusterSpec c = resolve_cluster(profiles, r.string("cluster"));
-      const RuntimeProfile& rt = resolve_runtime(profiles, r.string("runtime"));
+      RuntimeProfile rt = resolve_runtime(profiles, r.string("runtime"));
+      // the attention implementation, where the point's source states it (quoted in attention_source), as in
+      // published_time.jsonl: the same input as --attention; otherwise the runtime's default
+      if (r.has("attention")) {
+        if (r.string_or("attention_source", "").empty())
+          r.fail("attention_source", "a point's attention must quote where its source states the kernel");
+        rt = with_attention(std::move(rt), r.string("attention"), dir + "alst_maxseq.jsonl", id + ": attention");
+      }
       Plan plan = parse_plan(r.string("plan"), id + ": plan");
       double published = r.number("published_max_seq_tokens");
       PlanCheck chk = check_plan(plan, m, c, seq_granule(plan) * 1024);

@@ -16,9 +16,14 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <map>
 #include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <utility>
 
 #include "costmodel/json_util.hpp"
 
@@ -94,7 +99,7 @@ TEST(ValidationTime, HeldOutPublishedPointsArePricedAndWithin2_5x) {
     if (r.at("plan").get<std::string>().find("pp=") != std::string::npos) ++pipelined;
     ++checked;
   }
-  EXPECT_GE(checked, 33);   // 5 torchtitan memory rows + 28 rows added for issue 16
+  EXPECT_GE(checked, 37);   // 5 torchtitan memory rows + 28 rows added for issue 16 + 4 Hugging Face Ulysses blog rows
   EXPECT_GE(pipelined, 8);  // NeMo 8K (pp=2), NeMo 24.07 13B/70B/Llama-3 70B, Megatron-Bridge 70B x2, 405B x2 (uneven split)
 }
 
@@ -115,6 +120,61 @@ TEST(ValidationTime, FitAndCheckPointsAreSummarisedApart) {
     for (auto& [role, n] : roles)
       if (n > 0) EXPECT_EQ(s.at(role).at("points").get<int>(), n) << metric << " " << role;
   }
+}
+
+TEST(ValidationTime, MaxSeqPointsArePricedWithTheKernelTheirSourceStates) {
+  // a max_seq_tokens point may state its attention implementation (with attention_source), as a
+  // published_time.jsonl point does: ArcticTraining's 1x H200 recipes run flash_attention_3
+  // (alst_maxseq.jsonl at-8b-h200-*); points that state none are priced with the runtime's default
+  // (hf-deepspeed: fa2)
+  int fa3 = 0, defaults = 0;
+  for (auto& r : rows()) {
+    if (r.at("metric") != "max_seq_tokens") continue;
+    const std::string id = r.at("id");
+    if (id.rfind("at-8b-h200-", 0) == 0) {
+      EXPECT_EQ(r.at("attention"), "fa3") << id;
+      ++fa3;
+    } else if (id.rfind("alst-", 0) == 0) {
+      EXPECT_EQ(r.at("attention"), "fa2") << id;
+      ++defaults;
+    }
+  }
+  EXPECT_EQ(fa3, 4);
+  EXPECT_EQ(defaults, 10);
+}
+
+// `ctxplan --profiles DIR validate` over a copy of the profiles whose alst_maxseq.jsonl is `line`:
+// the exit status and what it printed
+std::pair<int, std::string> validate_with_maxseq_line(const std::string& name, const std::string& line) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("ctxplan_maxseq_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::copy(std::string(CTXPLAN_SOURCE_DIR) + "/profiles", dir, fs::copy_options::recursive);
+  std::ofstream(dir / "validation" / "alst_maxseq.jsonl") << line << "\n";
+  const std::string cmd = std::string(CTXPLAN_BIN) + " --profiles " + dir.string() + " validate --only alst-t2-base 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
+  const int status = pclose(pipe);
+  fs::remove_all(dir);
+  return {WEXITSTATUS(status), out};
+}
+
+TEST(ValidationTime, MaxSeqPointAttentionNeedsItsSourceAndAKernelTheRuntimeRuns) {
+  const std::string head = R"({"id": "alst-t2-base", "model": "Llama-3.1-8B", "cluster": "1xh100", "runtime": "hf-deepspeed", )"
+                           R"("plan": "dp=1,zero=3,recompute=full,opt_offload=1,param_offload=1", "published_max_seq_tokens": 32000)";
+  auto [ok, ok_out] = validate_with_maxseq_line("ok", head + R"(, "attention": "fa3", "attention_source": "a recipe line"})");
+  EXPECT_EQ(ok, 0) << ok_out;
+  auto [unsourced, unsourced_out] = validate_with_maxseq_line("unsourced", head + R"(, "attention": "fa3"})");
+  EXPECT_EQ(unsourced, 2) << unsourced_out;
+  EXPECT_NE(unsourced_out.find("attention_source"), std::string::npos) << unsourced_out;
+  EXPECT_NE(unsourced_out.find("alst_maxseq.jsonl"), std::string::npos) << unsourced_out;
+  auto [unknown, unknown_out] = validate_with_maxseq_line("unknown", head + R"(, "attention": "fa9", "attention_source": "x"})");
+  EXPECT_EQ(unknown, 2) << unknown_out;
+  EXPECT_NE(unknown_out.find("fa9"), std::string::npos) << unknown_out;
+  EXPECT_NE(unknown_out.find("fa2"), std::string::npos) << unknown_out;  // the valid values are listed
 }
 
 }  // namespace
