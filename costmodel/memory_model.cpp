@@ -295,6 +295,16 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   // the runtime accumulates weight gradients in fp32 buffers, in fp32
   const double unit_grad_bytes = rt.unit_grads_fp32 ? fp32 : rt.weight_bytes;
   const double grad_reduce = p.zero >= 2 ? S.layer_params * unit_grad_bytes : 0.0;
+  // FSDP2's root unit (zero3_root_unit_unsharded): the embedding (first stage) and the head (last stage)
+  // unsharded from the forward's start to the backward's end, the head's gradient through the backward
+  const bool root_unsharded = p.zero == 3 && rt.zero3_root_unit_unsharded;
+  const double root_embedding = root_unsharded && stage.first && !(m.tied_embeddings && stage.last) ? S.vocab * h * rt.weight_bytes : 0.0;
+  const double root_head = root_unsharded && stage.last ? S.vocab * h * rt.weight_bytes : 0.0;
+  const double root_fwd = root_embedding + root_head;
+  // + the head's gradient, in the unsharded parameter's dtype (autograd's; reduced to fp32 only at the end)
+  const double root_bwd = root_fwd + (root_head > 0 ? S.vocab * h * rt.weight_bytes : 0.0);
+  // the last layer's weights, not resharded after its forward, at the loss
+  const double last_layer_kept = p.zero == 3 && rt.zero3_last_layer_kept_after_forward ? S.layer_params * rt.weight_bytes : 0.0;
 
   // ---- an explicit mask: [attention query rows, seq] for the whole step; otherwise the micro-batch's
   // token data: ids/labels/positions per local token, the queries' identities, and per key block
@@ -362,7 +372,7 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
     saved_layers(att, before);
     att[Mem::activations] += (attn_side - o_seq - qk_pre) * frag;  // x, 1/rms, q, k, v, the output and lse being written
     att[Mem::workspace] += fwd_ws * frag;
-    att[Mem::comm_buffers] += (fwd_comm + zero3_gather_last) * frag;
+    att[Mem::comm_buffers] += (fwd_comm + zero3_gather_last + root_fwd) * frag;
     // layer L-1 at its MLP: what the recompute kind keeps of the attention side, plus the MLP's
     // input (the checkpoint under full recompute) and its tensors
     double cur = 0;
@@ -373,7 +383,7 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
     saved_layers(mlp, before);
     mlp[Mem::activations] += cur * frag;
     mlp[Mem::workspace] += (norm_ws + S.tokens * h * a + (tiled_mlp ? fwd_mlp : 0.0)) * frag;
-    mlp[Mem::comm_buffers] += (sp_gather + zero3_gather_last) * frag;
+    mlp[Mem::comm_buffers] += (sp_gather + zero3_gather_last + root_fwd) * frag;
     out.phase_peak[static_cast<int>(Phase::forward)] = att.total() > mlp.total() ? att : mlp;
   }
   // loss: every layer's saved tensors and the last layer's output, the logits working set with the
@@ -390,7 +400,7 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
     s[Mem::workspace] += (final_norm + rstd + rows * kLossRowStats * fp32) * frag;
     // the head gathered under ZeRO-3, its unreduced gradient before the reduce-scatter under ZeRO-2/3
     const double head_grad = p.zero >= 2 ? S.vocab * h * unit_grad_bytes : 0.0;
-    s[Mem::comm_buffers] = (head_gather + head_grad + sp_gather) * frag;
+    s[Mem::comm_buffers] = (head_gather + head_grad + sp_gather + root_embedding + last_layer_kept) * frag;
     if (!stage.last) {  // a stage without the head: its output [Tsp, h] waits for the send, no loss
       s[Mem::logits] = s[Mem::workspace] = s[Mem::comm_buffers] = 0;
     }
@@ -421,13 +431,13 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
       mlp[Mem::checkpoints] += kept_ckpt * frag;
       mlp[Mem::activations] += (rematerialised + kept_out) * frag;
       mlp[Mem::workspace] += (bwd_mlp + grad_tensors) * frag;
-      mlp[Mem::comm_buffers] += (bwd_mlp_comm + zero3_gather + grad_reduce) * frag;
+      mlp[Mem::comm_buffers] += (bwd_mlp_comm + zero3_gather + grad_reduce + root_bwd) * frag;
       MemorySnapshot att = base(grads);
       saved_layers(att, before + others, true);
       att[Mem::checkpoints] += kept_ckpt * frag;
       att[Mem::activations] += (attn_side + kept_out) * frag;
       att[Mem::workspace] += (bwd_attn_ws + dy) * frag;
-      att[Mem::comm_buffers] += (bwd_attn_comm + zero3_gather + grad_reduce) * frag;
+      att[Mem::comm_buffers] += (bwd_attn_comm + zero3_gather + grad_reduce + root_bwd) * frag;
       for (const MemorySnapshot* s : {&mlp, &att})
         if (best_layer < 0 || s->total() > best.total()) { best = *s; best_layer = i; }
     }

@@ -441,6 +441,8 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"compiled_loss_logit_copies", &rt.compiled_loss_logit_copies, nullptr, nullptr, true},
       {"loss_parallel_fp32_copies", &rt.loss_parallel_fp32_copies, nullptr, nullptr, true},
       {"grad_shards_reserved_by_reduce_stream", nullptr, &rt.grad_shards_reserved_by_reduce_stream, nullptr, true},
+      {"zero3_root_unit_unsharded", nullptr, &rt.zero3_root_unit_unsharded, nullptr, true},
+      {"zero3_last_layer_kept_after_forward", nullptr, &rt.zero3_last_layer_kept_after_forward, nullptr, true},
   };
   for (auto& [key, v] : c.self().items()) {
     bool known = key == "attention_kernels";  // a list, read below

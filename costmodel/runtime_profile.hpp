@@ -72,6 +72,15 @@ struct RuntimeProfile {
   // allocator pool keeps those bytes reserved after the gradients are freed (zero_grad): the sharded
   // gradient counts in every phase (a device limit and torch.cuda.max_memory_reserved). Optional, absent = false
   bool grad_shards_reserved_by_reduce_stream = false;
+  // FSDP2's root unit (torchtitan: tok_embeddings, norm, output) is never resharded after the forward
+  // (FSDPState._lazy_init sets the root's post_forward_mesh_info to None) and, its forward input (token
+  // ids) needing no gradient, reshards only in the backward's final callback: under ZeRO-3 the embedding
+  // and the head are unsharded from the forward's start through the whole backward, with the head's
+  // unreduced gradient from its backward on. Optional, absent = false (embedding/head gathered at the loss only)
+  bool zero3_root_unit_unsharded = false;
+  // ZeRO-3: the last layer is not resharded after its forward (it is the backward's first): its
+  // gathered weights are alive at the loss. Optional, absent = false
+  bool zero3_last_layer_kept_after_forward = false;
   // ---- transients and overheads
   double zero3_prefetch_layers = 2;   // gathered layers alive at once under ZeRO-3
   double ckpt_offload_device_layers = 2;  // offloaded checkpoints in flight on the device (forward)

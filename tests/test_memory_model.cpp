@@ -184,5 +184,38 @@ TEST(MemoryModel, MegatronFullRecomputeHoldsTheRecomputedLayerOutput) {
   EXPECT_DOUBLE_EQ(backward(with, "tp=8,recompute=selective").total(), backward(without, "tp=8,recompute=selective").total());
 }
 
+TEST(MemoryModel, Fsdp2RootUnitStaysUnshardedThroughTheStep) {
+  // torchtitan under FSDP2 (zero3_root_unit_unsharded, zero3_last_layer_kept_after_forward): Llama-3.1-8B,
+  // dp=8, zero=3 at 2 x 8K tokens. V x h = 128,256 x 4096 = 525,336,576 weights, 1,050,673,152 B in bf16; the
+  // last block 4096 x (4096 + 2 x 1024 + 4096) + 3 x 4096 x 14,336 + 2 x 4096 = 218,112,000 weights, 436,224,000 B.
+  // Against the same profile without the two terms (x 1.05, torchtitan's fragmentation):
+  //   forward: embedding + head           2 x 1,050,673,152 B
+  //   loss:    embedding + the last block 1,050,673,152 + 436,224,000 B (the head was counted at the loss before)
+  //   backward: embedding + head + the head's bf16 gradient 3 x 1,050,673,152 B
+  const double vh_bytes = 1050673152.0, block_bytes = 436224000.0, frag = 1.05;
+  const RuntimeProfile with = resolve_runtime(profiles(), "torchtitan");
+  EXPECT_TRUE(with.zero3_root_unit_unsharded);
+  EXPECT_TRUE(with.zero3_last_layer_kept_after_forward);
+  RuntimeProfile without = with;
+  without.zero3_root_unit_unsharded = false;
+  without.zero3_last_layer_kept_after_forward = false;
+  ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  ClusterSpec c = resolve_cluster(profiles(), "8xh100");
+  const Plan p = parse_plan("dp=8,zero=3,recompute=selective,mbs=2");
+  const MemoryPrediction a = predict_memory(m, c, with, p, 8192), b = predict_memory(m, c, without, p, 8192);
+  auto diff = [&](Phase ph) { return a.phase_peak[static_cast<int>(ph)].total() - b.phase_peak[static_cast<int>(ph)].total(); };
+  // 1 B: the difference of two ~8e10 B sums of doubles, not a tolerance on the terms
+  EXPECT_NEAR(diff(Phase::forward), 2 * vh_bytes * frag, 1.0);
+  EXPECT_NEAR(diff(Phase::loss), (vh_bytes + block_bytes) * frag, 1.0);
+  EXPECT_NEAR(diff(Phase::backward), 3 * vh_bytes * frag, 1.0);
+  EXPECT_DOUBLE_EQ(diff(Phase::optimizer), 0.0);  // resharded at the backward's end
+  // ZeRO-1/2 keep whole weights anyway: nothing changes
+  const Plan z2 = parse_plan("dp=8,zero=2,recompute=selective,mbs=2");
+  EXPECT_DOUBLE_EQ(predict_memory(m, c, with, z2, 8192).peak.total(), predict_memory(m, c, without, z2, 8192).peak.total());
+  // the other stacks gather the embedding and head at the ends only
+  for (const char* name : {"megatron", "hf-deepspeed", "llm-foundry", "ctxrun-cpu", "ctxrun-cuda"})
+    EXPECT_FALSE(resolve_runtime(profiles(), name).zero3_root_unit_unsharded) << name;
+}
+
 }  // namespace
 }  // namespace ctx
