@@ -589,6 +589,39 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
   return rt;
 }
 
+namespace {
+
+// A runtime profile's "variants" (a framework version that changes some constants, e.g. a newer Liger):
+// {"variants": {"<variant>": {"description": "...", "source": "...", "constants": {<key>: {"value", "source"}}}}}.
+// The variant is the base document with those constants replaced, named "<runtime>@<variant>";
+// everything else (capabilities, calibration, residuals) is the base's.
+json runtime_variant_json(const json& base, const std::string& variant, const std::string& where) {
+  JsonReader r(base, where);
+  const std::string base_name = r.string("name");
+  if (!r.has("variants")) r.fail("variants", "runtime '" + base_name + "' has no variants; '" + base_name + "@" + variant + "' names none");
+  JsonReader vs = r.object("variants");  // an object, or it fails naming the field
+  const json& all = base.at("variants");
+  if (!all.contains(variant)) {
+    std::string names;
+    for (auto it = all.begin(); it != all.end(); ++it) names += (names.empty() ? "" : ", ") + base_name + "@" + it.key();
+    r.fail("variants", "runtime '" + base_name + "' has no variant '" + variant + "'; valid: " + names);
+  }
+  JsonReader v = vs.object(variant);
+  if (v.string("source").empty()) v.fail("source", "a variant needs the source of the version fact it states");
+  const std::string description = v.string("description");
+  v.object("constants");
+  const json& overrides = all.at(variant).at("constants");
+  if (overrides.empty()) v.fail("constants", "expected the constants the variant changes, each {\"value\", \"source\"}");
+  json out = base;
+  out.erase("variants");
+  out["name"] = base_name + "@" + variant;
+  out["description"] = description;
+  for (auto it = overrides.begin(); it != overrides.end(); ++it) out["constants"][it.key()] = it.value();
+  return out;
+}
+
+}  // namespace
+
 Profiles load_profiles(const std::string& dir) {
   Profiles p;
   p.dir = dir;
@@ -602,7 +635,14 @@ Profiles load_profiles(const std::string& dir) {
   }
   for (auto& f : json_files(fs::path(dir) / "clusters"))
     p.clusters.push_back(cluster_from_json(read_json_file(f), f, p.hardware));
-  for (auto& f : json_files(fs::path(dir) / "runtimes")) p.runtimes.push_back(runtime_from_json(read_json_file(f), f));
+  for (auto& f : json_files(fs::path(dir) / "runtimes")) {
+    const json j = read_json_file(f);
+    p.runtimes.push_back(runtime_from_json(j, f));
+    // every variant must parse now, so a bad one is reported at start-up naming its file and key
+    if (j.contains("variants") && j["variants"].is_object())
+      for (auto it = j["variants"].begin(); it != j["variants"].end(); ++it)
+        runtime_from_json(runtime_variant_json(j, it.key(), f.string()), f.string() + " variants." + it.key());
+  }
   return p;
 }
 
@@ -665,6 +705,16 @@ ClusterSpec resolve_cluster(const Profiles& p, const std::string& arg) {
 }
 
 RuntimeProfile resolve_runtime(const Profiles& p, const std::string& arg) {
+  // <runtime>@<variant>: the built-in runtime's file, or a runtime JSON path, with the variant's constants
+  if (const size_t at = arg.rfind('@'); at != std::string::npos && at > 0 && at + 1 < arg.size()) {
+    const std::string base = arg.substr(0, at), variant = arg.substr(at + 1);
+    if (looks_like_path(base)) return runtime_from_json(runtime_variant_json(read_json_file(base), variant, base), base + "@" + variant);
+    for (auto& f : json_files(fs::path(p.dir) / "runtimes")) {
+      const json j = read_json_file(f);
+      if (j.contains("name") && j["name"].is_string() && lower(j["name"].get<std::string>()) == lower(base))
+        return runtime_from_json(runtime_variant_json(j, variant, f.string()), f.string() + "@" + variant);
+    }
+  }
   std::vector<std::string> names;
   for (auto& r : p.runtimes) {
     if (lower(r.name) == lower(arg)) return r;

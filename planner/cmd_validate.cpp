@@ -64,6 +64,10 @@ std::function<int()> add_validate_command(CLI::App& app, CommonOptions& common) 
       if (!a->only.empty() && id.find(a->only) == std::string::npos) continue;
       ModelSpec m = resolve_model(profiles, r.string("model"));
       ClusterSpec c = resolve_cluster(profiles, r.string("cluster"));
+      // a runtime variant (<runtime>@<variant>: a framework version, e.g. Liger-Kernel >= 0.6.1) is a fact of
+      // the point's source like its kernel: quoted in runtime_source
+      if (r.string("runtime").find('@') != std::string::npos && r.string_or("runtime_source", "").empty())
+        r.fail("runtime_source", "a point's runtime variant must quote where its source states the framework version");
       RuntimeProfile rt = resolve_runtime(profiles, r.string("runtime"));
       // the attention implementation, where the point's source states it (quoted in attention_source), as in
       // published_time.jsonl: the same input as --attention; otherwise the runtime's default

@@ -14,7 +14,7 @@ void add_job_options(CLI::App& app, JobArgs& a, bool with_plan) {
   a.cluster_opt = app.add_option("--cluster,-c", a.cluster,
                                  "cluster profile, or <nodes>x<gpus per node>x<gpu> such as 8xh100, 16x8xh200 (default 8xh100)");
   a.seq_opt = app.add_option("--seq,-s", a.seq, "sequence length in tokens: 131072, 128k, 1m (default 131072)");
-  a.runtime_opt = app.add_option("--runtime,-r", a.runtime, "runtime profile: ctxrun-cuda | ctxrun-cpu | hf-deepspeed | megatron | torchtitan | llm-foundry, or a runtime profile JSON file (default ctxrun-cuda)");
+  a.runtime_opt = app.add_option("--runtime,-r", a.runtime, "runtime profile: ctxrun-cuda | ctxrun-cpu | hf-deepspeed | megatron | torchtitan | llm-foundry, or a runtime profile JSON file; NAME@VARIANT for a framework version the profile lists, e.g. hf-deepspeed@liger-int64 (default ctxrun-cuda)");
   a.attention_opt = app.add_option("--attention", a.attention,
                                    "attention implementation: " + attention_choices() +
                                        " (default: the runtime's, e.g. fa2 for hf-deepspeed, cudnn for megatron; "

@@ -177,4 +177,17 @@ TEST(ValidationTime, MaxSeqPointAttentionNeedsItsSourceAndAKernelTheRuntimeRuns)
   EXPECT_NE(unknown_out.find("fa2"), std::string::npos) << unknown_out;  // the valid values are listed
 }
 
+// A runtime variant (a framework version) is a fact the point's source states, quoted like its kernel
+// (the id is one validate --only selects in the helper)
+TEST(ValidationTime, MaxSeqPointRuntimeVariantNeedsItsSource) {
+  const std::string head = R"({"id": "alst-t2-base", "model": "Llama-3.1-8B", "cluster": "1xh100", "runtime": "hf-deepspeed@liger-int64", )"
+                           R"("plan": "dp=1,zero=3,recompute=full,opt_offload=1,param_offload=1,tiled_loss=4096", "published_max_seq_tokens": 32000)";
+  auto [ok, ok_out] = validate_with_maxseq_line("ok", head + R"(, "runtime_source": "a commit requiring Liger 0.6.1"})");
+  EXPECT_EQ(ok, 0) << ok_out;
+  auto [unsourced, unsourced_out] = validate_with_maxseq_line("unsourced", head + "}");
+  EXPECT_EQ(unsourced, 2) << unsourced_out;
+  EXPECT_NE(unsourced_out.find("runtime_source"), std::string::npos) << unsourced_out;
+  EXPECT_NE(unsourced_out.find("alst_maxseq.jsonl"), std::string::npos) << unsourced_out;
+}
+
 }  // namespace
