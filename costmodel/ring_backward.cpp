@@ -435,27 +435,33 @@ CTX_SWEEP_CLONES void receive(size_t n, double j, double p, const double* ring_e
 
 // the step's compute: after r's previous compute and its block; a wait is for other ranks as far
 // as the block's receive waited for them (attribute() in simulator.cpp), the rest for the transfer
-CTX_SWEEP_CLONES void compute(size_t n, double j, const double* cost, const double* h_start, const double* h_end, const double* h_ready, double* c_start,
-             double* c_end, double* prev_end, double* busy, double* imbalance, double* exposed, const Top& top, bool first) {
+// The step's compute for the lanes r .. r + kLanes - 1 (compute() and receive_compute_shift();
+// inlined into each clone: only pointers and scalars cross it, no vector)
+[[gnu::always_inline]] inline void compute_lanes(size_t r, double j, const double* cost, const double* h_start, const double* h_end,
+                                                 const double* h_ready, double* c_start, double* c_end, double* prev_end, double* busy,
+                                                 double* imbalance, double* exposed, const Top& top, bool first) {
   const v2 zero = {0.0, 0.0, 0.0, 0.0};
   const m2 force = {-first, -first, -first, -first};  // all ones: every lane rises
-  for (size_t r = 0; r < n; r += kLanes) {
-    const v2 dur = CTX_LD(cost + r), ce = CTX_LD(c_end + r);
-    const v2 start = CTX_VMAX(CTX_VMAX(zero, ce), CTX_LD(h_end + r));
-    const v2 end = start + dur;
-    const v2 gap = start - CTX_LD(prev_end + r);
-    const v2 g = CTX_SEL(gap > zero, gap, zero);
-    const v2 others = CTX_VMIN(g, CTX_VMAX(zero, CTX_LD(h_start + r) - CTX_LD(h_ready + r)));
-    CTX_ST(busy + r, CTX_LD(busy + r) + dur);
-    CTX_ST(imbalance + r, CTX_LD(imbalance + r) + others);
-    CTX_ST(exposed + r, CTX_LD(exposed + r) + (g - others));
-    const m2 rise = (m2)(end > ce) | force;
-    CTX_ST(top.j + r, CTX_SEL(rise, zero + j, CTX_LD(top.j + r)));
-    CTX_ST(top.start + r, CTX_SEL(rise, start, CTX_LD(top.start + r)));
-    CTX_ST(prev_end + r, end);
-    CTX_ST(c_start + r, start);
-    CTX_ST(c_end + r, end);
-  }
+  const v2 dur = CTX_LD(cost + r), ce = CTX_LD(c_end + r);
+  const v2 start = CTX_VMAX(CTX_VMAX(zero, ce), CTX_LD(h_end + r));
+  const v2 end = start + dur;
+  const v2 gap = start - CTX_LD(prev_end + r);
+  const v2 g = CTX_SEL(gap > zero, gap, zero);
+  const v2 others = CTX_VMIN(g, CTX_VMAX(zero, CTX_LD(h_start + r) - CTX_LD(h_ready + r)));
+  CTX_ST(busy + r, CTX_LD(busy + r) + dur);
+  CTX_ST(imbalance + r, CTX_LD(imbalance + r) + others);
+  CTX_ST(exposed + r, CTX_LD(exposed + r) + (g - others));
+  const m2 rise = (m2)(end > ce) | force;
+  CTX_ST(top.j + r, CTX_SEL(rise, zero + j, CTX_LD(top.j + r)));
+  CTX_ST(top.start + r, CTX_SEL(rise, start, CTX_LD(top.start + r)));
+  CTX_ST(prev_end + r, end);
+  CTX_ST(c_start + r, start);
+  CTX_ST(c_end + r, end);
+}
+CTX_SWEEP_CLONES void compute(size_t n, double j, const double* cost, const double* h_start, const double* h_end, const double* h_ready, double* c_start,
+             double* c_end, double* prev_end, double* busy, double* imbalance, double* exposed, const Top& top, bool first) {
+  for (size_t r = 0; r < n; r += kLanes)
+    compute_lanes(r, j, cost, h_start, h_end, h_ready, c_start, c_end, prev_end, busy, imbalance, exposed, top, first);
 }
 
 // the dK,dV hop from the upstream: after r's ring stream (this step's receive, or the last hop),
@@ -488,7 +494,7 @@ CTX_SWEEP_CLONES void receive_compute_shift(size_t n, double j, double p, const 
                                              double* nr_ready, const Top& rtop, const double* cost, const double* h_start, const double* h_ready,
                                              double* c_start, double* c_end, double* prev_end, double* busy, double* imbalance, double* exposed,
                                              const Top& ctop) {
-  const v2 zero = {0.0, 0.0, 0.0, 0.0}, pv = zero + p, jv = zero + j;
+  const v2 zero = {0.0, 0.0, 0.0, 0.0}, pv = zero + p;
   for (size_t r = 0; r < n; r += kLanes) {
     const v2 he = CTX_LD(h_end + r);
     {  // receive (own = 0: the readiness is the rank's own)
@@ -501,23 +507,7 @@ CTX_SWEEP_CLONES void receive_compute_shift(size_t n, double j, double p, const 
       CTX_ST(nr_ready + r, ready);
       CTX_RISE_TO(rtop, r, (m2)(end > re), 0.0, j, full, ready);
     }
-    {  // compute
-      const v2 dur = CTX_LD(cost + r), ce = CTX_LD(c_end + r);
-      const v2 start = CTX_VMAX(CTX_VMAX(zero, ce), he);
-      const v2 end = start + dur;
-      const v2 gap = start - CTX_LD(prev_end + r);
-      const v2 g = CTX_SEL(gap > zero, gap, zero);
-      const v2 others = CTX_VMIN(g, CTX_VMAX(zero, CTX_LD(h_start + r) - CTX_LD(h_ready + r)));
-      CTX_ST(busy + r, CTX_LD(busy + r) + dur);
-      CTX_ST(imbalance + r, CTX_LD(imbalance + r) + others);
-      CTX_ST(exposed + r, CTX_LD(exposed + r) + (g - others));
-      const m2 rise = (m2)(end > ce);
-      CTX_ST(ctop.j + r, CTX_SEL(rise, jv, CTX_LD(ctop.j + r)));
-      CTX_ST(ctop.start + r, CTX_SEL(rise, start, CTX_LD(ctop.start + r)));
-      CTX_ST(prev_end + r, end);
-      CTX_ST(c_start + r, start);
-      CTX_ST(c_end + r, end);
-    }
+    compute_lanes(r, j, cost, h_start, h_end, h_ready, c_start, c_end, prev_end, busy, imbalance, exposed, ctop, false);
   }
 }
 
