@@ -465,6 +465,38 @@ TEST(SimulatorOracle, PartialSweepOfLargeRingsEqualsWholeLayerSweeps) {
   }
 }
 
+// A stretch of the forward's partial sweep that its per-layer checks end: an 11-rank causal ring
+// (rank r busy on its first 11 - r steps) with a 4 s checkpoint copy to the host per layer and 1
+// s parameter copies, one to three micro-batches. A B rank's pre-attention end reaches its A
+// neighbour's first receive (check (1), and with it (2): that B rank's first receive ends no
+// earlier than its neighbour's) once in every micro-batch's forward (counted with a local build
+// instrumenting the checks; none of the random rings above trips them), so the stretch ends a
+// layer earlier, B goes back one layer (restore_b) and the far end is checked there: the sweep
+// must match the oracle exactly and keep the stretch (no far-end miss). Without checks (1) and
+// (2) the far-end check undoes every stretch here (partial_misses > 0, nothing kept).
+TEST(SimulatorOracle, PartialSweepStretchEndedByItsChecksMatchesTheEventQueueExactly) {
+  for (int64_t ga = 1; ga <= 3; ++ga) {
+    StepCosts k = plain_ring(11, 33);
+    k.ga = ga;
+    k.recompute = Recompute::none;
+    k.p2p_fwd = 0.25, k.p2p_dkv = 0.25;
+    k.pre_fwd = 0.5, k.post_fwd = 0.25, k.mlp_fwd = 1, k.pre_bwd = 0, k.mlp_bwd = 1;
+    k.param_h2d = 1, k.ckpt_d2h = 4;
+    std::vector<std::vector<double>> costs(11);
+    for (int64_t r = 0; r < 11; ++r)
+      for (int64_t j = 0; j < 11; ++j) costs[static_cast<size_t>(r)].push_back(j < 11 - r ? 0.25 : 0.0);
+    k.attn_fwd.push_back(costs);
+    k.attn_bwd.push_back(costs);
+    const Plan p = parse_plan("cp=11,cp_kind=ring");
+    const std::string w = "cp=11 causal ring, checkpoint offload, ga " + std::to_string(ga);
+    const SimResult ref = simulate_step_reference(k, p);
+    const SimResult got = simulate_step(k, p, SimRecord::none, kRingClosedFormMinRanks, 4);  // (partial sweep from 4 ranks)
+    expect_exactly_the_oracle(got, ref, w);
+    EXPECT_GE(got.stats.layers_partially_swept, ga) << w << ": forward layers swept partially";
+    EXPECT_EQ(got.stats.partial_misses, 0) << w << ": stretches undone by the far-end check";
+  }
+}
+
 // How many ranks leave their line in each alike backward layer, from the oracle's own tasks: per
 // rank and layer the latest end on its compute, ring and dp streams; a rank is off its line at
 // layer l when one of them moves from l + 1 to l by another amount than from l + 2 to l + 1 (the
