@@ -1,4 +1,5 @@
 #include "costmodel/profile_store.hpp"
+#include "costmodel/runtime_variants.hpp"
 
 #include <cmath>
 
@@ -702,6 +703,19 @@ ClusterSpec resolve_cluster(const Profiles& p, const std::string& arg) {
   std::vector<std::string> names;
   for (auto& c : p.clusters) names.push_back(c.name);
   unknown_name("cluster", arg, names, "; or write <nodes>x<gpus per node>x<gpu>, e.g. 8xh100 or 16x8xh200");
+}
+
+std::vector<RuntimeVariantInfo> runtime_variants(const Profiles& p, const std::string& runtime) {
+  std::vector<RuntimeVariantInfo> out;
+  for (auto& f : json_files(fs::path(p.dir) / "runtimes")) {
+    const json j = read_json_file(f);
+    if (!j.contains("name") || !j["name"].is_string() || !j.contains("variants") || !j["variants"].is_object()) continue;
+    const std::string name = j["name"].get<std::string>();
+    if (!runtime.empty() && lower(name) != lower(runtime)) continue;
+    for (auto it = j["variants"].begin(); it != j["variants"].end(); ++it)
+      out.push_back({name + "@" + it.key(), it.value().is_object() ? it.value().value("description", "") : ""});
+  }
+  return out;
 }
 
 RuntimeProfile resolve_runtime(const Profiles& p, const std::string& arg) {

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "costmodel/attention_kernels.hpp"
+#include "costmodel/runtime_variants.hpp"
 #include "gui/panels.hpp"
 #include "planner/format.hpp"
 
@@ -142,11 +143,28 @@ bool cluster_inputs(App& app) {
     ImGui::PopStyleColor();
   }
   if (ImGui::BeginCombo("runtime", in.runtime.c_str())) {
-    for (auto& r : app.profiles.runtimes)
+    // the variants are read from the profile files once per profiles folder, not every frame
+    static std::string variants_dir;
+    static std::vector<RuntimeVariantInfo> variants;
+    if (variants_dir != app.profiles.dir) {
+      variants = runtime_variants(app.profiles);
+      variants_dir = app.profiles.dir;
+    }
+    for (auto& r : app.profiles.runtimes) {
       if (ImGui::Selectable(r.name.c_str(), r.name == in.runtime)) {
         in.runtime = r.name;
         changed = true;
       }
+      // its variants (a framework version that changes some constants, as --runtime NAME@VARIANT)
+      for (const RuntimeVariantInfo& v : variants) {
+        if (v.name.compare(0, r.name.size() + 1, r.name + "@") != 0) continue;
+        if (ImGui::Selectable(("  " + v.name).c_str(), v.name == in.runtime)) {
+          in.runtime = v.name;
+          changed = true;
+        }
+        if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", v.description.c_str());
+      }
+    }
     ImGui::EndCombo();
   }
   return changed;

@@ -1,12 +1,11 @@
 // `ctxplan list models|hardware|clusters|runtimes` and `ctxplan show model|hardware|cluster|runtime NAME`.
-#include <filesystem>
 #include <iostream>
 
 #include "costmodel/profile_store.hpp"
 #include "costmodel/suggest.hpp"
 #include "planner/commands.hpp"
 #include "costmodel/exit_codes.hpp"
-#include "costmodel/json_util.hpp"
+#include "costmodel/runtime_variants.hpp"
 #include "planner/format.hpp"
 
 namespace ctx {
@@ -172,13 +171,8 @@ std::function<int()> add_show_command(CLI::App& app, CommonOptions& common) {
       for (auto& k : r.attention_kernels) runs += (runs.empty() ? "" : ", ") + k;
       std::cout << "attention: default " << r.attention_kernel << "; --attention may name: " << runs << "\n";
       // its variants (framework versions that change some constants): --runtime <name>@<variant>
-      for (const auto& f : std::filesystem::directory_iterator(std::filesystem::path(p.dir) / "runtimes")) {
-        if (f.path().extension() != ".json") continue;
-        const json j = read_json_file(f.path().string());
-        if (j.value("name", "") != r.name || !j.contains("variants") || !j["variants"].is_object()) continue;
-        for (auto it = j["variants"].begin(); it != j["variants"].end(); ++it)
-          std::cout << "variant " << r.name << "@" << it.key() << ": " << it.value().value("description", "") << "\n";
-      }
+      for (const RuntimeVariantInfo& v : runtime_variants(p, r.name.substr(0, r.name.find('@'))))
+        std::cout << "variant " << v.name << ": " << v.description << "\n";
       if (r.capabilities.declared) {  // what the stack runs: the search proposes only these plans
         Table ct;
         ct.header = {"capability", "runs", "source"};

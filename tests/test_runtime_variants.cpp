@@ -14,6 +14,7 @@
 #include "costmodel/memory_model.hpp"
 #include "costmodel/plan_check.hpp"
 #include "costmodel/profile_store.hpp"
+#include "costmodel/runtime_variants.hpp"
 
 namespace ctx {
 namespace {
@@ -99,6 +100,21 @@ TEST(RuntimeVariants, AVariantInAFileNeedsItsSourceAndKnownConstants) {
   const std::string e3 = error_of(write("empty.json", empty) + "@liger-int64");
   EXPECT_NE(e3.find("constants"), std::string::npos) << e3;
   std::filesystem::remove_all(dir);
+}
+
+TEST(RuntimeVariants, TheListedVariantsAreTheOnesThatResolve) {
+  // what `ctxplan show runtime` and the GUI's runtime combo offer
+  const std::vector<RuntimeVariantInfo> all = runtime_variants(profiles());
+  ASSERT_FALSE(all.empty());
+  bool liger = false;
+  for (const RuntimeVariantInfo& v : all) {
+    EXPECT_FALSE(v.description.empty()) << v.name;
+    EXPECT_EQ(resolve_runtime(profiles(), v.name).name, v.name);
+    liger |= v.name == "hf-deepspeed@liger-int64";
+  }
+  EXPECT_TRUE(liger);
+  EXPECT_EQ(runtime_variants(profiles(), "hf-deepspeed").size(), 1u);
+  EXPECT_TRUE(runtime_variants(profiles(), "torchtitan").empty());
 }
 
 }  // namespace
