@@ -1266,6 +1266,31 @@ class Builder {
   // the state after the verifying sweep is the swept one, up to the rounding Period accepts (the
   // accumulators, which split gaps by a min, are checked at the far end as Period checks them).
   // A failed D at layer t ends the stretch at v = t - 1; a failed far-end check undoes the jump.
+  //
+  // The backward layer loop has no partial sweep yet (issue 15; it is ~90% of the large plain
+  // rings' time: cp=512 ~1.7 ms, cp=1024 ~3 ms per backward layer). What one would need, measured
+  // with a local instrumented build: a backward layer of a plain ring reads other ranks' times at
+  // (a) the ZeRO-3 gather of the next layer's parameters and (b) the gradient reduction (two
+  // collectives joining every rank: one arrival each), (c) the recompute pass's forward ring
+  // ((1), (2) above, once per layer under recompute full or selective), (d) the backward ring's
+  // first step (the neighbour's pre-attention end; its first compute for the first dK,dV hop) and
+  // (e) every later step j (ring_backward.hpp's recurrences): the upstream's receive of step j - 1
+  // (the K,V block chain), its compute of step j and its hop of step j - 1 (the dK,dV chain). On
+  // the 1024-GPU space's tp=2,cp=512,zero=3,zero_shard=4,opt_offload=1 and cp=1024,zero=3 rings
+  // 59 and 53 of the 79 observed backward layers have 1..R/8 ranks off their lines (mostly 1-4; a
+  // transient over the top 13-35 layers and one or two bursts of most ranks have more), so B would
+  // be small. But the forward's form of D (B's value strictly below what the A rank reads it
+  // against) holds at none of the boundaries (0 of 115 and 0 of 90 band ends, at every step): the
+  // K,V chain passes through B (the A neighbour's receive of step j starts exactly when B's
+  // receive of step j - 1 ends). A weaker form held in 47 of 58 (cp=512) and 51 of 61 (cp=1024)
+  // layers whose two predecessors were swept: every B value reaching an A rank's maximum
+  // moved on its line from layer to layer (B's other values did not). A sound D for the backward:
+  // each read of a B value b(t) by an A rank holds b(t) on the line l(t) the two observed layers
+  // give it, or has b(t) and l(t) both strictly below the A side; then A's next state is
+  // F(S_A(t), l(t)), a max-plus map of lines (convex in t), and the forward's argument goes through
+  // with l(t) among A's inputs. It needs B's lent per-step sequences taped at the observed layers,
+  // the closed form run for B's bands from the A upstream's per-step sequences on their lines,
+  // and (a), (b) checked as (3), once per collective.
   struct Tape {  // what one forward iteration's ranks lend each other ((1)-(3) above), per rank
     std::vector<double> pre_end, recv_start, recv_end, gather_ready;
     double gather_arrival = 0;
