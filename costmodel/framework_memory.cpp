@@ -108,6 +108,35 @@ FrameworkMemory framework_memory(const ModelSpec& m, const RuntimeProfile& rt, c
         pow2_ceil(partition) - partition, true);
   }
 
+  // The same host buffers a second time, in the data loader's worker processes. DeepSpeed 0.17.0
+  // allocates and fills them in deepspeed.initialize (stage3.py DeepSpeedZeroOptimizer_Stage3.__init__
+  // -> _setup_for_real_optimizer: _create_fp32_partitions' fp32 master partition
+  // (.to(cpu).clone().float()), initialize_optimizer_states' subgroup_gradient_buffer (torch.zeros,
+  // the host grads), grad_partitions_flat_buffer (torch.zeros, the term above)); ArcticTraining
+  // 9d33fd2 (trainer/trainer.py Trainer.__init__) wraps its DataLoader (data/sft_factory.py
+  // create_dataloader: num_workers = dl_num_workers, 1 in every ALST recipe, 2 by default) in
+  // UlyssesSPDataLoaderAdapter after deepspeed.initialize, whose __init__ calls iter(dl) (DeepSpeed
+  // runtime/sequence_parallel/ulysses_sp.py; without SP the first iter() is Trainer.epoch's loop),
+  // and PyTorch starts the workers with multiprocessing_context.Process (torch/utils/data/dataloader.py
+  // _MultiProcessingDataLoaderIter.__init__; default context torch.multiprocessing: fork on Linux
+  // before Python 3.14). fork(2) shares the parent's pages copy-on-write: when the rank then writes a
+  // shared page, the kernel gives the rank a new copy and the worker keeps the old one while it lives
+  // (the whole epoch). The rank writes all three every step (partition_grads: grad_buffer.copy_,
+  // fp32_grad_tensor.copy_; unscale_and_clip_grads: mul_; DeepSpeedCPUAdam.step updates the master in
+  // place), so from the second step on the node holds them twice; one copy however many workers
+  // share the old pages. Not doubled: Adam's moments (ops/adam/cpu_adam.py step creates exp_avg and
+  // exp_avg_sq at the first step, after the fork; DeepSpeed PR #5104 removed the step at
+  // initialization), the checkpoints offloaded during the step, and the pinned weight partition of
+  // offload_param (whether the CUDA driver keeps pinned pages out of the child is not read: not counted).
+  if (p.zero == 3 && p.opt_offload && rt.dataloader_forks_after_offload_buffers && rt.zero3_grad_partition_bytes > 0) {
+    const double host_grads = rt.offload_grads_with_optimizer ? rt.grad_bytes : 0.0;
+    add("zero3_offload_buffers_copied_on_write",
+        "deepspeed/runtime/zero/stage3.py _setup_for_real_optimizer (_create_fp32_partitions, initialize_optimizer_states, "
+        "grad_partitions_flat_buffer) before ArcticTraining trainer/trainer.py Trainer.__init__'s UlyssesSPDataLoaderAdapter "
+        "(iter(dl)) forks torch/utils/data/dataloader.py _MultiProcessingDataLoaderIter's workers; fork(2) copy-on-write",
+        (rt.master_bytes + host_grads + rt.zero3_grad_partition_bytes) * stage_params / Z, true);
+  }
+
   // NCCL: each communicator's ring holds, per channel, one connection's buffers for the three
   // protocols (SIMPLE NCCL_BUFFSIZE 4 MiB, LL 512 KiB, LL128 4,800 KiB; src/init.cc computeBuffSizes)
   if (rt.nccl_channels > 0)

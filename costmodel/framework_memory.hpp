@@ -63,7 +63,7 @@ struct FrameworkTerm {
   bool host = false;        // host memory of the rank's process (else device memory)
 };
 
-constexpr int kMaxFrameworkTerms = 6;
+constexpr int kMaxFrameworkTerms = 8;
 struct FrameworkMemory {
   std::array<FrameworkTerm, kMaxFrameworkTerms> terms{};
   int count = 0;

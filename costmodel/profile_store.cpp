@@ -425,6 +425,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       // framework memory terms (framework_memory.hpp), optional: absent = the term is not there
       {"zero3_grad_partition_bytes", &rt.zero3_grad_partition_bytes, nullptr, nullptr, true},
       {"zero3_param_offload_pinned_pow2", nullptr, &rt.zero3_param_offload_pinned_pow2, nullptr, true},
+      {"dataloader_forks_after_offload_buffers", nullptr, &rt.dataloader_forks_after_offload_buffers, nullptr, true},
       {"nccl_channels", &rt.nccl_channels, nullptr, nullptr, true},
       {"caching_allocator", nullptr, nullptr, &caching_allocator, true},
       {"megatron_buffer_padding", nullptr, &rt.megatron_buffer_padding, nullptr, true},

@@ -130,6 +130,11 @@ struct RuntimeProfile {
   // DeepSpeed ZeRO-3 parameter offload: the host copy of the weight partition is one pinned flat
   // buffer, which PyTorch's pinned-memory allocator rounds up to a power of two
   bool zero3_param_offload_pinned_pow2 = false;
+  // DeepSpeed ZeRO-3 optimizer offload under a training loop whose data loader forks its worker
+  // processes after deepspeed.initialize has allocated and filled the host buffers (fp32 master
+  // partition, fp32 and bf16 gradient partitions) and whose rank writes them every step: copy-on-write
+  // leaves the workers the pre-fork pages, so the node holds those buffers twice while a worker lives
+  bool dataloader_forks_after_offload_buffers = false;
   double nccl_channels = 0;           // NCCL ring channels per communicator (0: no NCCL buffers)
   enum class CachingAllocator { none, segments, expandable_segments };
   CachingAllocator caching_allocator = CachingAllocator::none;  // PyTorch's CUDA caching allocator mode

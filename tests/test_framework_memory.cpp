@@ -1,5 +1,6 @@
 // The framework memory terms (costmodel/framework_memory.hpp) against hand arithmetic from the
-// frameworks' source: DeepSpeed ZeRO-3 offload host buffers, PyTorch's pinned power-of-two rounding,
+// frameworks' source: DeepSpeed ZeRO-3 offload host buffers (and the copy the data loader's forked
+// workers keep of them), PyTorch's pinned power-of-two rounding,
 // NCCL buffers per communicator and channel, the CUDA caching allocator's rounding, Megatron's
 // distributed-optimizer buffer padding; and that ctxrun's profiles get none of them.
 // shared/reference/memory_facts.jsonl states no host figure for these buffers (its one host figure,
@@ -54,16 +55,60 @@ TEST(FrameworkMemory, DeepSpeedZero3OffloadHostBuffersFollowStage3) {
   //    2 x 1,003,782,656 = 2,007,565,312 B per rank
   //  - the pinned flat bf16 weight partition (2,007,565,312 B) rounded up to 2^31 = 2,147,483,648 B
   //    by PyTorch's caching host allocator: +139,918,336 B per rank
+  //  - the data loader's forked worker keeps the pre-fork pages of the fp32 master, fp32 gradient and
+  //    bf16 gradient partitions (copy-on-write, the rank rewrites them every step):
+  //    (4 + 4 + 2) x 1,003,782,656 = 10,037,826,560 B per rank
   //  - per node (8 ranks): optimizer 8P = 64,242,089,984, master 4P = 32,121,044,992, fp32 grads
   //    4P = 32,121,044,992, weights 2P = 16,060,522,496, runtime 8 x (8 GiB + 2,007,565,312 +
-  //    139,918,336) = 8 x 10,737,418,240 = 85,899,345,920; total 230,444,048,384 B
+  //    139,918,336 + 10,037,826,560) = 8 x 20,775,244,800 = 166,201,958,400; total 310,746,660,864 B
+  //    (230,444,048,384 before the copy-on-write term)
   MemoryPrediction mp = run("dp=8,zero=3,recompute=full,opt_offload=1,param_offload=1", "hf-deepspeed");
   EXPECT_DOUBLE_EQ(term(mp, "zero3_offload_grad_partitions"), 2007565312.0);
   EXPECT_DOUBLE_EQ(term(mp, "zero3_param_offload_pinned_rounding"), 139918336.0);
-  EXPECT_DOUBLE_EQ(host(mp, HostMem::runtime), 85899345920.0);
+  EXPECT_DOUBLE_EQ(term(mp, "zero3_offload_buffers_copied_on_write"), 10037826560.0);
+  EXPECT_DOUBLE_EQ(host(mp, HostMem::runtime), 166201958400.0);
   EXPECT_DOUBLE_EQ(host(mp, HostMem::optimizer), 8.0 * kLlama31_8bParams);
   EXPECT_DOUBLE_EQ(host(mp, HostMem::grads), 4.0 * kLlama31_8bParams);
-  EXPECT_DOUBLE_EQ(mp.host_total_bytes_per_node, 230444048384.0);
+  EXPECT_DOUBLE_EQ(mp.host_total_bytes_per_node, 310746660864.0);
+}
+
+TEST(FrameworkMemory, ForkedDataLoaderWorkersKeepTheOffloadBuffersPreForkPages) {
+  // ALST's 32-GPU Llama-3.1-70B recipe at its 4M tokens ("at the brink of cpu-oom!"), 4 nodes.
+  // Llama-3.1-70B by hand: embedding and head 2 x 128,256 x 8,192 = 2,101,346,304; per layer q and o
+  // 2 x 8,192^2 = 134,217,728, k and v 2 x 8,192 x 1,024 = 16,777,216, MLP 3 x 8,192 x 28,672 =
+  // 704,643,072, two norms 16,384: 855,654,400; 80 layers 68,452,352,000; final norm 8,192:
+  // P = 70,553,706,496; partition per rank P / 32 = 2,204,803,328; per node (8 ranks) 17,638,426,624.
+  //  - copy-on-write term (the worker's copy of master 4 + fp32 grads 4 + bf16 grads 2 bytes per
+  //    partition parameter): 10 x 2,204,803,328 = 22,048,033,280 B per rank
+  //  - checkpoints: 80 layers x 8 ranks x (4,000,000 / 32 = 125,000 tokens) x 8,192 x 2 B = 1,310,720,000,000
+  //  - optimizer 8 x 17,638,426,624 = 141,107,412,992; master and fp32 grads 4 x = 70,553,706,496 each
+  //  - runtime 8 x (8 GiB 8,589,934,592 + bf16 grads 4,409,606,656 + 22,048,033,280) = 280,380,596,224
+  //  total 1,873,315,422,208 B per node (1,696,931,155,968 = 1,580.39 GiB without the term)
+  MemoryPrediction mp = run("cp=32,cp_kind=ulysses,zero=3,recompute=full,opt_offload=1,tiled_loss=4096,tiled_mlp=auto,ckpt_offload=1",
+                            "hf-deepspeed", "aws-p5-4node", "Llama-3.1-70B", 4000000);
+  EXPECT_DOUBLE_EQ(term(mp, "zero3_offload_buffers_copied_on_write"), 22048033280.0);
+  EXPECT_DOUBLE_EQ(host(mp, HostMem::checkpoints), 1310720000000.0);
+  EXPECT_DOUBLE_EQ(host(mp, HostMem::runtime), 280380596224.0);
+  EXPECT_DOUBLE_EQ(mp.host_total_bytes_per_node, 1873315422208.0);
+  // Adam's moments are created at the first step, after the fork: one copy (8 B per parameter)
+  EXPECT_DOUBLE_EQ(host(mp, HostMem::optimizer), 8.0 * 17638426624.0);
+
+  // the term follows the profile's constant: off, the host runtime is the 8 GiB and the bf16 partition
+  const std::string path = default_profiles_dir() + "/runtimes/hf-deepspeed.json";
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  json j = parse_json_text(text.str(), path);
+  EXPECT_TRUE(runtime_from_json(j, "test").dataloader_forks_after_offload_buffers);
+  j["constants"]["dataloader_forks_after_offload_buffers"]["value"] = false;
+  const RuntimeProfile off = runtime_from_json(j, "test");
+  const Plan plan = parse_plan("cp=32,cp_kind=ulysses,zero=3,recompute=full,opt_offload=1,tiled_loss=4096,tiled_mlp=auto,ckpt_offload=1");
+  const MemoryPrediction without = predict_memory(resolve_model(profiles(), "Llama-3.1-70B"),
+                                                  resolve_cluster(profiles(), "aws-p5-4node"), off, plan, 4000000);
+  EXPECT_DOUBLE_EQ(term(without, "zero3_offload_buffers_copied_on_write"), 0.0);
+  EXPECT_DOUBLE_EQ(without.host_total_bytes_per_node, 1696931155968.0);
+  // the device is untouched: only host memory moves
+  EXPECT_DOUBLE_EQ(without.peak.total(), mp.peak.total());
 }
 
 TEST(FrameworkMemory, PinnedRoundingOnOneGpuIsTheNextPowerOfTwo) {
@@ -86,6 +131,13 @@ TEST(FrameworkMemory, OffloadTermsNeedZero3AndTheirOffload) {
   EXPECT_DOUBLE_EQ(term(opt, "zero3_param_offload_pinned_rounding"), 0.0);
   MemoryPrediction z2 = run("dp=8,zero=2,recompute=full,opt_offload=1", "hf-deepspeed");
   EXPECT_DOUBLE_EQ(term(z2, "zero3_offload_grad_partitions"), 0.0);
+  // the forked workers' copy is of the host buffers: none without optimizer offload, none under
+  // ZeRO-2 (stage_1_and_2.py's buffers not read), and no other runtime states the fork
+  EXPECT_DOUBLE_EQ(term(dev, "zero3_offload_buffers_copied_on_write"), 0.0);
+  EXPECT_GT(term(opt, "zero3_offload_buffers_copied_on_write"), 0.0);
+  EXPECT_DOUBLE_EQ(term(z2, "zero3_offload_buffers_copied_on_write"), 0.0);
+  for (const char* other : {"megatron", "torchtitan", "llm-foundry"})
+    EXPECT_FALSE(resolve_runtime(profiles(), other).dataloader_forks_after_offload_buffers) << other;
 }
 
 TEST(FrameworkMemory, DeepSpeedZero3WithoutOffloadKeepsBf16GradientsAndStepsOneFp32SubGroup) {
