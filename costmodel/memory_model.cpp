@@ -155,6 +155,14 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   // kv except under Ulysses with replicated KV heads (degree above the KV heads), where the core's
   // head layout holds the sequence's copy of one head
   const double kv_seq = u > 1 ? 2.0 * S.tokens * S.kv_heads_tp * d * a : kv;
+  // K,V as the attention core saves them: kv_seq, except where the runtime repeats them to the query
+  // heads before an SDPA call (sdpa_repeat_kv; Hugging Face transformers 4.51
+  // integrations/sdpa_attention.py sdpa_attention_forward calls repeat_kv(key/value,
+  // module.num_key_value_groups) unconditionally, the code transformers PR #39412 replaced in July
+  // 2025): torch's SDPA saves its inputs, two [Ta, q heads x d] tensors
+  const std::string kernel = rt.attention_kernel.substr(0, rt.attention_kernel.find('|'));
+  const bool kv_repeated = rt.sdpa_repeat_kv && kernel == "sdpa" && S.q_heads > S.kv_heads;
+  const double kv_saved = kv_repeated ? 2.0 * q : kv_seq;
   const double o = q;                                          // attention output, same shape as q
   const double lse = S.attn_tokens * S.q_heads * fp32;        // log-sum-exp per query and head, fp32
   const double o_seq = (u > 1 && rt.ulysses_saves_both_layouts)
@@ -174,7 +182,7 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
                                        : rt.mlp_saved_ffn_tensors * (m.activation == ActivationKind::swiglu ? 1.0 : 0.5);
   const double mlp_saved = tiled_mlp ? 0.0 : mlp_tensors * ffn_t;  // TiledMLP saves only its input
 
-  const double attn_side = x_in + rstd + norm_out + q + kv_seq + o + lse + o_seq + qk_pre;
+  const double attn_side = x_in + rstd + norm_out + q + kv_saved + o + lse + o_seq + qk_pre;
   const double mlp_side = x_in + rstd + norm_out + mlp_saved;
   const double layer_none = attn_side + mlp_side;
 
@@ -264,9 +272,18 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   // The attention backward's working set: d(out) [Ta, q], dq, dk, dv, the softmax delta (one fp32
   // per query and head, like lse), an fp32 dq accumulator (bf16 runtimes) and, under Ulysses, the
   // head-layout dq, dk, dv before the all-to-all back; plus what the runtime's kernel adds (e.g.
-  // flash-attn 2 expanding dK, dV to the query heads under GQA).
-  const double bwd_attn_ws =
-      o + q + kv_seq + lse + q_fp32 + (u > 1 ? q + kv : 0.0) + rt.attention_backward_extra_q_tensors * q + varlen_lse;
+  // flash-attn 2 expanding dK, dV to the query heads under GQA). With K,V repeated for SDPA
+  // (kv_repeated) SDPA's own dK, dV are at the query heads (2 q) and repeat_kv's backward sums them
+  // into the KV heads' (kv_seq); SDPA's flash backward copies neither d(out) nor the output here (torch
+  // aten/src/ATen/native/transformers/cuda/attention_backward.cu _flash_attention_backward calls
+  // .contiguous() on them, a no-op on the transposed views of contiguous tensors it receives from
+  // transformers' sdpa_attention_forward), so the kernel's extras are those 2.
+  // attention_backward_extra_gqa_only: the runtime's extras are GQA expansions, absent where the rank
+  // keeps as many KV heads as query heads (flash_attn 2.7.4 flash_api.cpp mha_varlen_bwd dk_expanded)
+  const double kernel_extra_q = rt.attention_backward_extra_gqa_only && !(S.q_heads > S.kv_heads)
+                                    ? 0.0 : rt.attention_backward_extra_q_tensors;
+  const double bwd_extra_q = kv_repeated ? 2.0 : kernel_extra_q;
+  const double bwd_attn_ws = o + q + kv_seq + lse + q_fp32 + (u > 1 ? q + kv : 0.0) + bwd_extra_q * q + varlen_lse;
 
   // ---- MLP transients
   double fwd_mlp = 0;

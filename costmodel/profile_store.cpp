@@ -397,8 +397,10 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"ckpt_offload_prefetch_layers", &rt.ckpt_offload_prefetch_layers, nullptr},
       {"recompute_keeps_checkpoint", nullptr, &rt.recompute_keeps_checkpoint},
       {"recompute_keeps_output", nullptr, &rt.recompute_keeps_output, nullptr, true},
+      {"sdpa_repeat_kv", nullptr, &rt.sdpa_repeat_kv, nullptr, true},
       {"backward_grad_tensors", &rt.backward_grad_tensors, nullptr},
       {"attention_backward_extra_q_tensors", &rt.attention_backward_extra_q_tensors, nullptr},
+      {"attention_backward_extra_gqa_only", nullptr, &rt.attention_backward_extra_gqa_only, nullptr, true},
       {"attention_merges_in_place", nullptr, &rt.attention_merges_in_place},
       {"varlen_lse_padded", nullptr, &rt.varlen_lse_padded, nullptr, true},  // absent: runtime_profile.hpp's default
       {"unit_grads_fp32", nullptr, &rt.unit_grads_fp32},

@@ -90,8 +90,16 @@ struct RuntimeProfile {
   // layer's backward (reentrant torch.utils.checkpoint's CheckpointFunction.backward holds `outputs`
   // while it runs torch.autograd.backward on them). Optional, absent = false
   bool recompute_keeps_output = false;
+  // K,V repeated to the query heads before an SDPA call (Hugging Face transformers 4.51
+  // sdpa_attention_forward: repeat_kv), where the plan's attention kernel is sdpa: SDPA saves the
+  // repeated K,V and its backward returns their gradients at the query heads, which repeat_kv's
+  // backward sums. Optional, absent = false (the core saves K,V at the KV heads)
+  bool sdpa_repeat_kv = false;
   double backward_grad_tensors = 3;   // [tokens, hidden] activation-gradient tensors in flight
   double attention_backward_extra_q_tensors = 0;  // [tokens, q heads x d] copies the attention backward adds
+  // the attention_backward_extra_q_tensors only where the rank's query heads outnumber its KV heads
+  // (flash_attn's expanded dK, dV under GQA). Optional, absent = false (always)
+  bool attention_backward_extra_gqa_only = false;
   double ring_dkv_fp32_buffers = 2;  // fp32 [K;V]-shaped dK,dV buffers of a ring backward (send, receive, ...)
   bool allgather_dkv_full_sequence = true;  // all-gather CP: dK,dV accumulated over the gathered sequence (else the local shard's)
   bool allgather_dkv_fp32 = true;           // all-gather CP: those dK,dV accumulators are fp32 (else the activation dtype)

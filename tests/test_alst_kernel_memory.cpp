@@ -18,6 +18,7 @@
 
 #include <string>
 
+#include "costmodel/attention_kernels.hpp"
 #include "costmodel/errors.hpp"
 #include "costmodel/json_util.hpp"
 #include "costmodel/memory_model.hpp"
@@ -51,10 +52,12 @@ constexpr double kFrag = 1.05;      // hf-deepspeed fragmentation 0.05
 const std::string kUlysses = "cp=8,cp_kind=ulysses,zero=3,recompute=full,opt_offload=1";
 
 TEST(AlstKernelMemory, BlockingCheckpointOffloadKeepsNoCheckpointOnTheDevice) {
-  // without offload the backward's high point holds layers 0..30's checkpoints and the one of layer
-  // 31 being rematerialised (torch.utils.checkpoint keeps it): 32 X x 1.05
+  // without offload the backward's high point holds layers 0..30's checkpoints; layer 31's, which
+  // torch.utils.checkpoint keeps, is the rematerialised layer's input itself (CheckpointFunction.backward
+  // runs the layer on detach_variable(saved_tensors), a tensor sharing the checkpoint's storage), counted
+  // once, with that layer's tensors (activations): 31 X x 1.05 among the checkpoints
   MemoryPrediction kept = run(kUlysses + ",tiled_loss=4096", kSeq);
-  EXPECT_DOUBLE_EQ(at(phase(kept, Phase::backward), Mem::checkpoints), 32 * X * kFrag);
+  EXPECT_DOUBLE_EQ(at(phase(kept, Phase::backward), Mem::checkpoints), 31 * X * kFrag);
   EXPECT_DOUBLE_EQ(at(phase(kept, Phase::forward), Mem::checkpoints), 31 * X * kFrag);
   // with ArcticTraining's offload the checkpoint moves by blocking arg.detach().cpu() in the forward
   // and tensors[0].to(device) at the start of its layer's backward: none is in flight or prefetched
@@ -148,6 +151,98 @@ TEST(AlstKernelMemory, ReentrantCheckpointHoldsTheRecomputedLayerOutput) {
   // non-reentrant checkpointing (torchtitan, llm-foundry) recomputes from unpack hooks: no output held
   for (const char* name : {"torchtitan", "llm-foundry", "ctxrun-cpu", "ctxrun-cuda"})
     EXPECT_FALSE(resolve_runtime(profiles(), name).recompute_keeps_output) << name;
+}
+
+TEST(AlstKernelMemory, TheRematerialisedLayersInputIsItsCheckpoint) {
+  // the same plan against the profile as it was (recompute_keeps_checkpoint true): the backward's high
+  // point held layer 31's input twice, once as the kept checkpoint and once as the rematerialised
+  // layer's input; now once: X x 1.05 less, in the checkpoints, at both backward high points
+  json j = read_json_file(std::string(CTXPLAN_SOURCE_DIR) + "/profiles/runtimes/hf-deepspeed.json");
+  const RuntimeProfile now = runtime_from_json(j, "hf-deepspeed.json");
+  EXPECT_FALSE(now.recompute_keeps_checkpoint);
+  j["constants"]["recompute_keeps_checkpoint"]["value"] = true;
+  const RuntimeProfile before = runtime_from_json(j, "test.json");
+  ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  ClusterSpec c = resolve_cluster(profiles(), "8xh100");
+  for (const std::string extra : {",tiled_loss=4096", ",tiled_loss=4096,tiled_mlp=auto"}) {
+    SCOPED_TRACE(extra);
+    Plan p = parse_plan(kUlysses + extra);
+    const MemorySnapshot a = phase(predict_memory(m, c, now, p, kSeq), Phase::backward);
+    const MemorySnapshot b = phase(predict_memory(m, c, before, p, kSeq), Phase::backward);
+    EXPECT_NEAR(b.total() - a.total(), X * kFrag, 1.0);  // 1 B: rounding of ~7e10 B sums, as above
+    EXPECT_NEAR(at(b, Mem::checkpoints) - at(a, Mem::checkpoints), X * kFrag, 1.0);
+  }
+  // with checkpoint offload the device copy made at the layer's backward is that input: unchanged
+  Plan off = parse_plan(kUlysses + ",tiled_loss=4096,ckpt_offload=1");
+  EXPECT_DOUBLE_EQ(predict_memory(m, c, now, off, kSeq).peak.total(), predict_memory(m, c, before, off, kSeq).peak.total());
+}
+
+TEST(AlstKernelMemory, SdpaSavesKeysAndValuesRepeatedToTheQueryHeads) {
+  // alst-t1-r4's recipe runs attn_implementation sdpa: transformers 4.51's sdpa_attention_forward
+  // repeat_kv's K and V to the query heads before SDPA, which saves them. Per rank under Ulysses cp=8:
+  // 4 query heads and 1 KV head over the whole sequence S = 1,048,576:
+  //   q = S x 4 x 128 x 2 B = 1,073,741,824 B = X; K,V as FA2 saves them 2 x S x 1 x 128 x 2 B = 0.5 X;
+  //   repeated for SDPA 2 x X: the layer's attention side grows by 1.5 X.
+  // In the attention backward SDPA returns dK, dV at the query heads (2 X; repeat_kv's backward sums them
+  // to 0.5 X, counted for both kernels), as flash-attn 2 expands them for GQA (dk_expanded, dv_expanded,
+  // 2 X): the same workspace. Everything x 1.05 (fragmentation).
+  const RuntimeProfile fa2 = resolve_runtime(profiles(), "hf-deepspeed");
+  EXPECT_TRUE(fa2.sdpa_repeat_kv);
+  const RuntimeProfile sdpa = with_attention(fa2, "sdpa", "test", "attention");
+  ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  ClusterSpec c = resolve_cluster(profiles(), "8xh100");
+  Plan p = parse_plan(kUlysses + ",tiled_loss=4096,tiled_mlp=auto");  // alst-t1-r4's plan
+  const MemoryPrediction a = predict_memory(m, c, sdpa, p, kSeq), b = predict_memory(m, c, fa2, p, kSeq);
+  // forward high point: the attention core of layer 31 (TiledMLP keeps the MLP's small)
+  const MemorySnapshot& af = phase(a, Phase::forward);
+  const MemorySnapshot& bf = phase(b, Phase::forward);
+  EXPECT_NEAR(at(af, Mem::activations) - at(bf, Mem::activations), 1.5 * X * kFrag, 1.0);
+  EXPECT_NEAR(af.total() - bf.total(), 1.5 * X * kFrag, 1.0);
+  // backward high point: the attention backward of layer 31
+  const MemorySnapshot& ab = phase(a, Phase::backward);
+  const MemorySnapshot& bb = phase(b, Phase::backward);
+  EXPECT_NEAR(at(ab, Mem::activations) - at(bb, Mem::activations), 1.5 * X * kFrag, 1.0);
+  EXPECT_NEAR(at(ab, Mem::workspace) - at(bb, Mem::workspace), 0.0, 1.0);
+  // without GQA (as many KV heads as query heads) repeat_kv repeats nothing
+  ModelSpec mha = m;
+  mha.kv_heads = mha.heads;
+  EXPECT_DOUBLE_EQ(predict_memory(mha, c, sdpa, p, kSeq).peak.total(), predict_memory(mha, c, fa2, p, kSeq).peak.total());
+  // the term is the Hugging Face path's: torchtitan, llm-foundry, megatron and ctxrun leave it out
+  for (const char* name : {"megatron", "torchtitan", "llm-foundry", "ctxrun-cpu", "ctxrun-cuda"})
+    EXPECT_FALSE(resolve_runtime(profiles(), name).sdpa_repeat_kv) << name;
+}
+
+TEST(AlstKernelMemory, FlashAttnExpandsDkDvOnlyUnderGqaAtTheRank) {
+  // flash_attn 2.7.4 mha_varlen_bwd allocates dk_expanded, dv_expanded at the query heads only where
+  // num_heads_k != num_heads. Llama-3.1-8B's 32 query / 8 KV heads over Ulysses:
+  //   cp=8:  4 query heads, 1 KV head per rank: GQA, +2 [S, 4 x 128] tensors
+  //   cp=32: 1 query head, 1 KV head (replicated) per rank: no expansion
+  // At cp=32 on 4 nodes and S = 4,194,304 (T = 131,072): q = S x 1 x 128 x 2 B = 1,073,741,824 B = X, so
+  // the attention backward's workspace holds 2 X x 1.05 less than with the extras counted everywhere;
+  // d(out) is not copied (maybe_contiguous: its last dimension is contiguous), 2 extras, not 3.
+  json j = read_json_file(std::string(CTXPLAN_SOURCE_DIR) + "/profiles/runtimes/hf-deepspeed.json");
+  const RuntimeProfile now = runtime_from_json(j, "hf-deepspeed.json");
+  EXPECT_TRUE(now.attention_backward_extra_gqa_only);
+  EXPECT_EQ(now.attention_backward_extra_q_tensors, 2);
+  j["constants"].erase("attention_backward_extra_gqa_only");  // optional: absent = the extras everywhere
+  const RuntimeProfile everywhere = runtime_from_json(j, "test.json");
+  EXPECT_FALSE(everywhere.attention_backward_extra_gqa_only);
+  ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  const std::string alst = ",tiled_loss=4096,tiled_mlp=auto,ckpt_offload=1";
+  {
+    ClusterSpec c = resolve_cluster(profiles(), "4x8xh100");
+    Plan p = parse_plan("cp=32,cp_kind=ulysses,zero=3,recompute=full,opt_offload=1" + alst);  // alst-t4-alst's plan
+    const MemorySnapshot a = phase(predict_memory(m, c, now, p, 4194304), Phase::backward);
+    const MemorySnapshot b = phase(predict_memory(m, c, everywhere, p, 4194304), Phase::backward);
+    EXPECT_NEAR(at(b, Mem::workspace) - at(a, Mem::workspace), 2 * X * kFrag, 1.0);
+    EXPECT_NEAR(b.total() - a.total(), 2 * X * kFrag, 1.0);
+  }
+  {
+    // cp=8: GQA at the rank, the extras stay
+    ClusterSpec c = resolve_cluster(profiles(), "8xh100");
+    Plan p = parse_plan(kUlysses + alst);
+    EXPECT_DOUBLE_EQ(predict_memory(m, c, now, p, kSeq).peak.total(), predict_memory(m, c, everywhere, p, kSeq).peak.total());
+  }
 }
 
 TEST(AlstKernelMemory, TheFusedMlpConstantsComeTogether) {

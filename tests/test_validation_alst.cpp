@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "costmodel/attention_kernels.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/plan_check.hpp"
 #include "costmodel/profile_store.hpp"
@@ -33,7 +34,12 @@ TEST(ValidationAlst, MaxTrainableSequenceMatchesPublished) {
     const bool check = pt.contains("role") && pt["role"] == "check";
     ModelSpec m = resolve_model(profiles, pt["model"]);
     ClusterSpec c = resolve_cluster(profiles, pt["cluster"]);
-    const RuntimeProfile& rt = resolve_runtime(profiles, pt["runtime"]);
+    RuntimeProfile rt = resolve_runtime(profiles, pt["runtime"]);
+    // the kernel the point's source states (attention, quoted in attention_source), as ctxplan validate prices it
+    if (pt.contains("attention")) {
+      ASSERT_TRUE(pt.contains("attention_source")) << pt["id"];
+      rt = with_attention(rt, pt["attention"].get<std::string>(), "alst_maxseq.jsonl", "attention");
+    }
     Plan p = parse_plan(pt["plan"].get<std::string>());
     int64_t published = pt["published_max_seq_tokens"];
     PlanCheck chk = check_plan(p, m, c, seq_granule(p) * 1000);

@@ -125,22 +125,26 @@ TEST(ValidationTime, FitAndCheckPointsAreSummarisedApart) {
 TEST(ValidationTime, MaxSeqPointsArePricedWithTheKernelTheirSourceStates) {
   // a max_seq_tokens point may state its attention implementation (with attention_source), as a
   // published_time.jsonl point does: ArcticTraining's 1x H200 recipes run flash_attention_3
-  // (alst_maxseq.jsonl at-8b-h200-*); points that state none are priced with the runtime's default
-  // (hf-deepspeed: fa2)
-  int fa3 = 0, defaults = 0;
+  // (alst_maxseq.jsonl at-8b-h200-*), alst-t1-r4's sdpa (run-sp8-llama-8b-yes-mlp.yml); points that
+  // state none are priced with the runtime's default (hf-deepspeed: fa2)
+  int fa3 = 0, sdpa = 0, defaults = 0;
   for (auto& r : rows()) {
     if (r.at("metric") != "max_seq_tokens") continue;
     const std::string id = r.at("id");
     if (id.rfind("at-8b-h200-", 0) == 0) {
       EXPECT_EQ(r.at("attention"), "fa3") << id;
       ++fa3;
+    } else if (id == "alst-t1-r4:max_seq_tokens") {
+      EXPECT_EQ(r.at("attention"), "sdpa") << id;  // its recipe: attn_implementation sdpa
+      ++sdpa;
     } else if (id.rfind("alst-", 0) == 0) {
       EXPECT_EQ(r.at("attention"), "fa2") << id;
       ++defaults;
     }
   }
   EXPECT_EQ(fa3, 4);
-  EXPECT_EQ(defaults, 10);
+  EXPECT_EQ(sdpa, 1);
+  EXPECT_EQ(defaults, 9);
 }
 
 // `ctxplan --profiles DIR validate` over a copy of the profiles whose alst_maxseq.jsonl is `line`:
