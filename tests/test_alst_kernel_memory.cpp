@@ -51,6 +51,24 @@ constexpr double X = 1073741824.0;  // [T, hidden] bf16 at T = 131,072
 constexpr double kFrag = 1.05;      // hf-deepspeed fragmentation 0.05
 const std::string kUlysses = "cp=8,cp_kind=ulysses,zero=3,recompute=full,opt_offload=1";
 
+// hf-deepspeed as shipped and with one of its boolean constants flipped, and the backward phase of an
+// 8B plan at kSeq under each: what one term adds is the difference
+struct FlippedConstant {
+  RuntimeProfile shipped, flipped;
+};
+FlippedConstant flip_constant(const char* key) {
+  json j = read_json_file(std::string(CTXPLAN_SOURCE_DIR) + "/profiles/runtimes/hf-deepspeed.json");
+  FlippedConstant out{runtime_from_json(j, "hf-deepspeed.json"), {}};
+  j["constants"][key]["value"] = !j["constants"][key]["value"].get<bool>();
+  out.flipped = runtime_from_json(j, "test.json");
+  return out;
+}
+MemorySnapshot backward_8b(const RuntimeProfile& rt, const std::string& plan_text) {
+  return predict_memory(resolve_model(profiles(), "Llama-3.1-8B"), resolve_cluster(profiles(), "8xh100"), rt,
+                        parse_plan(plan_text), kSeq)
+      .phase_peak[static_cast<int>(Phase::backward)];
+}
+
 TEST(AlstKernelMemory, BlockingCheckpointOffloadKeepsNoCheckpointOnTheDevice) {
   // without offload the backward's high point holds layers 0..30's checkpoints; layer 31's, which
   // torch.utils.checkpoint keeps, is the rematerialised layer's input itself (CheckpointFunction.backward
@@ -129,18 +147,13 @@ TEST(AlstKernelMemory, ReentrantCheckpointHoldsTheRecomputedLayerOutput) {
   // transformers' gradient_checkpointing_enable() is reentrant: CheckpointFunction.backward keeps
   // `outputs` (the layer's last residual add, [T, hidden]) while it runs the layer's backward, at
   // both of the backward's high points: +X x 1.05 against the same profile without the term
-  json j = read_json_file(std::string(CTXPLAN_SOURCE_DIR) + "/profiles/runtimes/hf-deepspeed.json");
-  const RuntimeProfile with = runtime_from_json(j, "hf-deepspeed.json");
+  const auto [with, without] = flip_constant("recompute_keeps_output");
   EXPECT_TRUE(with.recompute_keeps_output);
-  j["constants"]["recompute_keeps_output"]["value"] = false;
-  const RuntimeProfile without = runtime_from_json(j, "test.json");
   ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
   ClusterSpec c = resolve_cluster(profiles(), "8xh100");
   for (const std::string extra : {",tiled_loss=4096", ",tiled_loss=4096,tiled_mlp=auto", ",tiled_loss=4096,ckpt_offload=1"}) {
     SCOPED_TRACE(extra);
-    Plan p = parse_plan(kUlysses + extra);
-    const MemorySnapshot a = phase(predict_memory(m, c, with, p, kSeq), Phase::backward);
-    const MemorySnapshot b = phase(predict_memory(m, c, without, p, kSeq), Phase::backward);
+    const MemorySnapshot a = backward_8b(with, kUlysses + extra), b = backward_8b(without, kUlysses + extra);
     // 1 B: the difference of two ~7e10 B sums of doubles (rounding ~1e-5 B), not a tolerance on the term
     EXPECT_NEAR(a.total() - b.total(), X * kFrag, 1.0);
     EXPECT_NEAR(at(a, Mem::activations) - at(b, Mem::activations), X * kFrag, 1.0);
@@ -157,18 +170,13 @@ TEST(AlstKernelMemory, TheRematerialisedLayersInputIsItsCheckpoint) {
   // the same plan against the profile as it was (recompute_keeps_checkpoint true): the backward's high
   // point held layer 31's input twice, once as the kept checkpoint and once as the rematerialised
   // layer's input; now once: X x 1.05 less, in the checkpoints, at both backward high points
-  json j = read_json_file(std::string(CTXPLAN_SOURCE_DIR) + "/profiles/runtimes/hf-deepspeed.json");
-  const RuntimeProfile now = runtime_from_json(j, "hf-deepspeed.json");
+  const auto [now, before] = flip_constant("recompute_keeps_checkpoint");
   EXPECT_FALSE(now.recompute_keeps_checkpoint);
-  j["constants"]["recompute_keeps_checkpoint"]["value"] = true;
-  const RuntimeProfile before = runtime_from_json(j, "test.json");
   ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
   ClusterSpec c = resolve_cluster(profiles(), "8xh100");
   for (const std::string extra : {",tiled_loss=4096", ",tiled_loss=4096,tiled_mlp=auto"}) {
     SCOPED_TRACE(extra);
-    Plan p = parse_plan(kUlysses + extra);
-    const MemorySnapshot a = phase(predict_memory(m, c, now, p, kSeq), Phase::backward);
-    const MemorySnapshot b = phase(predict_memory(m, c, before, p, kSeq), Phase::backward);
+    const MemorySnapshot a = backward_8b(now, kUlysses + extra), b = backward_8b(before, kUlysses + extra);
     EXPECT_NEAR(b.total() - a.total(), X * kFrag, 1.0);  // 1 B: rounding of ~7e10 B sums, as above
     EXPECT_NEAR(at(b, Mem::checkpoints) - at(a, Mem::checkpoints), X * kFrag, 1.0);
   }
