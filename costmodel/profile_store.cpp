@@ -723,7 +723,10 @@ std::vector<RuntimeVariantInfo> runtime_variants(const Profiles& p, const std::s
 
 RuntimeProfile resolve_runtime(const Profiles& p, const std::string& arg) {
   // <runtime>@<variant>: the built-in runtime's file, or a runtime JSON path, with the variant's constants
-  if (const size_t at = arg.rfind('@'); at != std::string::npos && at > 0 && at + 1 < arg.size()) {
+  // (a path whose folders or name hold an '@' is a path: the variant is the text after the last '@' only when
+  // that text is no path and the whole argument names no file)
+  if (const size_t at = arg.rfind('@'); at != std::string::npos && at > 0 && at + 1 < arg.size() &&
+                                         arg.find('/', at) == std::string::npos && !fs::exists(arg)) {
     const std::string base = arg.substr(0, at), variant = arg.substr(at + 1);
     if (looks_like_path(base)) return runtime_from_json(runtime_variant_json(read_json_file(base), variant, base), base + "@" + variant);
     for (auto& f : json_files(fs::path(p.dir) / "runtimes")) {

@@ -80,6 +80,14 @@ TEST(RuntimeVariants, AVariantInAFileNeedsItsSourceAndKnownConstants) {
   // a good file variant resolves through the path
   const std::string good = write("good.json", j);
   EXPECT_DOUBLE_EQ(resolve_runtime(profiles(), good + "@liger-int64").tiled_loss_max_tensor_elements, 0.0);
+  // an '@' in a path's folder or file name is part of the path, not a variant
+  std::filesystem::create_directories(dir / "team@site");
+  const std::string at_dir = (dir / "team@site" / "mine.json").string(), at_name = (dir / "mine@v2.json").string();
+  std::ofstream(at_dir) << j.dump(2);
+  std::ofstream(at_name) << j.dump(2);
+  EXPECT_EQ(resolve_runtime(profiles(), at_dir).name, "hf-deepspeed");
+  EXPECT_EQ(resolve_runtime(profiles(), at_name).name, "hf-deepspeed");
+  EXPECT_EQ(resolve_runtime(profiles(), at_name + "@liger-int64").name, "hf-deepspeed@liger-int64");
   // no source: refused naming the field
   json unsourced = j;
   unsourced["variants"]["liger-int64"].erase("source");
