@@ -160,8 +160,9 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
   // integrations/sdpa_attention.py sdpa_attention_forward calls repeat_kv(key/value,
   // module.num_key_value_groups) unconditionally, the code transformers PR #39412 replaced in July
   // 2025): torch's SDPA saves its inputs, two [Ta, q heads x d] tensors
-  const std::string kernel = rt.attention_kernel.substr(0, rt.attention_kernel.find('|'));
-  const bool kv_repeated = rt.sdpa_repeat_kv && kernel == "sdpa" && S.q_heads > S.kv_heads;
+  // (the kernel is attention_kernel's first name; compared in place: this function allocates nothing)
+  const bool sdpa_kernel = rt.attention_kernel.compare(0, rt.attention_kernel.find('|'), "sdpa") == 0;
+  const bool kv_repeated = rt.sdpa_repeat_kv && sdpa_kernel && S.q_heads > S.kv_heads;
   const double kv_saved = kv_repeated ? 2.0 * q : kv_seq;
   const double o = q;                                          // attention output, same shape as q
   const double lse = S.attn_tokens * S.q_heads * fp32;        // log-sum-exp per query and head, fp32
