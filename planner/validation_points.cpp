@@ -46,7 +46,7 @@ std::vector<json> read_jsonl(const std::string& path) {
   return out;
 }
 
-double metric_from(const std::string& def, const ModelSpec& m, const Prediction& p) {
+double metric_from(const std::string& def, const ModelSpec& m, const HardwareSpec& gpu, const Prediction& p) {
   const StepTime& t = p.time;
   const double world = static_cast<double>(p.world), s = static_cast<double>(p.seq);
   const double seqs = static_cast<double>(std::max<int64_t>(1, p.plan.dp) * p.plan.mbs * p.plan.ga);
@@ -69,8 +69,21 @@ double metric_from(const std::string& def, const ModelSpec& m, const Prediction&
       if (std::string(p.memory.framework.terms[i].name) == "nccl_buffers") nccl += p.memory.framework.terms[i].bytes;
     return (p.memory.peak.total() - nccl) / (1024.0 * 1024.0 * 1024.0);
   }
-  throw InputError("profiles/validation", "definition", "unknown metric definition '" + def + "'");
+  if (def == "nvml_used_gib") {
+    // NVML's used memory of the device (pynvml nvmlDeviceGetMemoryInfo(handle).used) in GiB, read
+    // after a step (ArcticTraining's per-iteration "NV" figure, arctic_training/debug.py get_nvml_mem,
+    // printed by metrics.py for rank 0): everything mapped on the card -- what the caching allocator
+    // holds (it keeps its peak segments: no empty_cache in the loop), NCCL's buffers, and the CUDA
+    // context the hardware profile leaves out of the usable memory. So the whole predicted peak plus
+    // that context.
+    return (p.memory.peak.total() + static_cast<double>(gpu.hbm_bytes - gpu.usable_bytes)) / (1024.0 * 1024.0 * 1024.0);
+  }
+  throw InputError("profiles/validation", "definition",
+                   "unknown metric definition '" + def + "' (valid: step_seconds, tokens_per_s_per_gpu, alst_megatron_tflops, "
+                   "nemo_model_tflops, llmfoundry_mfu, torch_max_reserved_gib, nvml_used_gib)");
 }
+
+bool memory_metric_definition(const std::string& def) { return def == "torch_max_reserved_gib" || def == "nvml_used_gib"; }
 
 std::vector<PublishedTimeRow> predict_published_time(const Profiles& profiles, const std::string& only, const std::string& runtime) {
   const std::string file = profiles.dir + "/validation/published_time.jsonl";
@@ -116,13 +129,13 @@ std::vector<PublishedTimeRow> predict_published_time(const Profiles& profiles, c
     row.seq = r.integer("seq");
     row.note = p.memory.fits() ? "" : "predicted not to fit";
     row.published = r.number("published");
-    row.predicted = metric_from(r.string("definition"), m, p);
+    row.predicted = metric_from(r.string("definition"), m, c.gpu, p);
     row.predicted_step_seconds = p.time.step_seconds;
     // every time metric but the step itself is a rate (tokens/s, TFLOP/s, MFU): inversely proportional
     // to the step; a memory metric says nothing about the step
     const double ratio = row.published / row.predicted;
     const std::string def = r.string("definition");
-    row.time_metric = def != "torch_max_reserved_gib";
+    row.time_metric = !memory_metric_definition(def);
     row.step_log_ratio = !row.time_metric ? 0.0 : def == "step_seconds" ? std::log(ratio) : -std::log(ratio);
     // a calibrated runtime's own fit point: the step its leave-one-out fit predicted (the calibration
     // record's measured step over exp(leave-one-out log ratio)), as this metric

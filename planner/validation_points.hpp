@@ -16,8 +16,13 @@ std::vector<json> read_jsonl(const std::string& path);
 // or a calibration). `ctxplan validate` reports the two apart.
 std::string point_role(const JsonReader& r);
 
-// The published metric, computed from a predicted step the way the source computed it.
-double metric_from(const std::string& def, const ModelSpec& m, const Prediction& p);
+// The published metric, computed from a predicted step the way the source computed it. `gpu` is
+// the point's card: the NVML reading (nvml_used_gib) adds what the card holds beyond what a process
+// can allocate (its CUDA context: hbm_bytes - usable_bytes, the hardware profile's figures).
+double metric_from(const std::string& def, const ModelSpec& m, const HardwareSpec& gpu, const Prediction& p);
+
+// True for the memory definitions (GiB of device memory), false for a step time or a rate.
+bool memory_metric_definition(const std::string& def);
 
 struct PublishedTimeRow {
   std::string id, point, metric, runtime, gpu, plan, note;

@@ -188,7 +188,28 @@ TEST(FrameworkMemory, TorchMaxReservedLeavesOutNcclBuffers) {
   ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
   ClusterSpec c = resolve_cluster(profiles(), "8xh100-96gb");
   Prediction p = predict(m, c, resolve_runtime(profiles(), "torchtitan"), parse_plan("dp=8,zero=3,recompute=selective,mbs=2"), 8192);
-  EXPECT_DOUBLE_EQ(metric_from("torch_max_reserved_gib", m, p) * kGiB, p.memory.peak.total() - 308281344.0);
+  EXPECT_DOUBLE_EQ(metric_from("torch_max_reserved_gib", m, c.gpu, p) * kGiB, p.memory.peak.total() - 308281344.0);
+}
+
+TEST(FrameworkMemory, NvmlReadingIsTheWholePeakPlusTheCudaContext) {
+  // ArcticTraining's "NV" figure is NVML's used memory of the card: everything mapped on it, NCCL's
+  // buffers included, plus the CUDA context the hardware profile leaves out of the usable memory.
+  // h100-sxm-80gb.json: hbm_mib 81559, usable_mib 81000 -> 559 MiB = 586,153,984 B of context.
+  // Against torch's max_reserved the NVML reading adds exactly NCCL's buffers (one communicator at
+  // dp=8: 308,281,344 B, the test above) and the context.
+  ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  ClusterSpec c = resolve_cluster(profiles(), "8xh100");
+  Prediction p = predict(m, c, resolve_runtime(profiles(), "hf-deepspeed"), parse_plan("dp=8,zero=3,recompute=full,opt_offload=1"), 32768);
+  EXPECT_DOUBLE_EQ(metric_from("nvml_used_gib", m, c.gpu, p) * kGiB, p.memory.peak.total() + 586153984.0);
+  EXPECT_NEAR((metric_from("nvml_used_gib", m, c.gpu, p) - metric_from("torch_max_reserved_gib", m, c.gpu, p)) * kGiB,
+              308281344.0 + 586153984.0, 1e-3);
+  // an unknown definition names the valid ones
+  try {
+    metric_from("nvidia_smi_gib", m, c.gpu, p);
+    FAIL() << "accepted an unknown definition";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("nvml_used_gib"), std::string::npos) << e.what();
+  }
 }
 
 TEST(FrameworkMemory, CachingAllocatorRoundingWithoutExpandableSegments) {
