@@ -85,6 +85,11 @@ double metric_from(const std::string& def, const ModelSpec& m, const HardwareSpe
 
 bool memory_metric_definition(const std::string& def) { return def == "torch_max_reserved_gib" || def == "nvml_used_gib"; }
 
+double max_seq_error_ratio(double predicted, double ran, double failed) {
+  if (failed <= 0 || predicted < ran) return predicted / ran;
+  return predicted < failed ? 1.0 : predicted / failed;
+}
+
 std::vector<PublishedTimeRow> predict_published_time(const Profiles& profiles, const std::string& only, const std::string& runtime) {
   const std::string file = profiles.dir + "/validation/published_time.jsonl";
   std::vector<PublishedTimeRow> rows;

@@ -24,6 +24,14 @@ double metric_from(const std::string& def, const ModelSpec& m, const HardwareSpe
 // True for the memory definitions (GiB of device memory), false for a step time or a rate.
 bool memory_metric_definition(const std::string& def);
 
+// A maximum-sequence point against what its source states: the longest length that ran (`ran`) and,
+// where the source also states one, the shortest length that failed (`failed`; 0: none stated). A
+// prediction in [ran, failed) agrees with every stated fact: ratio 1. Below `ran`: predicted / ran;
+// at or above `failed` (it would fit where the run failed): predicted / failed. Without a stated
+// failure the length that ran stands for the limit (the authors raised the length until it failed:
+// ArcticTraining's README), as before: predicted / ran.
+double max_seq_error_ratio(double predicted, double ran, double failed);
+
 struct PublishedTimeRow {
   std::string id, point, metric, runtime, gpu, plan, note;
   std::string model, source_plan;  // the model's name and the plan as the point states it (docs/VALIDATION.md's tables)

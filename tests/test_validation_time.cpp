@@ -194,4 +194,27 @@ TEST(ValidationTime, MaxSeqPointRuntimeVariantNeedsItsSource) {
   EXPECT_NE(unsourced_out.find("alst_maxseq.jsonl"), std::string::npos) << unsourced_out;
 }
 
+// A maximum-sequence point whose source states both the length that ran and a length that failed is
+// a bracket: the limit lies in [ran, failed). The failing length is a fact quoted like the kernel, and
+// must lie above the length that ran. alst-t2-base's plan is predicted 37,358 (docs/VALIDATION.md).
+TEST(ValidationTime, MaxSeqBracketNeedsItsSourceAndComparesWithTheNearerEnd) {
+  const std::string head = R"({"id": "alst-t2-base", "model": "Llama-3.1-8B", "cluster": "1xh100", "runtime": "hf-deepspeed", )"
+                           R"("plan": "dp=1,zero=3,recompute=full,opt_offload=1,param_offload=1", "published_max_seq_tokens": 32000)";
+  auto [unsourced, unsourced_out] = validate_with_maxseq_line("bunsourced", head + R"(, "published_failed_seq_tokens": 40000})");
+  EXPECT_EQ(unsourced, 2) << unsourced_out;
+  EXPECT_NE(unsourced_out.find("failed_source"), std::string::npos) << unsourced_out;
+  EXPECT_NE(unsourced_out.find("alst_maxseq.jsonl"), std::string::npos) << unsourced_out;
+  auto [below, below_out] =
+      validate_with_maxseq_line("bbelow", head + R"(, "published_failed_seq_tokens": 32000, "failed_source": "x"})");
+  EXPECT_EQ(below, 2) << below_out;
+  EXPECT_NE(below_out.find("published_failed_seq_tokens"), std::string::npos) << below_out;
+  // inside [32000, 40000): no error; with the failure at 36000 the prediction is 37,358 / 36,000 - 1 = +3.8%
+  auto [in, in_out] = validate_with_maxseq_line("bin", head + R"(, "published_failed_seq_tokens": 40000, "failed_source": "x"})");
+  EXPECT_EQ(in, 0) << in_out;
+  EXPECT_NE(in_out.find("0% (in bracket)"), std::string::npos) << in_out;
+  auto [above, above_out] = validate_with_maxseq_line("babove", head + R"(, "published_failed_seq_tokens": 36000, "failed_source": "x"})");
+  EXPECT_EQ(above, 0) << above_out;
+  EXPECT_NE(above_out.find("+3.8%"), std::string::npos) << above_out;
+}
+
 }  // namespace
