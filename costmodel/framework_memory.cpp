@@ -6,6 +6,7 @@
 
 #include "costmodel/memory_model.hpp"
 #include "costmodel/pipeline_stages.hpp"
+#include "costmodel/process_groups.hpp"
 
 namespace ctx {
 
@@ -32,6 +33,95 @@ int64_t nccl_communicators(const Plan& p) {
   }
   if (p.pp > 1) ++n;
   return n;
+}
+
+namespace {
+
+double align_up(double bytes, double granularity) { return std::ceil(bytes / granularity) * granularity; }
+double pow2_ceil_channels(double x) { return x <= 1.0 ? 1.0 : std::exp2(std::ceil(std::log2(x))); }
+
+struct GroupShape {
+  int64_t size = 1;       // ranks in the group
+  int64_t local = 1;      // of them on rank 0's node (rank 0 included)
+  bool spans_nodes = false;
+  std::vector<int64_t> ranks;
+};
+
+GroupShape group_shape(const Plan& p, Group g, int64_t gpus_per_node) {
+  GroupShape s;
+  s.ranks = group_ranks(p, g, 0);
+  s.size = static_cast<int64_t>(s.ranks.size());
+  s.local = 0;
+  for (int64_t r : s.ranks) s.local += (r / gpus_per_node == 0) ? 1 : 0;
+  s.spans_nodes = s.local < s.size;
+  return s;
+}
+
+}  // namespace
+
+NcclBuffers nccl_buffers(const ClusterSpec& c, const RuntimeProfile& rt, const Plan& plan) {
+  NcclBuffers b;
+  if (rt.nccl_channels <= 0) return b;
+  Plan p = plan;
+  p.dp = std::max<int64_t>(1, p.dp);  // an unset dp (0) as nccl_communicators reads it: one replica
+  const int64_t gpn = std::max<int64_t>(1, c.gpus_per_node);
+  const double coll_channels = rt.nccl_channels;
+  const double connection = kNcclP2pRecvBytes + kNcclP2pSendBytes;  // one received + one sent, per channel
+  // a group running collectives: its ring channels, and NVLS where the node has it
+  // (`nvls`: its collectives are large enough for the tuner to pick NVLS; a loss all-gather of a
+  // few bytes is not. `allreduce`: the group all-reduces; across nodes without CollNet (none on
+  // these clusters) graph/tuning.cc ncclTopoTuneModel disables the NVLS algorithm and leaves
+  // NVLS_TREE, which is all-reduce only, so a group spanning nodes gets NVLS buffers only then)
+  auto collectives = [&](Group g, bool nvls, bool allreduce) {
+    const GroupShape s = group_shape(p, g, gpn);
+    if (s.size <= 1) return;
+    b.ring += coll_channels * connection;
+    if (nvls && (allreduce || !s.spans_nodes) && c.gpu.nccl_nvls_channels > 0 && s.local > 2) {
+      const double heads = static_cast<double>(s.local);
+      const double nvls_channels = static_cast<double>(c.gpu.nccl_nvls_channels);
+      b.nvls += align_up(nvls_channels * 2.0 * kNcclNvlsChunkBytes * kNcclSteps * heads, kNcclNvlsGranularityBytes) +
+                align_up(coll_channels * 2.0 * kNcclNvlsCreditBytes * heads, kNcclNvlsGranularityBytes);
+    }
+  };
+  // a group exchanging point to point: the peers on the node, p2pnChannelsPerPeer connections each way
+  auto point_to_point = [&](Group g, bool all_peers) {
+    const GroupShape s = group_shape(p, g, gpn);
+    if (s.size <= 1) return;
+    double local_peers = 0;
+    if (all_peers) {
+      local_peers = static_cast<double>(s.local - 1);
+    } else {  // the previous and the next rank of the group (one peer when the group has two)
+      const int64_t next = s.ranks[1], prev = s.ranks[s.size - 1];
+      local_peers += (next / gpn == 0) ? 1.0 : 0.0;
+      if (prev != next) local_peers += (prev / gpn == 0) ? 1.0 : 0.0;
+    }
+    const double per_peer = s.spans_nodes ? kNcclNetPeerChannels : pow2_ceil_channels(coll_channels);
+    b.p2p += local_peers * per_peer * connection;
+  };
+  if (p.tp > 1) collectives(Group::tp, true, true);  // all-reduce (all-gather/reduce-scatter under SP)
+  if (p.cp > 1) {
+    switch (p.cp_comm) {
+      case CpComm::a2a:  // Ulysses: all-to-all over the CP group (+ the loss all-gather where the stack runs it)
+        point_to_point(Group::cp, true);
+        if (rt.ulysses_group_collectives) collectives(Group::cp, false, false);
+        break;
+      case CpComm::a2a_p2p:  // USP: Ulysses all-to-all, ring exchange
+        point_to_point(Group::ulysses, true);
+        if (rt.ulysses_group_collectives) collectives(Group::ulysses, false, false);
+        point_to_point(Group::ring, false);
+        break;
+      case CpComm::allgather: collectives(Group::cp, true, false); break;     // all-gather K,V, reduce-scatter dK,dV
+      case CpComm::p2p: point_to_point(Group::cp, false); break; // ring / zigzag: send/recv to the neighbours
+    }
+  }
+  if (zero_replicate_degree(p) > 1 && zero_shard_degree(p) > 1) {
+    collectives(Group::zero_shard, true, false);     // all-gather / reduce-scatter
+    collectives(Group::zero_replicate, true, true);  // all-reduce of the shards' gradients
+  } else {
+    collectives(Group::zero, true, p.zero == 0);     // DDP all-reduces; ZeRO all-gathers and reduce-scatters
+  }
+  if (p.pp > 1) point_to_point(Group::pp, false);
+  return b;
 }
 
 double megatron_buffer_padding_elements(double stage_params, double param_tensors, int64_t dp_cp) {
@@ -75,7 +165,7 @@ double te_userbuffer_bytes(const ModelSpec& m, const RuntimeProfile& rt, const P
   return rows_x_hidden * (6.0 * ag + 2.0 * proj_fc2_rs * rs + 2.0 * rs);
 }
 
-FrameworkMemory framework_memory(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, const PipelineStage& stage,
+FrameworkMemory framework_memory(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p, const PipelineStage& stage,
                                  double stage_params, double live_large_tensors, double local_tokens) {
   FrameworkMemory f;
   auto add = [&f](const char* name, const char* source, double bytes, bool host) {
@@ -137,12 +227,13 @@ FrameworkMemory framework_memory(const ModelSpec& m, const RuntimeProfile& rt, c
         (rt.master_bytes + host_grads + rt.zero3_grad_partition_bytes) * stage_params / Z, true);
   }
 
-  // NCCL: each communicator's ring holds, per channel, one connection's buffers for the three
-  // protocols (SIMPLE NCCL_BUFFSIZE 4 MiB, LL 512 KiB, LL128 4,800 KiB; src/init.cc computeBuffSizes)
+  // NCCL's buffers (nccl_buffers above): cuMem allocations outside PyTorch's caching allocator
   if (rt.nccl_channels > 0)
     add("nccl_buffers",
-        "NCCL src/init.cc DEFAULT_BUFFSIZE / DEFAULT_LL_BUFFSIZE / DEFAULT_LL128_BUFFSIZE (NCCL_BUFFSIZE default 4194304, docs env.html) x channels x communicators",
-        static_cast<double>(nccl_communicators(p)) * rt.nccl_channels * kNcclConnectionBytes, false);
+        "NCCL 2.26.5 src/transport/p2p.cc p2pRecvSetup/p2pSendSetup (DEFAULT_BUFFSIZE + DEFAULT_LL_BUFFSIZE + DEFAULT_LL128_BUFFSIZE, "
+        "ALIGN_SIZE CUDA_IPC_MIN) x ring channels per collective group and x p2pnChannelsPerPeer per all-to-all/neighbour peer "
+        "(graph/paths.cc ncclTopoComputeP2pChannels); src/transport/nvls.cc ncclNvlsBufferSetup/ncclNvlsSetup where the GPU has NVLS",
+        nccl_buffers(c, rt, p).total(), false);
 
   // PyTorch's CUDA caching allocator. Without expandable segments a large block is carved from a
   // segment rounded up to kRoundLarge (2 MiB) and keeps its remainder r when r <= kSmallSize

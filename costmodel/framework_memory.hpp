@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 
+#include "costmodel/hardware_spec.hpp"
 #include "costmodel/model_spec.hpp"
 #include "costmodel/pipeline_stages.hpp"
 #include "costmodel/plan.hpp"
@@ -17,18 +18,45 @@
 
 namespace ctx {
 
-// ---- constants from the sources (each names where it is defined)
-// NCCL src/init.cc: DEFAULT_BUFFSIZE (1 << 22), the SIMPLE protocol's buffer per connection
+// ---- constants from the sources (each names where it is defined). NCCL: the version PyTorch's
+// wheels of the validated runs ship (torch 2.7 / the 2.8 nightlies of May 2025: NCCL 2.26.x), read at
+// NVIDIA/nccl tag v2.26.5-1; v2.21.5-1 (torch 2.6) differs where noted.
+// src/init.cc DEFAULT_BUFFSIZE (1 << 22), the SIMPLE protocol's buffer per connection
 // (NCCL_BUFFSIZE, docs "Environment Variables": default 4194304)
 constexpr double kNcclSimpleBufferBytes = 4194304;
-// NCCL src/init.cc DEFAULT_LL_BUFFSIZE = NCCL_LL_LINES_PER_THREAD (8) x NCCL_LL_MAX_NTHREADS (512) x
+// src/init.cc DEFAULT_LL_BUFFSIZE = NCCL_LL_LINES_PER_THREAD (8) x NCCL_LL_MAX_NTHREADS (512) x
 // NCCL_STEPS (8) x sizeof(union ncclLLFifoLine) (16) (src/include/device.h)
 constexpr double kNcclLlBufferBytes = 8.0 * 512.0 * 8.0 * 16.0;
-// NCCL src/init.cc DEFAULT_LL128_BUFFSIZE = NCCL_LL128_ELEMS_PER_THREAD (120) x NCCL_LL128_MAX_NTHREADS
+// src/init.cc DEFAULT_LL128_BUFFSIZE = NCCL_LL128_ELEMS_PER_THREAD (120) x NCCL_LL128_MAX_NTHREADS
 // (640) x NCCL_STEPS (8) x sizeof(uint64_t) (src/include/device.h)
 constexpr double kNcclLl128BufferBytes = 120.0 * 640.0 * 8.0 * 8.0;
-// one connection's buffers, all three protocols
+// the three protocols' buffers of one connection
 constexpr double kNcclConnectionBytes = kNcclSimpleBufferBytes + kNcclLlBufferBytes + kNcclLl128BufferBytes;
+// src/include/comm.h CUDA_IPC_MIN (2097152): src/transport/p2p.cc p2pRecvSetup sizes the receiver's
+// buffer as sizeof(struct ncclRecvMem) (< 4 KiB, src/include/device.h) + every protocol's buffer
+// (all three: the SIMPLE one moves to the sender only under P2P read, which graph/paths.cc
+// ncclTopoCheckP2p turns on for compute capability 80 alone), ALIGN_SIZE'd to CUDA_IPC_MIN;
+// p2pSendSetup gives the sender sizeof(struct ncclSendMem) aligned the same way. NCCL's docs
+// (troubleshooting, NCCL_DEBUG_SUBSYS=P2P example) log the pair: 'Allocated shareable buffer ...
+// size 10485760' and '... size 2097152' per channel.
+constexpr double kNcclCudaIpcMinBytes = 2097152;
+constexpr double kNcclP2pRecvBytes = 5.0 * kNcclCudaIpcMinBytes;  // ceil((9,633,792 + < 4 KiB) / 2 MiB) = 5
+constexpr double kNcclP2pSendBytes = kNcclCudaIpcMinBytes;
+// src/transport/nvls.cc: NCCL_NVLS_CHUNKSIZE default 128 KiB; ncclNvlsBufferSetup maps
+// nvlsChannels x 2 x (chunk x NCCL_STEPS) x nHeads; ncclNvlsSetup's credits nChannels x 2 x 64 B x
+// nHeads; nvlsAllocateMem ALIGN_SIZEs each to the multicast granularity
+// (cuMulticastGetGranularity RECOMMENDED) and the unicast one (cuMemGetAllocationGranularity):
+// NCCL's docs (troubleshooting, NVLS example, nranks 8) log 'ucgran 2097152 ... mcgran 2097152'.
+constexpr double kNcclNvlsChunkBytes = 131072;
+constexpr double kNcclSteps = 8;
+constexpr double kNcclNvlsCreditBytes = 64;
+constexpr double kNcclNvlsGranularityBytes = 2097152;
+// src/graph/paths.cc ncclTopoGetNchannels: a peer on another node starts at 2 channels
+// (NCCL_NCHANNELS_PER_NET_PEER unset), raised to the NICs the GPU needs for its bandwidth
+// (getLocalNetCountByBw); ncclTopoComputeP2pChannels takes the minimum over all peers, so a
+// communicator that spans nodes gives every peer that many p2p channels. The lower figure.
+constexpr double kNcclNetPeerChannels = 2;
+
 // PyTorch c10/cuda/CUDACachingAllocator.cpp: large allocations are mapped in multiples of kRoundLarge;
 // a block keeps an unsplit remainder up to kSmallSize (should_split: remaining > kSmallSize);
 // expandable segments grow in pages of kLargeBuffer (large pool) and kSmallBuffer (small pool)
@@ -76,6 +104,33 @@ struct FrameworkMemory {
 // gradient/ZeRO group, or HSDP's shard and replicate groups; the pipeline group).
 int64_t nccl_communicators(const Plan& p);
 
+// NCCL's device buffers of one rank (rank 0's groups; groups of one kind are congruent), by what
+// creates them. NCCL 2.26 connects lazily (src/init.cc NCCL_RUNTIME_CONNECT default 1 with cuMem:
+// src/group.cc ncclPrepareTasks/ncclCollPreconnect connect an algorithm's channels at its first use;
+// src/enqueue.cc marks a p2p peer's channels at its first send/recv), so each kind is counted on the
+// communicators whose operations create it:
+// - ring: the collectives' groups (tp, the dp x cp ZeRO/gradient group, HSDP's shard and replicate
+//   groups, the CP group under all-gather): channels x (one received + one sent connection:
+//   kNcclP2pRecvBytes + kNcclP2pSendBytes);
+//   and the Ulysses group's ring where the stack also runs a collective on it
+//   (RuntimeProfile::ulysses_group_collectives; ring only: a few bytes never pick NVLS);
+// - p2p: all-to-all (the Ulysses group: every member is a peer) and neighbour exchange (ring and
+//   zigzag CP, pipeline stages: the previous and next rank) over NVLink: per peer on the node,
+//   p2pnChannelsPerPeer connections each way (graph/paths.cc ncclTopoComputeP2pChannels: the
+//   collective channels rounded up to a power of two on one node, kNcclNetPeerChannels when the
+//   group spans nodes); peers on other nodes use the network transport, not counted;
+// - nvls: where the hardware has NVLS (HardwareSpec::nccl_nvls_channels) and the collective group
+//   has more than 2 GPUs on the node (nvls.cc ncclNvlsInit: gpuCount <= 2 disables it): the NVLS
+//   buffer with nHeads = the group's GPUs on the node (one node: search.cc forces every GPU to be a
+//   head; across nodes at most that) and its credits. Across nodes only for an all-reducing group
+//   (graph/tuning.cc: without CollNet the NVLS algorithm is off there and NVLS_TREE is all-reduce
+//   only). Lazily, where the tuner picks NVLS; an upper figure for groups whose collectives never do.
+struct NcclBuffers {
+  double ring = 0, p2p = 0, nvls = 0;
+  double total() const { return ring + p2p + nvls; }
+};
+NcclBuffers nccl_buffers(const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p);
+
 // Megatron's padding of the contiguous parameter and gradient buffers (elements, an upper bound:
 // every parameter start and every bucket end padded by the most its alignment can add).
 // `stage_params` the parameters of this rank's buffers, `param_tensors` their tensor count.
@@ -100,7 +155,7 @@ double te_userbuffer_bytes(const ModelSpec& m, const RuntimeProfile& rt, const P
 // model chunks hold on one TP rank (pipeline_stage_params, before ZeRO sharding); `live_large_tensors`: activations and transients alive at the device peak that
 // the caching allocator placed in its large pool (> 1 MiB); `local_tokens`: seq x mbs / cp (the
 // userbuffers' rows; 0: no userbuffers term).
-FrameworkMemory framework_memory(const ModelSpec& m, const RuntimeProfile& rt, const Plan& p, const PipelineStage& stage,
+FrameworkMemory framework_memory(const ModelSpec& m, const ClusterSpec& c, const RuntimeProfile& rt, const Plan& p, const PipelineStage& stage,
                                  double stage_params, double live_large_tensors, double local_tokens = 0);
 
 }  // namespace ctx

@@ -47,6 +47,11 @@ struct HardwareSpec {
   double hbm_bytes_per_second = 0;      // peak memory bandwidth
   double pcie_bytes_per_second = 0;     // achieved host<->device copy rate, one direction, pinned
   double sm_count = 0;                  // streaming multiprocessors (0: not stated; tp_overlap's SM share needs it)
+  // NCCL's NVLS (NVLink SHARP multicast) channels per communicator on this GPU's NVSwitch node: NCCL
+  // 2.26 src/transport/nvls.cc ncclNvlsInit, NVLS_NCHANNELS_SM90 16 / NVLS_NCHANNELS_SM100 32, where
+  // the device reports CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED (NVSwitch, sm90+; graph/search.cc
+  // ncclTopoCompute needs an NVSwitch and compute capability >= 90). 0: no NVLS (framework_memory.hpp)
+  int64_t nccl_nvls_channels = 0;
   // Default fabric, used when a cluster is written as a shorthand.
   int64_t default_gpus_per_node = 8;
   double nvlink_bytes_per_second = 0;   // per GPU, one direction

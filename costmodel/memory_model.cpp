@@ -343,7 +343,7 @@ MemoryPrediction predict_stage_memory(const ModelSpec& m, const ClusterSpec& c, 
       : p.recompute == Recompute::selective ? 5.0 + (tiled_mlp ? 0.0 : (m.activation == ActivationKind::swiglu ? 2.0 : 1.0))
                                             : 9.0 + (tiled_mlp ? 0.0 : mlp_tensors);
   const double layers_on_device = full && p.ckpt_offload ? std::min(L + others, rt.ckpt_offload_device_layers) : L + others;
-  const FrameworkMemory fw = framework_memory(m, rt, p, stage, P, layers_on_device * saved_tensors_per_layer, S.tokens);
+  const FrameworkMemory fw = framework_memory(m, c, rt, p, stage, P, layers_on_device * saved_tensors_per_layer, S.tokens);
   // the gradient reduction bucket is allocated once with the optimizer and kept (DeepSpeed ZeRO-3's
   // flat IPG buffer, stage3.py __init__ .. destroy; reduce_bucket_mib): in every phase
   const double runtime_device_bytes = rt.reserved_bytes + fw.device_bytes() + rt.reduce_bucket_bytes;

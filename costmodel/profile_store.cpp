@@ -314,6 +314,8 @@ HardwareSpec hardware_from_json(const json& j, const std::string& where) {
   // streaming multiprocessors: what Transformer Engine's userbuffers take from the GEMMs (tp_overlap.hpp); 0 = not stated
   h.sm_count = r.number_or("sm_count", 0);
   if (h.sm_count < 0 || h.sm_count != std::floor(h.sm_count)) r.fail("sm_count", "must be a whole number of SMs (>= 1), or absent");
+  // NCCL's NVLS channels on this GPU's NVSwitch node (framework_memory.hpp nccl_buffers); 0 = no NVLS
+  h.nccl_nvls_channels = r.has("nccl_nvls_channels") ? r.integer_in("nccl_nvls_channels", 0, 64) : 0;
   JsonReader f = r.object("default_fabric");
   h.default_gpus_per_node = f.integer_in("gpus_per_node", 1, 1024);
   h.nvlink_bytes_per_second = f.number("nvlink_gbps") * 1e9;
@@ -429,6 +431,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"zero3_param_offload_pinned_pow2", nullptr, &rt.zero3_param_offload_pinned_pow2, nullptr, true},
       {"dataloader_forks_after_offload_buffers", nullptr, &rt.dataloader_forks_after_offload_buffers, nullptr, true},
       {"nccl_channels", &rt.nccl_channels, nullptr, nullptr, true},
+      {"ulysses_group_collectives", nullptr, &rt.ulysses_group_collectives, nullptr, true},
       {"caching_allocator", nullptr, nullptr, &caching_allocator, true},
       {"megatron_buffer_padding", nullptr, &rt.megatron_buffer_padding, nullptr, true},
       // Transformer Engine userbuffers configuration (tp_overlap.hpp), optional: absent = ring exchanges only

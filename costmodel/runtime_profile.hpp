@@ -144,6 +144,9 @@ struct RuntimeProfile {
   // leaves the workers the pre-fork pages, so the node holds those buffers twice while a worker lives
   bool dataloader_forks_after_offload_buffers = false;
   double nccl_channels = 0;           // NCCL ring channels per communicator (0: no NCCL buffers)
+  // the training loop also runs a collective on the Ulysses (all-to-all) group, so NCCL connects that
+  // communicator's ring too (ArcticTraining's SFTTrainer.loss all-gathers the per-rank loss over sp_group)
+  bool ulysses_group_collectives = false;
   enum class CachingAllocator { none, segments, expandable_segments };
   CachingAllocator caching_allocator = CachingAllocator::none;  // PyTorch's CUDA caching allocator mode
   bool megatron_buffer_padding = false;  // Megatron's contiguous param/grad buffers with the distributed optimizer

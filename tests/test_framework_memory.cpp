@@ -157,18 +157,75 @@ TEST(FrameworkMemory, DeepSpeedZero3WithoutOffloadKeepsBf16GradientsAndStepsOneF
   EXPECT_DOUBLE_EQ(meg.phase_peak[static_cast<int>(Phase::backward)][Mem::grads], 4.0 * 1003782656.0);
 }
 
-TEST(FrameworkMemory, NcclBuffersArePerCommunicatorAndChannel) {
-  // one connection = 4,194,304 (SIMPLE) + 524,288 (LL: 8 x 512 x 8 x 16) + 4,915,200 (LL128:
-  // 120 x 640 x 8 x 8) = 9,633,792 B; 32 channels: 308,281,344 B per communicator
+TEST(FrameworkMemory, NcclBuffersFollowNcclsConnectionSetup) {
+  // NCCL 2.26.5 (the version PyTorch 2.7 wheels and the 2.8 nightlies of ALST's runs ship), by hand:
+  // - one P2P-transport connection on H100 (write mode: graph/paths.cc ncclTopoCheckP2p turns P2P
+  //   read on for compute capability 80 only): the receiver holds sizeof(ncclRecvMem) (< 4 KiB) +
+  //   LL 524,288 + LL128 4,915,200 + SIMPLE 4,194,304 = 9,633,792 B + < 4 KiB, ALIGN_SIZE'd to
+  //   CUDA_IPC_MIN 2 MiB -> 10 MiB (transport/p2p.cc p2pRecvSetup); the sender sizeof(ncclSendMem)
+  //   -> 2 MiB (p2pSendSetup). NCCL's docs log the pair as 'size 10485760' / 'size 2097152'.
   EXPECT_DOUBLE_EQ(kNcclConnectionBytes, 9633792.0);
-  const double per_comm = 32.0 * 9633792.0;
-  // dp=8: the gradient/ZeRO group only
-  EXPECT_DOUBLE_EQ(term(run("dp=8,zero=3,recompute=full", "hf-deepspeed"), "nccl_buffers"), 1.0 * per_comm);
-  // Ulysses cp=8 (dp=1): the sequence-parallel group and the dp x cp ZeRO group (two communicators over the same ranks)
-  EXPECT_DOUBLE_EQ(term(run("cp=8,cp_kind=ulysses,zero=3,recompute=full", "hf-deepspeed"), "nccl_buffers"), 2.0 * per_comm);
-  // dp=2, tp=2, cp=2: tp, cp and the dp x cp group
-  EXPECT_DOUBLE_EQ(term(run("dp=2,tp=2,cp=2,cp_kind=zigzag,zero=1", "megatron"), "nccl_buffers"), 3.0 * per_comm);
-  // USP: the Ulysses group, the ring group and the dp x cp group
+  EXPECT_DOUBLE_EQ(kNcclP2pRecvBytes, 10.0 * kMiB);
+  EXPECT_DOUBLE_EQ(kNcclP2pSendBytes, 2.0 * kMiB);
+  const double connection = 12.0 * kMiB;
+  // - a collective group's ring: 24 channels (hf-deepspeed.json nccl_channels: a p5 node's NCCL log)
+  //   x one received and one sent connection = 288 MiB = 301,989,888 B
+  const double ring = 24.0 * connection;
+  EXPECT_DOUBLE_EQ(ring, 301989888.0);
+  // - NVLS on an 8-GPU H100 node (nvls.cc: NVLS_NCHANNELS_SM90 16, chunk 128 KiB x NCCL_STEPS 8 =
+  //   1 MiB, x 2, x 8 heads): 16 x 2 x 1 MiB x 8 = 256 MiB (a multiple of the 2 MiB granularity),
+  //   + credits 24 coll channels x 2 x 64 B x 8 heads = 24,576 B (NCCL's docs log 'inputsize 24576')
+  //   -> aligned to 2 MiB: 258 MiB
+  const double nvls8 = 256.0 * kMiB + 2.0 * kMiB;
+  // dp=8 ZeRO-3: the ZeRO group's ring and NVLS: 546 MiB
+  ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+  const RuntimeProfile ds = resolve_runtime(profiles(), "hf-deepspeed");
+  NcclBuffers b = nccl_buffers(resolve_cluster(profiles(), "8xh100"), ds, parse_plan("dp=8,zero=3"));
+  EXPECT_DOUBLE_EQ(b.ring, ring);
+  EXPECT_DOUBLE_EQ(b.nvls, nvls8);
+  EXPECT_DOUBLE_EQ(b.p2p, 0.0);
+  EXPECT_DOUBLE_EQ(term(run("dp=8,zero=3,recompute=full", "hf-deepspeed"), "nccl_buffers"), ring + nvls8);
+  // ALST's Ulysses SP=8 on one node (dp=1): the ZeRO group as above; the SP group's all-to-all:
+  // 7 peers x p2pnChannelsPerPeer 32 (graph/paths.cc ncclTopoComputeP2pChannels: min(coll channels
+  // 24, 2 x NVLink paths) rounded up to a power of two; the p5 log's '32 p2p channels per peer') x
+  // 12 MiB = 2,688 MiB; and the SP group's ring for ArcticTraining's loss all-gather
+  // (ulysses_group_collectives; no NVLS at 4 bytes): 288 MiB. Total 288 + 258 + 2,688 + 288 = 3,522 MiB
+  b = nccl_buffers(resolve_cluster(profiles(), "8xh100"), ds, parse_plan("cp=8,cp_kind=ulysses,zero=3"));
+  EXPECT_DOUBLE_EQ(b.p2p, 7.0 * 32.0 * connection);
+  EXPECT_DOUBLE_EQ(b.ring, 2.0 * ring);
+  EXPECT_DOUBLE_EQ(b.nvls, nvls8);
+  EXPECT_DOUBLE_EQ(b.total(), 3522.0 * kMiB);
+  EXPECT_DOUBLE_EQ(term(run("cp=8,cp_kind=ulysses,zero=3,recompute=full", "hf-deepspeed"), "nccl_buffers"), 3522.0 * kMiB);
+  // without a collective on the Ulysses group (the flag off) only its all-to-all peers: 3,234 MiB
+  RuntimeProfile ds_a2a_only = ds;
+  ds_a2a_only.ulysses_group_collectives = false;
+  EXPECT_DOUBLE_EQ(nccl_buffers(resolve_cluster(profiles(), "8xh100"), ds_a2a_only, parse_plan("cp=8,cp_kind=ulysses,zero=3")).total(),
+                   3234.0 * kMiB);
+  // Ulysses SP=32 over 4 nodes: the ZeRO group's ring (it spans nodes and only all-gathers and
+  // reduce-scatters: graph/tuning.cc turns the NVLS algorithm off across nodes without CollNet, and
+  // NVLS_TREE is all-reduce only: no NVLS buffers), the SP group's ring, and its all-to-all: the
+  // group spans nodes, so every peer gets 2 channels (NCCL_NCHANNELS_PER_NET_PEER's start, the
+  // minimum over all peers); the 7 peers on the node use P2P: 7 x 2 x 12 MiB = 168 MiB
+  b = nccl_buffers(resolve_cluster(profiles(), "aws-p5-4node"), ds, parse_plan("cp=32,cp_kind=ulysses,zero=3"));
+  EXPECT_DOUBLE_EQ(b.ring, 2.0 * ring);
+  EXPECT_DOUBLE_EQ(b.nvls, 0.0);
+  EXPECT_DOUBLE_EQ(b.p2p, 168.0 * kMiB);
+  // DDP over 2 nodes (zero=0) all-reduces: NVLS_TREE needs the NVLS buffers, 8 heads on the node
+  EXPECT_DOUBLE_EQ(nccl_buffers(resolve_cluster(profiles(), "aws-p5-2node"), ds, parse_plan("dp=16")).nvls, nvls8);
+  // dp=2, tp=2, cp=2 zigzag (megatron): the tp group (2 GPUs: ring, no NVLS, ncclNvlsInit needs > 2),
+  // the cp group's neighbour exchange (one peer: pow2(24) = 32 x 12 MiB), the dp x cp group (4 GPUs:
+  // ring + NVLS with 4 heads: 16 x 2 x 1 MiB x 4 = 128 MiB + credits 12 KiB -> 2 MiB)
+  b = nccl_buffers(resolve_cluster(profiles(), "8xh100"), resolve_runtime(profiles(), "megatron"),
+                   parse_plan("dp=2,tp=2,cp=2,cp_kind=zigzag,zero=1"));
+  EXPECT_DOUBLE_EQ(b.ring, 2.0 * ring);
+  EXPECT_DOUBLE_EQ(b.p2p, 32.0 * connection);
+  EXPECT_DOUBLE_EQ(b.nvls, 130.0 * kMiB);
+  // no NVLS below compute capability 90 (A100: graph/search.cc), nor without NVSwitch (H100 PCIe)
+  EXPECT_DOUBLE_EQ(nccl_buffers(resolve_cluster(profiles(), "8xa100"), ds, parse_plan("dp=8,zero=3")).nvls, 0.0);
+  EXPECT_DOUBLE_EQ(nccl_buffers(resolve_cluster(profiles(), "8xh100-pcie"), ds, parse_plan("dp=8,zero=3")).nvls, 0.0);
+  // B200: NVLS_NCHANNELS_SM100 32: 32 x 2 x 1 MiB x 8 = 512 MiB + 2 MiB of credits
+  EXPECT_DOUBLE_EQ(nccl_buffers(resolve_cluster(profiles(), "8xb200"), ds, parse_plan("dp=8,zero=3")).nvls, 514.0 * kMiB);
+  // the communicator count (for the breakdown): USP's Ulysses, ring and dp x cp groups
   EXPECT_EQ(nccl_communicators(parse_plan("dp=2,cp=4,cp_kind=usp,ulysses=2")), 3);
   EXPECT_EQ(nccl_communicators(parse_plan("dp=4,pp=2")), 2);
   EXPECT_EQ(nccl_communicators(parse_plan("dp=1")), 0);
@@ -177,32 +234,52 @@ TEST(FrameworkMemory, NcclBuffersArePerCommunicatorAndChannel) {
   // ZeRO-3's flat IPG bucket, DeepSpeed 0.17.0's default reduce_bucket_size of 5e8 bf16 elements
   // (zero/config.py; stage3.py __ipg_bucket_flat_buffer): 1,000,000,000 B, in every phase
   MemoryPrediction mp = run("dp=8,zero=3,recompute=full", "hf-deepspeed");
-  EXPECT_DOUBLE_EQ(mp.peak[Mem::runtime], 32.0 * kMiB + per_comm + 11.0 * kMiB + 1e9);
+  EXPECT_DOUBLE_EQ(mp.peak[Mem::runtime], 32.0 * kMiB + ring + nvls8 + 11.0 * kMiB + 1e9);
   for (int ph = 0; ph < kPhases; ++ph) EXPECT_GE(mp.phase_peak[ph][Mem::runtime], 1e9) << ph;
+  (void)m;
+}
+
+TEST(FrameworkMemory, CtxrunProfilesGetNoNcclTerm) {
+  // ctxrun's memory is its own ledger's (docs/CUDA.md: NCCL's internal buffers are not in it), and the
+  // prediction is compared with the ledger: its profiles set no nccl_channels, so no NCCL term on
+  // any plan, even one whose groups would create every kind of buffer on a node with NVLS
+  for (const char* rt_name : {"ctxrun-cuda", "ctxrun-cpu"}) {
+    const RuntimeProfile rt = resolve_runtime(profiles(), rt_name);
+    EXPECT_EQ(rt.nccl_channels, 0.0) << rt_name;
+    for (const char* plan : {"dp=8,zero=3", "cp=8,cp_kind=ulysses,zero=3", "dp=2,tp=2,cp=2,cp_kind=zigzag,zero=1"}) {
+      EXPECT_DOUBLE_EQ(nccl_buffers(resolve_cluster(profiles(), "8xh100"), rt, parse_plan(plan)).total(), 0.0) << rt_name << " " << plan;
+      ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
+      ClusterSpec c = resolve_cluster(profiles(), "8xh100");
+      Plan p = parse_plan(plan);
+      if (!check_plan(p, m, c, 8192).ok()) continue;
+      EXPECT_DOUBLE_EQ(term(predict_memory(m, c, rt, p, 8192), "nccl_buffers"), 0.0) << rt_name << " " << plan;
+    }
+  }
 }
 
 TEST(FrameworkMemory, TorchMaxReservedLeavesOutNcclBuffers) {
-  // torchtitan's logged memory is torch.cuda.max_memory_reserved; NCCL allocates its buffers outside
-  // PyTorch's caching allocator, so the validation metric is the device peak minus them: at dp=8 one
-  // communicator, 308,281,344 B
+  // torchtitan's logged memory is torch.cuda.max_memory_reserved; NCCL allocates its buffers with
+  // cuMem outside PyTorch's caching allocator, so the validation metric is the device peak minus
+  // them: dp=8 on the 96 GB H100 hosts (NVLS: 16 channels) is the ZeRO group's ring (288 MiB) and
+  // NVLS (258 MiB): 546 MiB = 572,522,496 B
   ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
   ClusterSpec c = resolve_cluster(profiles(), "8xh100-96gb");
   Prediction p = predict(m, c, resolve_runtime(profiles(), "torchtitan"), parse_plan("dp=8,zero=3,recompute=selective,mbs=2"), 8192);
-  EXPECT_DOUBLE_EQ(metric_from("torch_max_reserved_gib", m, c.gpu, p) * kGiB, p.memory.peak.total() - 308281344.0);
+  EXPECT_DOUBLE_EQ(metric_from("torch_max_reserved_gib", m, c.gpu, p) * kGiB, p.memory.peak.total() - 572522496.0);
 }
 
 TEST(FrameworkMemory, NvmlReadingIsTheWholePeakPlusTheCudaContext) {
   // ArcticTraining's "NV" figure is NVML's used memory of the card: everything mapped on it, NCCL's
   // buffers included, plus the CUDA context the hardware profile leaves out of the usable memory.
   // h100-sxm-80gb.json: hbm_mib 81559, usable_mib 81000 -> 559 MiB = 586,153,984 B of context.
-  // Against torch's max_reserved the NVML reading adds exactly NCCL's buffers (one communicator at
-  // dp=8: 308,281,344 B, the test above) and the context.
+  // Against torch's max_reserved the NVML reading adds exactly NCCL's buffers (dp=8: 546 MiB =
+  // 572,522,496 B, the test above) and the context.
   ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
   ClusterSpec c = resolve_cluster(profiles(), "8xh100");
   Prediction p = predict(m, c, resolve_runtime(profiles(), "hf-deepspeed"), parse_plan("dp=8,zero=3,recompute=full,opt_offload=1"), 32768);
   EXPECT_DOUBLE_EQ(metric_from("nvml_used_gib", m, c.gpu, p) * kGiB, p.memory.peak.total() + 586153984.0);
   EXPECT_NEAR((metric_from("nvml_used_gib", m, c.gpu, p) - metric_from("torch_max_reserved_gib", m, c.gpu, p)) * kGiB,
-              308281344.0 + 586153984.0, 1e-3);
+              572522496.0 + 586153984.0, 1e-3);
   // an unknown definition names the valid ones
   try {
     metric_from("nvidia_smi_gib", m, c.gpu, p);
@@ -251,7 +328,7 @@ TEST(FrameworkMemory, MegatronBufferPaddingCountsTheStagesOwnTensors) {
   // 33 x 127 + 72 x 63 = 4,191 + 4,536 = 8,727 elements x (2 + 4) bytes (bf16 weight, fp32 grad)
   const RuntimeProfile rt = resolve_runtime(profiles(), "megatron");
   ASSERT_EQ(rt.weight_bytes + rt.grad_bytes, 6.0);
-  const FrameworkMemory f = framework_memory(m, rt, p, pipeline_stage(m, p, 1), 1308721152.0, 0);
+  const FrameworkMemory f = framework_memory(m, resolve_cluster(profiles(), "8xh100"), rt, p, pipeline_stage(m, p, 1), 1308721152.0, 0);
   double padding = 0;
   for (int i = 0; i < f.count; ++i)
     if (std::string(f.terms[i].name) == "megatron_buffer_padding") padding = f.terms[i].bytes;
