@@ -146,6 +146,12 @@ void search_row(const ctx::SearchRequest& base, int refine, const char* label = 
               r.unpriced.size(), static_cast<long long>(r.simulated), r.ranked.empty() ? "none" : ctx::plan_to_string(r.ranked[0].plan).c_str());
 }
 
+// CTX_BENCH_BWD_PARTIAL_MIN=N: the backward layer loop's partial sweep from N ranks (default: off)
+int backward_partial_min() {
+  const char* b = std::getenv("CTX_BENCH_BWD_PARTIAL_MIN");
+  return b ? std::atoi(b) : ctx::kBackwardPartialSweepOff;
+}
+
 // Every fitting plan of the search space, simulated once each without a recording.
 void space_rows(const ctx::SearchRequest& req) {
   struct Row {
@@ -163,7 +169,8 @@ void space_rows(const ctx::SearchRequest& req) {
     const ctx::StepCosts k = ctx::step_costs(req.model, req.cluster, req.runtime, p, req.seq, true);
     auto t0 = std::chrono::steady_clock::now();
     const double c0 = thread_cpu_ms();
-    ctx::SimResult r = ctx::simulate_step(k, p, ctx::SimRecord::none);
+    ctx::SimResult r =
+        ctx::simulate_step(k, p, ctx::SimRecord::none, ctx::kRingClosedFormMinRanks, ctx::kPartialSweepMinRanks, backward_partial_min());
     const double ms = thread_cpu_ms() - c0;
     const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     total += ms;
@@ -238,8 +245,9 @@ int main(int argc, char** argv) {
     const int cf_min = cf ? std::atoi(cf) : ctx::kRingClosedFormMinRanks;
     const char* pm = std::getenv("CTX_BENCH_PARTIAL_MIN");  // the forward's partial sweep from this many ranks (huge: never)
     const int partial_min = pm ? std::atoi(pm) : ctx::kPartialSweepMinRanks;
-    Measure x = measure(reps, [&] { return ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min); });
-    const ctx::SimResult r = ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min);
+    const int bwd_min = backward_partial_min();
+    Measure x = measure(reps, [&] { return ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min, bwd_min); });
+    const ctx::SimResult r = ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min, bwd_min);
     std::printf("  streaming: best %.2f ms CPU (median %.2f ms CPU, %.2f ms wall), step %.17g s; %lld tasks, %lld jumps, %lld layer iterations "
                 "extrapolated, %lld jump misses; %lld partial jumps over %lld layer iterations (%lld ranks swept in them), %lld undone\n",
                 x.best_cpu_ms, x.median_cpu_ms, x.median_ms, x.step, static_cast<long long>(x.tasks), static_cast<long long>(r.stats.periodic_jumps),
@@ -247,6 +255,14 @@ int main(int argc, char** argv) {
                 static_cast<long long>(r.stats.partial_jumps), static_cast<long long>(r.stats.layers_partially_swept),
                 static_cast<long long>(r.stats.partial_rank_layers),
                 static_cast<long long>(r.stats.partial_misses));
+    const ctx::SimStats& st = r.stats;
+    std::printf("  backward partial sweep: %lld jumps over %lld layer iterations (%lld ranks swept in them), %lld undone, %lld restores; "
+                "checks fired: ring first step %lld, ring steps %lld, collectives %lld, recompute ring %lld\n",
+                static_cast<long long>(st.backward_partial_jumps), static_cast<long long>(st.backward_layers_partially_swept),
+                static_cast<long long>(st.backward_partial_rank_layers), static_cast<long long>(st.backward_partial_misses),
+                static_cast<long long>(st.backward_partial_restores), static_cast<long long>(st.backward_checks_fired_ring_first),
+                static_cast<long long>(st.backward_checks_fired_ring), static_cast<long long>(st.backward_checks_fired_join),
+                static_cast<long long>(st.backward_checks_fired_recompute));
     const auto& b = r.time.breakdown;
     std::printf("  breakdown (rep %d): compute %.17g exposed %.17g offload %.17g imbalance %.17g optimizer %.17g; phases %.17g %.17g %.17g\n",
                 r.breakdown_rep, b.compute, b.exposed_comm, b.offload_stall, b.imbalance, b.optimizer, r.time.phase_seconds[0], r.time.phase_seconds[1],

@@ -440,6 +440,88 @@ TEST(SimulatorOracle, PartialSweepsOfLongRingsMatchTheEventQueueExactly) {
   EXPECT_GE(partial_gathered, 4) << "of them with the ZeRO-3 gather";
 }
 
+// The backward layer loop's partial sweep (simulate_step's backward_partial_min_ranks; off by
+// default) on the same kind of rings, against the oracle bit for bit: the bands of ranks off their
+// lines swept from their A upstream's lines (ring_backward_band), the weak D (a B value read by an
+// A rank on its line, or it and its line strictly below the A side) at the backward ring's first
+// step, its later steps and the joining collectives (the ZeRO-3 gather and the gradient
+// reduction), the recompute pass's forward ring under the forward's D, verified far ends in
+// doubling chunks. The backward ring runs in closed form
+// from 2 ranks here (its lines are what A lends B), exact on these dyadic costs, so any
+// difference is a wrong move, not rounding. The test also requires the path taken and each kind
+// of check firing somewhere, and B going back a layer after a firing (restores).
+TEST(SimulatorOracle, BackwardPartialSweepsOfLongRingsMatchTheEventQueueExactly) {
+  std::mt19937 rng(20261128);
+  auto pick = [&](std::initializer_list<double> v) { return *(v.begin() + std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)); };
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int cases = 0, partial = 0, partial_gathered = 0, partial_recompute = 0;
+  SimStats sum;
+  for (int trial = 0; trial < 240; ++trial) {
+    const int64_t cp = uni(8, 40);
+    StepCosts k = plain_ring(cp, uni(12, 40));
+    k.recompute = uni(0, 1) == 0 ? Recompute::full : Recompute::none;
+    k.p2p_fwd = pick({0.25, 0.5, 1});
+    k.p2p_dkv = pick({0.25, 0.5});
+    k.pre_fwd = pick({0.25, 0.5});
+    k.post_fwd = pick({0, 0.25});
+    k.mlp_fwd = pick({0.5, 1});
+    k.pre_bwd = pick({0, 0.5});
+    k.post_bwd = pick({0, 0.25});
+    k.mlp_bwd = pick({0, 1});
+    k.zero3_ag = pick({0, 0.25, 2, 4});
+    k.grad_reduce = pick({0, 0.5, 2});
+    k.ckpt_h2d = pick({0, 0, 1, 4});
+    const double unit = pick({0.25, 0.5});
+    const bool heavy_last = uni(0, 1);
+    auto costs = [&](double u) {
+      std::vector<std::vector<double>> v(static_cast<size_t>(cp));
+      for (int64_t r = 0; r < cp; ++r) {
+        const int64_t busy = heavy_last ? r + 1 : cp - r;
+        for (int64_t j = 0; j < cp; ++j) v[static_cast<size_t>(r)].push_back(j < busy ? u : 0.0);
+      }
+      return v;
+    };
+    k.attn_fwd.push_back(costs(unit));
+    k.attn_bwd.push_back(costs(2 * unit));
+    const Plan p = parse_plan("cp=" + std::to_string(cp) + ",cp_kind=ring");
+    const std::string w = "trial " + std::to_string(trial) + ": cp " + std::to_string(cp) + ", layers " + std::to_string(k.layers) + ", p " +
+                          std::to_string(k.p2p_fwd) + ", unit " + std::to_string(unit) + ", gather " + std::to_string(k.zero3_ag) + ", reduce " +
+                          std::to_string(k.grad_reduce) + (k.recompute == Recompute::full ? ", recompute" : "") +
+                          (heavy_last ? ", heaviest last" : ", heaviest first");
+    const SimResult ref = simulate_step_reference(k, p);
+    const SimResult got = simulate_step(k, p, SimRecord::none, 2, 4, 4);  // (closed form from 2 ranks, both partial sweeps from 4)
+    expect_exactly_the_oracle(got, ref, w);
+    const SimStats& st = got.stats;
+    if (st.backward_layers_partially_swept > 0) {
+      ++partial;
+      partial_gathered += k.zero3_ag > 0;
+      partial_recompute += k.recompute == Recompute::full;
+    }
+    sum.backward_partial_jumps += st.backward_partial_jumps;
+    sum.backward_layers_partially_swept += st.backward_layers_partially_swept;
+    sum.backward_partial_misses += st.backward_partial_misses;
+    sum.backward_partial_restores += st.backward_partial_restores;
+    sum.backward_checks_fired_ring_first += st.backward_checks_fired_ring_first;
+    sum.backward_checks_fired_ring += st.backward_checks_fired_ring;
+    sum.backward_checks_fired_join += st.backward_checks_fired_join;
+    sum.backward_checks_fired_recompute += st.backward_checks_fired_recompute;
+    ++cases;
+  }
+  EXPECT_EQ(cases, 240);
+  std::printf("%d of %d rings swept backward layers partially (%d with the gather, %d with recompute): %lld jumps, %lld layers, %lld undone, "
+              "%lld restores; checks fired: ring first step %lld, ring steps %lld, collectives %lld, recompute ring %lld\n",
+              partial, cases, partial_gathered, partial_recompute, static_cast<long long>(sum.backward_partial_jumps),
+              static_cast<long long>(sum.backward_layers_partially_swept), static_cast<long long>(sum.backward_partial_misses),
+              static_cast<long long>(sum.backward_partial_restores),
+              static_cast<long long>(sum.backward_checks_fired_ring_first), static_cast<long long>(sum.backward_checks_fired_ring),
+              static_cast<long long>(sum.backward_checks_fired_join), static_cast<long long>(sum.backward_checks_fired_recompute));
+  EXPECT_GE(partial, 12) << "rings whose backward layers were swept partially";
+  EXPECT_GE(partial_gathered, 4) << "of them with the ZeRO-3 gather";
+  EXPECT_GE(partial_recompute, 4) << "of them with the recompute pass's forward ring";
+  EXPECT_GE(sum.backward_checks_fired_ring + sum.backward_checks_fired_ring_first, 1) << "the backward ring's D fired";
+  EXPECT_GE(sum.backward_partial_restores, 1) << "B went back one layer after a firing";
+}
+
 // The 1024-GPU job's large plain rings (too large for the event queue: 26-105 million tasks),
 // where ranks leave their lines one after another for most of the forward pass: the partial
 // sweep against whole-layer sweeps only (simulate_step's partial_sweep = false, itself held to
