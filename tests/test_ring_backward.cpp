@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <random>
@@ -246,6 +247,7 @@ TEST(RingBackward, BandSweptFromItsUpstreamsValuesEqualsTheWholeRingsSweep) {
     }
     compared += len;
   }
+  std::printf("%d band ranks compared, %d of them waited for other ranks\n", compared, waits);
   EXPECT_GT(compared, 900);
   EXPECT_GT(waits, 100) << "band ranks that waited for their upstream: the upstream's values must bind";
 }
