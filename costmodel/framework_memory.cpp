@@ -121,6 +121,8 @@ NcclBuffers nccl_buffers(const ClusterSpec& c, const RuntimeProfile& rt, const P
     collectives(Group::zero, true, p.zero == 0);     // DDP all-reduces; ZeRO all-gathers and reduce-scatters
   }
   if (p.pp > 1) point_to_point(Group::pp, false);
+  // the default group: every rank, a few bytes (ring, no NVLS)
+  if (rt.world_group_collectives && p.dp * p.tp * p.cp * std::max<int64_t>(1, p.pp) > 1) b.ring += coll_channels * connection;
   return b;
 }
 

@@ -113,7 +113,8 @@ int64_t nccl_communicators(const Plan& p);
 //   groups, the CP group under all-gather): channels x (one received + one sent connection:
 //   kNcclP2pRecvBytes + kNcclP2pSendBytes);
 //   and the Ulysses group's ring where the stack also runs a collective on it
-//   (RuntimeProfile::ulysses_group_collectives; ring only: a few bytes never pick NVLS);
+//   (RuntimeProfile::ulysses_group_collectives; ring only: a few bytes never pick NVLS), and the
+//   default (world) group where the loop runs a collective on it (world_group_collectives; ring only);
 // - p2p: all-to-all (the Ulysses group: every member is a peer) and neighbour exchange (ring and
 //   zigzag CP, pipeline stages: the previous and next rank) over NVLink: per peer on the node,
 //   p2pnChannelsPerPeer connections each way (graph/paths.cc ncclTopoComputeP2pChannels: the

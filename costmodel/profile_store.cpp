@@ -432,6 +432,7 @@ RuntimeProfile runtime_from_json(const json& j, const std::string& where) {
       {"dataloader_forks_after_offload_buffers", nullptr, &rt.dataloader_forks_after_offload_buffers, nullptr, true},
       {"nccl_channels", &rt.nccl_channels, nullptr, nullptr, true},
       {"ulysses_group_collectives", nullptr, &rt.ulysses_group_collectives, nullptr, true},
+      {"world_group_collectives", nullptr, &rt.world_group_collectives, nullptr, true},
       {"caching_allocator", nullptr, nullptr, &caching_allocator, true},
       {"megatron_buffer_padding", nullptr, &rt.megatron_buffer_padding, nullptr, true},
       // Transformer Engine userbuffers configuration (tp_overlap.hpp), optional: absent = ring exchanges only

@@ -147,6 +147,10 @@ struct RuntimeProfile {
   // the training loop also runs a collective on the Ulysses (all-to-all) group, so NCCL connects that
   // communicator's ring too (ArcticTraining's SFTTrainer.loss all-gathers the per-rank loss over sp_group)
   bool ulysses_group_collectives = false;
+  // the training loop runs a collective on the default (world) process group besides the groups the
+  // plan names, so NCCL connects that communicator's ring too (ArcticTraining's Metrics.print_summary
+  // all_gather_object every iteration; DeepSpeed's data-parallel group is a clone of the world group)
+  bool world_group_collectives = false;
   enum class CachingAllocator { none, segments, expandable_segments };
   CachingAllocator caching_allocator = CachingAllocator::none;  // PyTorch's CUDA caching allocator mode
   bool megatron_buffer_padding = false;  // Megatron's contiguous param/grad buffers with the distributed optimizer

@@ -177,37 +177,44 @@ TEST(FrameworkMemory, NcclBuffersFollowNcclsConnectionSetup) {
   //   + credits 24 coll channels x 2 x 64 B x 8 heads = 24,576 B (NCCL's docs log 'inputsize 24576')
   //   -> aligned to 2 MiB: 258 MiB
   const double nvls8 = 256.0 * kMiB + 2.0 * kMiB;
-  // dp=8 ZeRO-3: the ZeRO group's ring and NVLS: 546 MiB
+  // dp=8 ZeRO-3: the ZeRO group's ring and NVLS, and the default group's ring (hf-deepspeed
+  // world_group_collectives: ArcticTraining's metrics all_gather_object on it; DeepSpeed's ZeRO group
+  // is a clone of the world group, a communicator of its own): 288 + 258 + 288 = 834 MiB
   ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
   const RuntimeProfile ds = resolve_runtime(profiles(), "hf-deepspeed");
   NcclBuffers b = nccl_buffers(resolve_cluster(profiles(), "8xh100"), ds, parse_plan("dp=8,zero=3"));
-  EXPECT_DOUBLE_EQ(b.ring, ring);
+  EXPECT_DOUBLE_EQ(b.ring, 2.0 * ring);
   EXPECT_DOUBLE_EQ(b.nvls, nvls8);
   EXPECT_DOUBLE_EQ(b.p2p, 0.0);
-  EXPECT_DOUBLE_EQ(term(run("dp=8,zero=3,recompute=full", "hf-deepspeed"), "nccl_buffers"), ring + nvls8);
+  EXPECT_DOUBLE_EQ(term(run("dp=8,zero=3,recompute=full", "hf-deepspeed"), "nccl_buffers"), 834.0 * kMiB);
+  // without the default group's collectives: the ZeRO group alone, 546 MiB
+  RuntimeProfile ds_no_world = ds;
+  ds_no_world.world_group_collectives = false;
+  EXPECT_DOUBLE_EQ(nccl_buffers(resolve_cluster(profiles(), "8xh100"), ds_no_world, parse_plan("dp=8,zero=3")).total(), 546.0 * kMiB);
   // ALST's Ulysses SP=8 on one node (dp=1): the ZeRO group as above; the SP group's all-to-all:
   // 7 peers x p2pnChannelsPerPeer 32 (graph/paths.cc ncclTopoComputeP2pChannels: min(coll channels
   // 24, 2 x NVLink paths) rounded up to a power of two; the p5 log's '32 p2p channels per peer') x
   // 12 MiB = 2,688 MiB; and the SP group's ring for ArcticTraining's loss all-gather
-  // (ulysses_group_collectives; no NVLS at 4 bytes): 288 MiB. Total 288 + 258 + 2,688 + 288 = 3,522 MiB
+  // (ulysses_group_collectives; no NVLS at 4 bytes): 288 MiB; and the default group's ring, 288 MiB.
+  // Total 288 + 258 + 2,688 + 288 + 288 = 3,810 MiB
   b = nccl_buffers(resolve_cluster(profiles(), "8xh100"), ds, parse_plan("cp=8,cp_kind=ulysses,zero=3"));
   EXPECT_DOUBLE_EQ(b.p2p, 7.0 * 32.0 * connection);
-  EXPECT_DOUBLE_EQ(b.ring, 2.0 * ring);
+  EXPECT_DOUBLE_EQ(b.ring, 3.0 * ring);
   EXPECT_DOUBLE_EQ(b.nvls, nvls8);
-  EXPECT_DOUBLE_EQ(b.total(), 3522.0 * kMiB);
-  EXPECT_DOUBLE_EQ(term(run("cp=8,cp_kind=ulysses,zero=3,recompute=full", "hf-deepspeed"), "nccl_buffers"), 3522.0 * kMiB);
-  // without a collective on the Ulysses group (the flag off) only its all-to-all peers: 3,234 MiB
+  EXPECT_DOUBLE_EQ(b.total(), 3810.0 * kMiB);
+  EXPECT_DOUBLE_EQ(term(run("cp=8,cp_kind=ulysses,zero=3,recompute=full", "hf-deepspeed"), "nccl_buffers"), 3810.0 * kMiB);
+  // without a collective on the Ulysses group (the flag off) only its all-to-all peers: 3,522 MiB
   RuntimeProfile ds_a2a_only = ds;
   ds_a2a_only.ulysses_group_collectives = false;
   EXPECT_DOUBLE_EQ(nccl_buffers(resolve_cluster(profiles(), "8xh100"), ds_a2a_only, parse_plan("cp=8,cp_kind=ulysses,zero=3")).total(),
-                   3234.0 * kMiB);
-  // Ulysses SP=32 over 4 nodes: the ZeRO group's ring (it spans nodes and only all-gathers and
+                   3522.0 * kMiB);
+  // Ulysses SP=32 over 4 nodes: the default group's ring, the ZeRO group's ring (it spans nodes and only all-gathers and
   // reduce-scatters: graph/tuning.cc turns the NVLS algorithm off across nodes without CollNet, and
   // NVLS_TREE is all-reduce only: no NVLS buffers), the SP group's ring, and its all-to-all: the
   // group spans nodes, so every peer gets 2 channels (NCCL_NCHANNELS_PER_NET_PEER's start, the
   // minimum over all peers); the 7 peers on the node use P2P: 7 x 2 x 12 MiB = 168 MiB
   b = nccl_buffers(resolve_cluster(profiles(), "aws-p5-4node"), ds, parse_plan("cp=32,cp_kind=ulysses,zero=3"));
-  EXPECT_DOUBLE_EQ(b.ring, 2.0 * ring);
+  EXPECT_DOUBLE_EQ(b.ring, 3.0 * ring);
   EXPECT_DOUBLE_EQ(b.nvls, 0.0);
   EXPECT_DOUBLE_EQ(b.p2p, 168.0 * kMiB);
   // DDP over 2 nodes (zero=0) all-reduces: NVLS_TREE needs the NVLS buffers, 8 heads on the node
@@ -234,7 +241,7 @@ TEST(FrameworkMemory, NcclBuffersFollowNcclsConnectionSetup) {
   // ZeRO-3's flat IPG bucket, DeepSpeed 0.17.0's default reduce_bucket_size of 5e8 bf16 elements
   // (zero/config.py; stage3.py __ipg_bucket_flat_buffer): 1,000,000,000 B, in every phase
   MemoryPrediction mp = run("dp=8,zero=3,recompute=full", "hf-deepspeed");
-  EXPECT_DOUBLE_EQ(mp.peak[Mem::runtime], 32.0 * kMiB + ring + nvls8 + 11.0 * kMiB + 1e9);
+  EXPECT_DOUBLE_EQ(mp.peak[Mem::runtime], 32.0 * kMiB + 834.0 * kMiB + 11.0 * kMiB + 1e9);
   for (int ph = 0; ph < kPhases; ++ph) EXPECT_GE(mp.phase_peak[ph][Mem::runtime], 1e9) << ph;
   (void)m;
 }
@@ -272,14 +279,14 @@ TEST(FrameworkMemory, NvmlReadingIsTheWholePeakPlusTheCudaContext) {
   // ArcticTraining's "NV" figure is NVML's used memory of the card: everything mapped on it, NCCL's
   // buffers included, plus the CUDA context the hardware profile leaves out of the usable memory.
   // h100-sxm-80gb.json: hbm_mib 81559, usable_mib 81000 -> 559 MiB = 586,153,984 B of context.
-  // Against torch's max_reserved the NVML reading adds exactly NCCL's buffers (dp=8: 546 MiB =
-  // 572,522,496 B, the test above) and the context.
+  // Against torch's max_reserved the NVML reading adds exactly NCCL's buffers (hf-deepspeed dp=8:
+  // 834 MiB = 874,512,384 B, NcclBuffersFollowNcclsConnectionSetup) and the context.
   ModelSpec m = resolve_model(profiles(), "Llama-3.1-8B");
   ClusterSpec c = resolve_cluster(profiles(), "8xh100");
   Prediction p = predict(m, c, resolve_runtime(profiles(), "hf-deepspeed"), parse_plan("dp=8,zero=3,recompute=full,opt_offload=1"), 32768);
   EXPECT_DOUBLE_EQ(metric_from("nvml_used_gib", m, c.gpu, p) * kGiB, p.memory.peak.total() + 586153984.0);
   EXPECT_NEAR((metric_from("nvml_used_gib", m, c.gpu, p) - metric_from("torch_max_reserved_gib", m, c.gpu, p)) * kGiB,
-              572522496.0 + 586153984.0, 1e-3);
+              874512384.0 + 586153984.0, 1e-3);
   // an unknown definition names the valid ones
   try {
     metric_from("nvidia_smi_gib", m, c.gpu, p);
