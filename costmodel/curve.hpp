@@ -21,7 +21,8 @@ struct Curve {
     while (points[i].first < x) ++i;
     const auto& [x0, y0] = points[i - 1];
     const auto& [x1, y1] = points[i];
-    double t = (std::log(x) - std::log(x0)) / (std::log(x1) - std::log(x0));
+    // linear in log x: two logs, not four (the search prices ~100,000 plans through this)
+    const double t = std::log(x / x0) / std::log(x1 / x0);
     return y0 + t * (y1 - y0);
   }
 };

@@ -44,15 +44,13 @@ struct GroupShape {
   int64_t size = 1;       // ranks in the group
   int64_t local = 1;      // of them on rank 0's node (rank 0 included)
   bool spans_nodes = false;
-  std::vector<int64_t> ranks;
 };
 
+// rank 0's group of kind g, without listing it (nothing allocated on this hot path: predict_memory)
 GroupShape group_shape(const Plan& p, Group g, int64_t gpus_per_node) {
   GroupShape s;
-  s.ranks = group_ranks(p, g, 0);
-  s.size = static_cast<int64_t>(s.ranks.size());
-  s.local = 0;
-  for (int64_t r : s.ranks) s.local += (r / gpus_per_node == 0) ? 1 : 0;
+  s.size = group_size(p, g);
+  s.local = group_members_below(p, g, gpus_per_node);
   s.spans_nodes = s.local < s.size;
   return s;
 }
@@ -91,7 +89,7 @@ NcclBuffers nccl_buffers(const ClusterSpec& c, const RuntimeProfile& rt, const P
     if (all_peers) {
       local_peers = static_cast<double>(s.local - 1);
     } else {  // the previous and the next rank of the group (one peer when the group has two)
-      const int64_t next = s.ranks[1], prev = s.ranks[s.size - 1];
+      const int64_t next = group_member(p, g, 0, 1), prev = group_member(p, g, 0, s.size - 1);
       local_peers += (next / gpn == 0) ? 1.0 : 0.0;
       if (prev != next) local_peers += (prev / gpn == 0) ? 1.0 : 0.0;
     }

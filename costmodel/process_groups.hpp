@@ -29,6 +29,14 @@ int64_t rank_of_coord(const Plan& p, const RankCoord& c);
 enum class Group { tp, cp, dp, ulysses, ring, zero /* dp x cp */, pp /* one rank per stage */, zero_shard, zero_replicate };
 // The global ranks in `rank`'s group of kind `g`, ordered by their index inside the group.
 std::vector<int64_t> group_ranks(const Plan& p, Group g, int64_t rank);
+// The same without building the list, for hot paths (predict_memory allocates nothing): the
+// group's size, and its member at index i (0 <= i < size): group_ranks(p, g, rank)[i].
+int64_t group_size(const Plan& p, Group g);
+int64_t group_member(const Plan& p, Group g, int64_t rank, int64_t i);
+// How many members of rank 0's group of kind g have a rank below `bound` (e.g. sit on node 0: bound
+// = GPUs per node), counted without visiting the members above it: the ranks are mixed-radix sums of
+// the group's coordinates, so the count takes at most about 2 x bound steps.
+int64_t group_members_below(const Plan& p, Group g, int64_t bound);
 // Number of distinct nodes one group of kind `g` spans (groups of one kind are congruent).
 int64_t nodes_spanned(const Plan& p, Group g, int64_t gpus_per_node);
 

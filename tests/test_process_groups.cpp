@@ -215,3 +215,31 @@ TEST(ProcessGroups, PipelineStagesAreOutermostAndCoverEveryRankOnce) {
     EXPECT_EQ(static_cast<int64_t>(seen.size()), W) << text;
   }
 }
+
+// The hot path's count of rank 0's members below a bound (framework_memory: the members on node 0)
+// equals counting group_ranks' list, for every plan, group kind (HSDP's two included) and bound.
+TEST(ProcessGroups, MembersBelowABoundCountTheListedRanks) {
+  std::vector<std::string> texts = plan_texts();
+  for (const char* extra : {"dp=4,tp=2,cp=4,zero=3,zero_shard=8", "dp=4,tp=1,cp=8,zero=3,zero_shard=2,order=cp-dp-tp",
+                            "dp=8,tp=2,cp=2,zero=3,zero_shard=4,order=dp-tp-cp", "dp=2,tp=2,cp=4,pp=3"})
+    texts.push_back(extra);
+  int checked = 0;
+  for (const std::string& text : texts) {
+    const Plan p = parse_plan(text);
+    std::vector<std::pair<Group, const char*>> all = kinds();
+    all.push_back({Group::zero_shard, "zero_shard"});
+    all.push_back({Group::zero_replicate, "zero_replicate"});
+    all.push_back({Group::pp, "pp"});
+    for (auto [g, name] : all) {
+      const std::vector<int64_t> ranks = group_ranks(p, g, 0);
+      ASSERT_EQ(group_size(p, g), static_cast<int64_t>(ranks.size())) << text << " " << name;
+      for (int64_t bound : {1, 2, 3, 4, 5, 8, 16, 1000}) {
+        const auto listed = std::count_if(ranks.begin(), ranks.end(), [bound](int64_t r) { return r < bound; });
+        EXPECT_EQ(group_members_below(p, g, bound), listed) << text << " " << name << " below " << bound;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GE(checked, 16 * 9 * 8);
+}
+
