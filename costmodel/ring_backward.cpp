@@ -537,6 +537,35 @@ CTX_SWEEP_CLONES void hop_shift(size_t n, double j, double q, const double* ring
 #undef CTX_VMIN
 #undef CTX_RISE_TO
 }  // namespace sweep
+
+// One rank's values at the sweep's end, as both sweeps keep them per rank (their arrays).
+struct SweepRankEnd {
+  double busy, imbalance, exposed, c_start, c_end, d_start, d_end, d_ready;
+  double ct_j, ct_start, rt_role, rt_j, rt_start, rt_ready;  // the last strict rise of each stream
+};
+
+// The rank's result: the sums, the last compute and hop, and the last-ending task. Each stream's ends
+// never decrease, so a stream's latest end is first reached at its last strict rise (its first task in
+// these steps counting as one); of the two streams the later end, on a tie the task created first
+// (within a step: receive, compute, hop); none unless it ends after every earlier task.
+void write_rank_result(const SweepRankEnd& v, const RingBackwardRank& in, RingBackwardResult& o) {
+  o.busy_s = v.busy, o.imbalance_s = v.imbalance, o.exposed_s = v.exposed;
+  o.c_start = v.c_start, o.c_end = v.c_end;
+  o.d_start = v.d_start, o.d_end = v.d_end, o.d_ready = v.d_ready;
+  const double ec = o.c_end, er = o.d_end, top = std::max(ec, er);
+  if (!(top > in.best_end)) return;
+  const bool ring_first = er == ec ? (v.rt_j < v.ct_j || (v.rt_j == v.ct_j && v.rt_role == 0.0)) : er > ec;
+  if (ring_first) {
+    o.best_role = v.rt_role == 0.0 ? RingBackwardResult::recv : RingBackwardResult::dkv;
+    o.best_j = static_cast<int64_t>(v.rt_j);
+    o.best_start = v.rt_start, o.best_end = er, o.best_ready = v.rt_ready;
+  } else {
+    o.best_role = RingBackwardResult::compute;
+    o.best_j = static_cast<int64_t>(v.ct_j);
+    o.best_start = v.ct_start, o.best_end = ec, o.best_ready = v.ct_start;
+  }
+}
+
 }  // namespace
 
 void ring_backward_sweep(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv_s, const std::vector<RingBackwardRank>& in,
@@ -642,26 +671,9 @@ void ring_backward_sweep(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv
   for (size_t r = 0; r < n; ++r) {
     RingBackwardResult& o = out[r];
     o = RingBackwardResult{};
-    o.busy_s = a(kBusy)[r], o.imbalance_s = a(kImbalance)[r], o.exposed_s = a(kExposed)[r];
-    o.c_start = a(kCStart)[r], o.c_end = a(kCEnd)[r];
-    o.d_start = a(kDStart)[r], o.d_end = a(kDEnd)[r], o.d_ready = a(kDReady)[r];
-    // the last-ending task: each stream's ends never decrease, so a stream's latest end is first
-    // reached at its last strict rise (its first task in these steps counting as one); of the two
-    // streams the later end, on a tie the task created first (within a step: receive, compute,
-    // hop); none unless it ends after every earlier task
-    const double ec = o.c_end, er = o.d_end, top = std::max(ec, er);
-    if (!(top > in[r].best_end)) continue;
-    const bool ring_first =
-        er == ec ? (a(kRtJ)[r] < a(kCtJ)[r] || (a(kRtJ)[r] == a(kCtJ)[r] && a(kRtRole)[r] == 0.0)) : er > ec;
-    if (ring_first) {
-      o.best_role = a(kRtRole)[r] == 0.0 ? RingBackwardResult::recv : RingBackwardResult::dkv;
-      o.best_j = static_cast<int64_t>(a(kRtJ)[r]);
-      o.best_start = a(kRtStart)[r], o.best_end = er, o.best_ready = a(kRtReady)[r];
-    } else {
-      o.best_role = RingBackwardResult::compute;
-      o.best_j = static_cast<int64_t>(a(kCtJ)[r]);
-      o.best_start = a(kCtStart)[r], o.best_end = ec, o.best_ready = a(kCtStart)[r];
-    }
+    write_rank_result({a(kBusy)[r], a(kImbalance)[r], a(kExposed)[r], a(kCStart)[r], a(kCEnd)[r], a(kDStart)[r], a(kDEnd)[r],
+                       a(kDReady)[r], a(kCtJ)[r], a(kCtStart)[r], a(kRtRole)[r], a(kRtJ)[r], a(kRtStart)[r], a(kRtReady)[r]},
+                      in[r], o);
   }
 }
 
@@ -737,24 +749,10 @@ void ring_backward_band(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv_
     }
     if (has_recv) std::swap(have, recv);
   }
-  for (size_t r = 0; r < n; ++r) {  // (as ring_backward_sweep's results)
-    RingBackwardResult& o = out[r];
-    o.busy_s = a(kBusy)[r], o.imbalance_s = a(kImbalance)[r], o.exposed_s = a(kExposed)[r];
-    o.c_start = a(kCStart)[r], o.c_end = a(kCEnd)[r];
-    o.d_start = a(kDStart)[r], o.d_end = a(kDEnd)[r], o.d_ready = a(kDReady)[r];
-    const double ec = o.c_end, er = o.d_end, top = std::max(ec, er);
-    if (!(top > in[r].best_end)) continue;
-    const bool ring_first = er == ec ? (a(kRtJ)[r] < a(kCtJ)[r] || (a(kRtJ)[r] == a(kCtJ)[r] && a(kRtRole)[r] == 0.0)) : er > ec;
-    if (ring_first) {
-      o.best_role = a(kRtRole)[r] == 0.0 ? RingBackwardResult::recv : RingBackwardResult::dkv;
-      o.best_j = static_cast<int64_t>(a(kRtJ)[r]);
-      o.best_start = a(kRtStart)[r], o.best_end = er, o.best_ready = a(kRtReady)[r];
-    } else {
-      o.best_role = RingBackwardResult::compute;
-      o.best_j = static_cast<int64_t>(a(kCtJ)[r]);
-      o.best_start = a(kCtStart)[r], o.best_end = ec, o.best_ready = a(kCtStart)[r];
-    }
-  }
+  for (size_t r = 0; r < n; ++r)  // (as ring_backward_sweep's results)
+    write_rank_result({a(kBusy)[r], a(kImbalance)[r], a(kExposed)[r], a(kCStart)[r], a(kCEnd)[r], a(kDStart)[r], a(kDEnd)[r],
+                       a(kDReady)[r], a(kCtJ)[r], a(kCtStart)[r], a(kRtRole)[r], a(kRtJ)[r], a(kRtStart)[r], a(kRtReady)[r]},
+                      in[r], out[r]);
 }
 
 }  // namespace ctx

@@ -115,6 +115,23 @@ void expect_same(const std::vector<RingBackwardResult>& got, const std::vector<R
   }
 }
 
+// A rank's state entering the sweep's first step, at random on a quarter grid (ties likely): the
+// block held (ready, start, end = start + the hop time p), the last hop (or none), the last compute,
+// the ring stream's end and the best task so far (or none). `uni(lo, hi)` and `quarter(hi)` draw;
+// the previous compute's end is the last compute's, or (prev_end_drawn) drawn apart half the time.
+template <class Uni, class Quarter>
+void random_rank_state(RingBackwardRank& x, double p, Uni& uni, Quarter& quarter, bool prev_end_drawn = true) {
+  x.have_ready = quarter(8);
+  x.have_start = x.have_ready + quarter(2);
+  x.have_end = x.have_start + p;
+  x.dkv_valid = uni(0, 1) == 1;
+  x.dkv_end = x.dkv_valid ? quarter(10) : 0.0;
+  x.compute_end = quarter(10);
+  x.prev_end = !prev_end_drawn || uni(0, 1) ? x.compute_end : quarter(10);
+  x.ring_end = uni(0, 3) == 0 ? 0.0 : quarter(10);
+  x.best_end = uni(0, 2) == 0 ? -std::numeric_limits<double>::infinity() : quarter(14);
+}
+
 // ring_backward_sweep against the written-out sweep: plain rings (the shifted-copy gather at the first step, then the two fused loops), random
 // upstream permutations and ranks that are their own upstream (the indexed gather, the own-rank
 // readiness), odd and even rank counts (the padding lane), any first step, and rings too large
@@ -152,15 +169,7 @@ TEST(RingBackward, FlatSweepEqualsTheStepByStepSweep) {
       x.cost = &cv;
       x.prev = prev[static_cast<size_t>(r)] < 0 ? r : prev[static_cast<size_t>(r)];
       owns += x.prev == r;
-      x.have_ready = quarter(8);
-      x.have_start = x.have_ready + quarter(2);
-      x.have_end = x.have_start + p;
-      x.dkv_valid = uni(0, 1) == 1;
-      x.dkv_end = x.dkv_valid ? quarter(10) : 0.0;
-      x.compute_end = quarter(10);
-      x.prev_end = uni(0, 1) ? x.compute_end : quarter(10);
-      x.ring_end = uni(0, 3) == 0 ? 0.0 : quarter(10);
-      x.best_end = uni(0, 2) == 0 ? -std::numeric_limits<double>::infinity() : quarter(14);
+      random_rank_state(x, p, uni, quarter);
     }
     const std::vector<RingBackwardResult> want = sweep(j0, steps, p, q, in);
     for (const RingBackwardResult& b : want) {
@@ -208,15 +217,7 @@ TEST(RingBackward, BandSweptFromItsUpstreamsValuesEqualsTheWholeRingsSweep) {
       RingBackwardRank& x = in[static_cast<size_t>(r)];
       x.cost = &cv;
       x.prev = (r + n - 1) % n;
-      x.have_ready = quarter(8);
-      x.have_start = x.have_ready + quarter(2);
-      x.have_end = x.have_start + p;
-      x.dkv_valid = uni(0, 1) == 1;
-      x.dkv_end = x.dkv_valid ? quarter(10) : 0.0;
-      x.compute_end = quarter(10);
-      x.prev_end = uni(0, 1) ? x.compute_end : quarter(10);
-      x.ring_end = uni(0, 3) == 0 ? 0.0 : quarter(10);
-      x.best_end = uni(0, 2) == 0 ? -std::numeric_limits<double>::infinity() : quarter(14);
+      random_rank_state(x, p, uni, quarter);
     }
     std::vector<RingBandSeqs> rec;
     const std::vector<RingBackwardResult> want = sweep(j0, steps, p, q, in, &rec);
@@ -278,15 +279,7 @@ TEST(RingBackward, BothRepresentationsEqualTheSweepOnRandomRings) {
       RingBackwardRank& x = in[static_cast<size_t>(r)];
       x.cost = &cv;
       x.prev = (r + n - cycles) % n;  // cycles interleaved, as usp's rings
-      x.have_ready = quarter(8);
-      x.have_start = x.have_ready + quarter(2);
-      x.have_end = x.have_start + p;
-      x.dkv_valid = uni(0, 1) == 1;
-      x.dkv_end = x.dkv_valid ? quarter(10) : 0.0;
-      x.compute_end = quarter(10);
-      x.prev_end = x.compute_end;
-      x.ring_end = uni(0, 3) == 0 ? 0.0 : quarter(10);
-      x.best_end = uni(0, 2) == 0 ? -std::numeric_limits<double>::infinity() : quarter(14);
+      random_rank_state(x, p, uni, quarter, /*prev_end_drawn=*/false);
     }
     const std::vector<RingBackwardResult> want = sweep(j0, steps, p, q, in);
     for (int period : {1, 2}) {

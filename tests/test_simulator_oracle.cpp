@@ -388,6 +388,18 @@ TEST(SimulatorOracle, RingsRisingUpstreamMatchTheEventQueueExactly) {
   EXPECT_EQ(cases, 120);
 }
 
+// The random long-ring tests' per-layer costs on a dyadic grid (exact sums: ties are likely), drawn
+// in this order by `pick` (one of the values it is given).
+template <class Pick>
+void random_ring_layer_costs(StepCosts& k, Pick& pick) {
+  k.p2p_fwd = pick({0.25, 0.5, 1});
+  k.p2p_dkv = pick({0.25, 0.5});
+  k.pre_fwd = pick({0.25, 0.5});
+  k.post_fwd = pick({0, 0.25});
+  k.mlp_fwd = pick({0.5, 1});
+  k.pre_bwd = pick({0, 0.5});
+}
+
 // The partial sweep (only the ranks off their lines swept, the others moved along their lines)
 // on rings whose ranks leave their lines one after another, against the oracle bit for bit: the
 // forward costs of a causal ring (rank r computes on its first cp - r steps, or r + 1 with the
@@ -404,12 +416,7 @@ TEST(SimulatorOracle, PartialSweepsOfLongRingsMatchTheEventQueueExactly) {
     const int64_t cp = uni(8, 40);
     StepCosts k = plain_ring(cp, uni(10, 24));
     k.recompute = uni(0, 2) == 0 ? Recompute::full : Recompute::none;
-    k.p2p_fwd = pick({0.25, 0.5, 1});
-    k.p2p_dkv = pick({0.25, 0.5});
-    k.pre_fwd = pick({0.25, 0.5});
-    k.post_fwd = pick({0, 0.25});
-    k.mlp_fwd = pick({0.5, 1});
-    k.pre_bwd = pick({0, 0.5});
+    random_ring_layer_costs(k, pick);
     k.mlp_bwd = pick({0, 1});
     k.zero3_ag = pick({0, 0.25, 2, 4, 8});
     const double unit = pick({0.25, 0.5});
@@ -460,12 +467,7 @@ TEST(SimulatorOracle, BackwardPartialSweepsOfLongRingsMatchTheEventQueueExactly)
     const int64_t cp = uni(8, 40);
     StepCosts k = plain_ring(cp, uni(12, 40));
     k.recompute = uni(0, 1) == 0 ? Recompute::full : Recompute::none;
-    k.p2p_fwd = pick({0.25, 0.5, 1});
-    k.p2p_dkv = pick({0.25, 0.5});
-    k.pre_fwd = pick({0.25, 0.5});
-    k.post_fwd = pick({0, 0.25});
-    k.mlp_fwd = pick({0.5, 1});
-    k.pre_bwd = pick({0, 0.5});
+    random_ring_layer_costs(k, pick);
     k.post_bwd = pick({0, 0.25});
     k.mlp_bwd = pick({0, 1});
     k.zero3_ag = pick({0, 0.25, 2, 4});
