@@ -22,19 +22,6 @@ double FrameworkMemory::host_bytes_per_rank() const {
   return b;
 }
 
-int64_t nccl_communicators(const Plan& p) {
-  const int64_t dp = std::max<int64_t>(1, p.dp);
-  int64_t n = 0;
-  if (p.tp > 1) ++n;
-  if (p.cp > 1) n += (ulysses_degree(p) > 1 && ring_degree(p) > 1) ? 2 : 1;  // USP: the a2a and the ring group
-  if (dp * p.cp > 1) {
-    n += 1;                                          // gradient reduction / ZeRO over dp x cp (HSDP: the shard group)
-    if (zero_replicate_degree(p) > 1 && zero_shard_degree(p) > 1) n += 1;  // HSDP: the replicate group
-  }
-  if (p.pp > 1) ++n;
-  return n;
-}
-
 namespace {
 
 double align_up(double bytes, double granularity) { return std::ceil(bytes / granularity) * granularity; }
@@ -60,8 +47,10 @@ GroupShape group_shape(const Plan& p, Group g, int64_t gpus_per_node) {
 NcclBuffers nccl_buffers(const ClusterSpec& c, const RuntimeProfile& rt, const Plan& plan) {
   NcclBuffers b;
   if (rt.nccl_channels <= 0) return b;
-  Plan p = plan;
-  p.dp = std::max<int64_t>(1, p.dp);  // an unset dp (0) as nccl_communicators reads it: one replica
+  // an unset dp (0) is one replica; copied only then (a Plan copy allocates: this is predict_memory's hot path)
+  Plan with_dp;
+  if (plan.dp < 1) with_dp = plan, with_dp.dp = 1;
+  const Plan& p = plan.dp < 1 ? with_dp : plan;
   const int64_t gpn = std::max<int64_t>(1, c.gpus_per_node);
   const double coll_channels = rt.nccl_channels;
   const double connection = kNcclP2pRecvBytes + kNcclP2pSendBytes;  // one received + one sent, per channel

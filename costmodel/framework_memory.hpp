@@ -40,7 +40,10 @@ constexpr double kNcclConnectionBytes = kNcclSimpleBufferBytes + kNcclLlBufferBy
 // (troubleshooting, NCCL_DEBUG_SUBSYS=P2P example) log the pair: 'Allocated shareable buffer ...
 // size 10485760' and '... size 2097152' per channel.
 constexpr double kNcclCudaIpcMinBytes = 2097152;
-constexpr double kNcclP2pRecvBytes = 5.0 * kNcclCudaIpcMinBytes;  // ceil((9,633,792 + < 4 KiB) / 2 MiB) = 5
+constexpr double kNcclRecvMemMaxBytes = 4096;  // sizeof(struct ncclRecvMem) is under 4 KiB
+constexpr double kNcclP2pRecvBytes =  // ALIGN_SIZE(sizeof(ncclRecvMem) + the three buffers, CUDA_IPC_MIN): 5 x 2 MiB
+    kNcclCudaIpcMinBytes * static_cast<double>(static_cast<int64_t>(
+                               (kNcclConnectionBytes + kNcclRecvMemMaxBytes + kNcclCudaIpcMinBytes - 1) / kNcclCudaIpcMinBytes));
 constexpr double kNcclP2pSendBytes = kNcclCudaIpcMinBytes;
 // src/transport/nvls.cc: NCCL_NVLS_CHUNKSIZE default 128 KiB; ncclNvlsBufferSetup maps
 // nvlsChannels x 2 x (chunk x NCCL_STEPS) x nHeads; ncclNvlsSetup's credits nChannels x 2 x 64 B x
@@ -98,11 +101,6 @@ struct FrameworkMemory {
   double device_bytes() const;
   double host_bytes_per_rank() const;
 };
-
-// NCCL communicators a rank of this plan joins: one per process group of more than one rank that
-// the plan communicates on (tp; the CP group, or Ulysses and ring groups under USP; the dp x cp
-// gradient/ZeRO group, or HSDP's shard and replicate groups; the pipeline group).
-int64_t nccl_communicators(const Plan& p);
 
 // NCCL's device buffers of one rank (rank 0's groups; groups of one kind are congruent), by what
 // creates them. NCCL 2.26 connects lazily (src/init.cc NCCL_RUNTIME_CONNECT default 1 with cuMem:
