@@ -13,7 +13,8 @@
 // references: 200 finalists without pipeline plans, and with every pipeline plan priced), and with
 // --space every fitting plan of the space simulated once (streaming): count, total, median, p99,
 // max, how many exceed 10 ms (thread CPU time), and the slowest plans (8; CTX_BENCH_SPACE_TOP=N lists N;
-// CTX_BENCH_SPACE_ROWS=FILE writes every plan's CPU ms, step time and plan; CTX_BENCH_SPACE_ONLY=1 skips the other rows).
+// CTX_BENCH_SPACE_ROWS=FILE writes every plan's CPU ms, step time and plan, for bench/compare_space_rows.py to compare two
+// builds plan by plan; CTX_BENCH_SPACE_ONLY=1 skips the other rows).
 // Standalone (no Google Benchmark): build/bench/bench_simulator [--space | --one] [model cluster seq plan [reps]]
 // (--one: only the streaming sweep of that plan, with its periodicity statistics: for profiles;
 // CTX_BENCH_CLOSED_FORM_MIN and CTX_BENCH_PARTIAL_MIN set simulate_step's two rank thresholds).
@@ -146,12 +147,6 @@ void search_row(const ctx::SearchRequest& base, int refine, const char* label = 
               r.unpriced.size(), static_cast<long long>(r.simulated), r.ranked.empty() ? "none" : ctx::plan_to_string(r.ranked[0].plan).c_str());
 }
 
-// CTX_BENCH_BWD_PARTIAL_MIN=N: the backward layer loop's partial sweep from N ranks (default: off)
-int backward_partial_min() {
-  const char* b = std::getenv("CTX_BENCH_BWD_PARTIAL_MIN");
-  return b ? std::atoi(b) : ctx::kBackwardPartialSweepOff;
-}
-
 // Every fitting plan of the search space, simulated once each without a recording.
 void space_rows(const ctx::SearchRequest& req) {
   struct Row {
@@ -169,8 +164,7 @@ void space_rows(const ctx::SearchRequest& req) {
     const ctx::StepCosts k = ctx::step_costs(req.model, req.cluster, req.runtime, p, req.seq, true);
     auto t0 = std::chrono::steady_clock::now();
     const double c0 = thread_cpu_ms();
-    ctx::SimResult r =
-        ctx::simulate_step(k, p, ctx::SimRecord::none, ctx::kRingClosedFormMinRanks, ctx::kPartialSweepMinRanks, backward_partial_min());
+    ctx::SimResult r = ctx::simulate_step(k, p, ctx::SimRecord::none);
     const double ms = thread_cpu_ms() - c0;
     const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     total += ms;
@@ -245,9 +239,8 @@ int main(int argc, char** argv) {
     const int cf_min = cf ? std::atoi(cf) : ctx::kRingClosedFormMinRanks;
     const char* pm = std::getenv("CTX_BENCH_PARTIAL_MIN");  // the forward's partial sweep from this many ranks (huge: never)
     const int partial_min = pm ? std::atoi(pm) : ctx::kPartialSweepMinRanks;
-    const int bwd_min = backward_partial_min();
-    Measure x = measure(reps, [&] { return ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min, bwd_min); });
-    const ctx::SimResult r = ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min, bwd_min);
+    Measure x = measure(reps, [&] { return ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min); });
+    const ctx::SimResult r = ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min);
     std::printf("  streaming: best %.2f ms CPU (median %.2f ms CPU, %.2f ms wall), step %.17g s; %lld tasks, %lld jumps, %lld layer iterations "
                 "extrapolated, %lld jump misses; %lld partial jumps over %lld layer iterations (%lld ranks swept in them), %lld undone\n",
                 x.best_cpu_ms, x.median_cpu_ms, x.median_ms, x.step, static_cast<long long>(x.tasks), static_cast<long long>(r.stats.periodic_jumps),
@@ -255,14 +248,6 @@ int main(int argc, char** argv) {
                 static_cast<long long>(r.stats.partial_jumps), static_cast<long long>(r.stats.layers_partially_swept),
                 static_cast<long long>(r.stats.partial_rank_layers),
                 static_cast<long long>(r.stats.partial_misses));
-    const ctx::SimStats& st = r.stats;
-    std::printf("  backward partial sweep: %lld jumps over %lld layer iterations (%lld ranks swept in them), %lld undone, %lld restores; "
-                "checks fired: ring first step %lld, ring steps %lld, collectives %lld, recompute ring %lld\n",
-                static_cast<long long>(st.backward_partial_jumps), static_cast<long long>(st.backward_layers_partially_swept),
-                static_cast<long long>(st.backward_partial_rank_layers), static_cast<long long>(st.backward_partial_misses),
-                static_cast<long long>(st.backward_partial_restores), static_cast<long long>(st.backward_checks_fired_ring_first),
-                static_cast<long long>(st.backward_checks_fired_ring), static_cast<long long>(st.backward_checks_fired_join),
-                static_cast<long long>(st.backward_checks_fired_recompute));
     const auto& b = r.time.breakdown;
     std::printf("  breakdown (rep %d): compute %.17g exposed %.17g offload %.17g imbalance %.17g optimizer %.17g; phases %.17g %.17g %.17g\n",
                 r.breakdown_rep, b.compute, b.exposed_comm, b.offload_stall, b.imbalance, b.optimizer, r.time.phase_seconds[0], r.time.phase_seconds[1],

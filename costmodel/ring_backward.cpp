@@ -538,7 +538,7 @@ CTX_SWEEP_CLONES void hop_shift(size_t n, double j, double q, const double* ring
 #undef CTX_RISE_TO
 }  // namespace sweep
 
-// One rank's values at the sweep's end, as both sweeps keep them per rank (their arrays).
+// One rank's values at the sweep's end, as the sweep keeps them per rank (its arrays).
 struct SweepRankEnd {
   double busy, imbalance, exposed, c_start, c_end, d_start, d_end, d_ready;
   double ct_j, ct_start, rt_role, rt_j, rt_start, rt_ready;  // the last strict rise of each stream
@@ -675,84 +675,6 @@ void ring_backward_sweep(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv
                        a(kDReady)[r], a(kCtJ)[r], a(kCtStart)[r], a(kRtRole)[r], a(kRtJ)[r], a(kRtStart)[r], a(kRtReady)[r]},
                       in[r], o);
   }
-}
-
-}  // namespace ctx
-
-namespace ctx {
-
-void ring_backward_band(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv_s, const std::vector<RingBackwardRank>& in,
-                        const RingBandSeqs& up, std::vector<RingBackwardResult>& out, RingBandSeqs& last, std::vector<double>& scratch) {
-  const size_t n = in.size();
-  const double p = std::max(0.0, p2p_s), q = std::max(0.0, p2p_dkv_s);
-  const size_t span = static_cast<size_t>(steps - j0);
-  last.have.assign(span, 0.0), last.ce.assign(span, 0.0), last.dprev.assign(span, 0.0);
-  out.assign(n, RingBackwardResult{});
-  // per rank (as ring_backward_sweep's arrays): the block held (start, end, ready), the next one
-  // received, the compute, the hop, the ring stream, the sums and the streams' tops
-  enum : size_t {
-    kHStart, kHEnd, kHReady, kNrStart, kNrEnd, kNrReady, kCStart, kCEnd, kPrevEnd, kDStart, kDEnd, kDReady, kRingEnd, kBusy, kImbalance,
-    kExposed, kCtJ, kCtStart, kRtRole, kRtJ, kRtStart, kRtReady, kArrays
-  };
-  scratch.assign(kArrays * n, 0.0);
-  auto a = [&](size_t k) { return scratch.data() + k * n; };
-  for (size_t r = 0; r < n; ++r) {
-    const RingBackwardRank& x = in[r];
-    a(kHStart)[r] = x.have_start, a(kHEnd)[r] = x.have_end, a(kHReady)[r] = x.have_ready;
-    a(kCEnd)[r] = x.compute_end, a(kPrevEnd)[r] = x.prev_end;
-    a(kDEnd)[r] = x.dkv_valid ? x.dkv_end : -std::numeric_limits<double>::infinity();
-    a(kRingEnd)[r] = x.ring_end;
-    a(kCtJ)[r] = -1, a(kRtRole)[r] = -1, a(kRtJ)[r] = -1;
-  }
-  size_t have[3] = {kHStart, kHEnd, kHReady}, recv[3] = {kNrStart, kNrEnd, kNrReady};
-  auto cost_at = [&](size_t r, int64_t j) {
-    const std::vector<double>& cv = *in[r].cost;
-    return std::max(0.0, static_cast<size_t>(j) < cv.size() ? cv[static_cast<size_t>(j)] : 0.0);
-  };
-  for (int64_t j = j0; j < steps; ++j) {
-    const size_t i = static_cast<size_t>(j - j0);
-    const double jd = static_cast<double>(j);
-    const bool has_recv = j + 1 < steps, first = j == j0;
-    // (the ring stream's last task: the rank's before j0, its previous hop after)
-    auto ring_before = [&](size_t r) { return first ? a(kRingEnd)[r] : a(kDEnd)[r]; };
-    if (has_recv)
-      for (size_t r = 0; r < n; ++r) {  // receive: after r's ring stream, r's block and the upstream's block
-        const double re = ring_before(r);
-        const double ready = std::max(std::max(0.0, re), a(have[1])[r]);
-        const double full = std::max(ready, r == 0 ? up.have[i] : a(have[1])[r - 1]);
-        const double end = full + p;
-        a(recv[0])[r] = full, a(recv[1])[r] = end, a(recv[2])[r] = ready;
-        if (end > re || first) a(kRtRole)[r] = 0.0, a(kRtJ)[r] = jd, a(kRtStart)[r] = full, a(kRtReady)[r] = ready;
-      }
-    for (size_t r = 0; r < n; ++r) {  // compute: after r's previous compute and its block
-      const double dur = cost_at(r, j), ce = a(kCEnd)[r];
-      const double start = std::max(std::max(0.0, ce), a(have[1])[r]);
-      const double end = start + dur;
-      const double gap = start - a(kPrevEnd)[r];
-      const double g = gap > 0.0 ? gap : 0.0;
-      const double others = std::min(g, std::max(0.0, a(have[0])[r] - a(have[2])[r]));
-      a(kBusy)[r] += dur, a(kImbalance)[r] += others, a(kExposed)[r] += g - others;
-      if (end > ce || first) a(kCtJ)[r] = jd, a(kCtStart)[r] = start;
-      a(kPrevEnd)[r] = end, a(kCStart)[r] = start, a(kCEnd)[r] = end;
-    }
-    if (has_recv) last.have[i] = a(have[1])[n - 1];
-    last.ce[i] = a(kCEnd)[n - 1];
-    last.dprev[i] = a(kDEnd)[n - 1];
-    for (size_t r = n; r-- > 0;) {  // hop: after r's ring stream, the upstream's compute of the step and its previous hop
-      // (from the last rank down: a rank reads its upstream's previous hop before it is overwritten)
-      const double rp = has_recv ? a(recv[1])[r] : ring_before(r);
-      const double ready = std::max(0.0, rp);
-      const double full = std::max(std::max(ready, r == 0 ? up.ce[i] : a(kCEnd)[r - 1]), r == 0 ? up.dprev[i] : a(kDEnd)[r - 1]);
-      const double end = full + q;
-      a(kDStart)[r] = full, a(kDEnd)[r] = end, a(kDReady)[r] = ready;
-      if (end > rp || (first && !has_recv)) a(kRtRole)[r] = 2.0, a(kRtJ)[r] = jd, a(kRtStart)[r] = full, a(kRtReady)[r] = ready;
-    }
-    if (has_recv) std::swap(have, recv);
-  }
-  for (size_t r = 0; r < n; ++r)  // (as ring_backward_sweep's results)
-    write_rank_result({a(kBusy)[r], a(kImbalance)[r], a(kExposed)[r], a(kCStart)[r], a(kCEnd)[r], a(kDStart)[r], a(kDEnd)[r],
-                       a(kDReady)[r], a(kCtJ)[r], a(kCtStart)[r], a(kRtRole)[r], a(kRtJ)[r], a(kRtStart)[r], a(kRtReady)[r]},
-                      in[r], out[r]);
 }
 
 }  // namespace ctx

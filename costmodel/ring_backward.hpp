@@ -106,20 +106,6 @@ struct RingBackwardWork {
 void ring_backward_sweep(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv_s, const std::vector<RingBackwardRank>& in,
                          std::vector<RingBackwardResult>& out, RingSweepWork& w);
 
-// The same steps swept for a band: a chain of ranks (in[i]'s upstream is in[i - 1]; in[0]'s is a
-// rank outside the band, given by its values per step) with the sweep's recurrences and results
-// (ring_backward_sweep, bit for bit the same operations). The partial sweep of the backward layer
-// loop (simulator.cpp) runs the ranks off their lines this way, their upstream on its line.
-// Per step j in [j0, steps), indexed j - j0: `have` the end of the block the rank holds at step j
-// (its receive of step j - 1; read for j < steps - 1), `ce` its compute's end at step j, `dprev`
-// its previous hop's end (step j - 1; -infinity: none). `up` gives the upstream's, `last` (sized
-// by the callee) receives the band's last rank's.
-struct RingBandSeqs {
-  std::vector<double> have, ce, dprev;
-};
-void ring_backward_band(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv_s, const std::vector<RingBackwardRank>& in,
-                        const RingBandSeqs& up, std::vector<RingBackwardResult>& out, RingBandSeqs& last, std::vector<double>& scratch);
-
 bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv_s, const std::vector<RingBackwardRank>& in,
                                std::vector<RingBackwardResult>& out, RingBackwardWork& w);
 

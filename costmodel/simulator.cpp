@@ -95,10 +95,9 @@ constexpr double StepBreakdown::*kBreakdownNumbers[] = {&StepBreakdown::compute,
 // is created: its dependencies were all created (and timed) before it.
 class Builder {
  public:
-  Builder(const StepCosts& k, const Plan& p, SimResult& out, bool record, int ring_closed_form_min_ranks, int partial_sweep_min_ranks,
-          int backward_partial_min_ranks)
+  Builder(const StepCosts& k, const Plan& p, SimResult& out, bool record, int ring_closed_form_min_ranks, int partial_sweep_min_ranks)
       : k_(k), p_(p), out_(out), record_(record), ring_closed_form_min_ranks_(ring_closed_form_min_ranks),
-        partial_min_ranks_(partial_sweep_min_ranks), bwd_min_ranks_(backward_partial_min_ranks) {}
+        partial_min_ranks_(partial_sweep_min_ranks) {}
 
   void build() {
     choose_reps();
@@ -406,20 +405,16 @@ class Builder {
     for (int64_t j = 0; j < generic_steps; ++j) {
       std::vector<T> recv(static_cast<size_t>(nreps()));
       const bool tape = !backward && j == 0 && (taping_ || partial_);  // (a forward layer of the partial sweep's loop)
-      const bool btape = backward && j == 0 && (taping_ || partial_) && bwd_ && j + 1 < steps;  // (a backward layer's)
       if (tape) first_step_in(have);
-      if (btape) bwd_step0(0, have, have, last_compute);
       if (j + 1 < steps) {
         for (int r = 0; r < nreps(); ++r)
           add(recv[static_cast<size_t>(r)], r, SimStream::ring, "ring_kv", k_.p2p_fwd, pass, SimCategory::comm, layer,
                                              {&have[static_cast<size_t>(r)], &have[static_cast<size_t>(prev_of(r))]});
       }
       if (tape) first_step_out(recv, j + 1 < steps);
-      if (btape) bwd_step0(1, recv, have, last_compute);
       for (int r = 0; r < nreps(); ++r)
         add(last_compute[static_cast<size_t>(r)], r, SimStream::compute, name, cost(r, static_cast<size_t>(j)), pass, SimCategory::compute,
                                                    layer, {&have[static_cast<size_t>(r)]});
-      if (btape) bwd_step0(2, last_compute, have, last_compute);
       if (backward) {
         std::vector<T> dkv(static_cast<size_t>(nreps()));
         for (int r = 0; r < nreps(); ++r) {
@@ -427,7 +422,6 @@ class Builder {
           add(dkv[static_cast<size_t>(r)], r, SimStream::ring, "ring_dkv", k_.p2p_dkv, pass, SimCategory::comm, layer,
                                             {&last_compute[static_cast<size_t>(prev)], &have_dkv[static_cast<size_t>(prev)]});
         }
-        if (btape) bwd_step0(3, dkv, have, last_compute);
         have_dkv = dkv;
       }
       if (j + 1 < steps) have = recv;
@@ -462,7 +456,9 @@ class Builder {
                      const std::vector<T>& have, std::vector<T>& have_dkv, std::vector<T>& last_compute) {
     const int R = nreps();
     const size_t n = static_cast<size_t>(R);
-    auto input = [&](size_t r, RingBackwardRank& x) {
+    ring_in_.resize(n);
+    for (size_t r = 0; r < n; ++r) {
+      RingBackwardRank& x = ring_in_[r];
       const RepAcc& a = acc_[r];
       const T& ring = last_[r * kSimStreams + static_cast<int>(SimStream::ring)];
       x.cost = cost_of[r];
@@ -474,7 +470,13 @@ class Builder {
       x.prev_end = a.prev_end;
       x.ring_end = ring.id >= 0 ? ring.end : 0.0;
       x.best_end = a.last.id >= 0 ? a.last.end : -std::numeric_limits<double>::infinity();
-    };
+    }
+    const bool closed = R >= ring_closed_form_min_ranks_ && !ring_closed_form_failed_ &&
+                        ring_backward_closed_form(j0, steps, k_.p2p_fwd, k_.p2p_dkv, ring_in_, ring_out_, ring_work_);
+    if (!closed) {
+      ring_closed_form_failed_ = R >= ring_closed_form_min_ranks_;  // (the later layers are alike)
+      ring_backward_sweep(j0, steps, k_.p2p_fwd, k_.p2p_dkv, ring_in_, ring_out_, ring_work_.sweep);
+    }
     const double p2p = std::max(0.0, k_.p2p_fwd), p2p_dkv = std::max(0.0, k_.p2p_dkv);
     const int64_t id0 = next_id_;
     int64_t created = 0;
@@ -495,7 +497,8 @@ class Builder {
                      role == RingBackwardResult::compute ? SimCategory::compute : SimCategory::comm);
     };
     const int64_t last_j = steps - 1;
-    auto apply = [&](size_t r, const RingBackwardResult& o) {
+    for (size_t r = 0; r < n; ++r) {
+      const RingBackwardResult& o = ring_out_[r];
       RepAcc& a = acc_[r];
       a.busy += o.busy_s;
       a.stream_busy += o.busy_s;
@@ -513,58 +516,6 @@ class Builder {
       const T d = make(r, RingBackwardResult::dkv, last_j, o.d_start, o.d_end, o.d_ready);
       have_dkv[r] = d;
       last_[r * kSimStreams + static_cast<int>(SimStream::ring)] = d;
-    };
-    if (partial_ && bwd_) {
-      // the partial sweep of a backward layer: each band of B ranks (a run of them along the ring)
-      // swept from its A upstream's values on their lines; D for the A rank after the band
-      if (j0 != 1) {
-        fire(kFiredRing);
-        return;
-      }
-      const size_t span = static_cast<size_t>(steps - j0);
-      for (int b0 = 0; b0 < R; ++b0) {
-        if (!sweep_[static_cast<size_t>(b0)] || sweep_[static_cast<size_t>(ring_prev(b0))]) continue;  // a band's first rank
-        band_.clear();
-        for (int r = b0; sweep_[static_cast<size_t>(r)]; r = (r + 1) % R) band_.push_back(r);
-        const int a0 = ring_prev(b0), bk = band_.back(), a1 = (bk + 1) % R;
-        for (auto* v : {&band_up_.have, &band_up_.ce, &band_up_.dprev}) v->resize(span);
-        for (int64_t j = j0; j < steps; ++j) {
-          const size_t i = static_cast<size_t>(j - j0);
-          band_up_.have[i] = j + 1 < steps ? line_at(&have_at, a0, j) : 0.0;
-          band_up_.ce[i] = line_at(&ce_at, a0, j);
-          band_up_.dprev[i] = line_at(&dprev_at, a0, j);
-        }
-        band_in_.resize(band_.size());
-        for (size_t i = 0; i < band_.size(); ++i) input(static_cast<size_t>(band_[i]), band_in_[i]);
-        ring_backward_band(j0, steps, k_.p2p_fwd, k_.p2p_dkv, band_in_, band_up_, band_out_, band_last_, band_scratch_);
-        for (size_t i = 0; i < band_.size(); ++i) apply(static_cast<size_t>(band_[i]), band_out_[i]);
-        if (!d_failed_) {
-          auto bv = [&](int which, int64_t j) {
-            const size_t i = static_cast<size_t>(j - j0);
-            return which == 0 ? band_last_.have[i] : which == 1 ? band_last_.ce[i] : band_last_.dprev[i];
-          };
-          if (!bwd_ring_d(bk, a1, steps, bv)) fire(kFiredRing);
-        }
-      }
-      return;
-    }
-    ring_in_.resize(n);
-    for (size_t r = 0; r < n; ++r) input(r, ring_in_[r]);
-    const bool closed = R >= ring_closed_form_min_ranks_ && !ring_closed_form_failed_ &&
-                        ring_backward_closed_form(j0, steps, k_.p2p_fwd, k_.p2p_dkv, ring_in_, ring_out_, ring_work_);
-    if (!closed) {
-      ring_closed_form_failed_ = R >= ring_closed_form_min_ranks_;  // (the later layers are alike)
-      ring_backward_sweep(j0, steps, k_.p2p_fwd, k_.p2p_dkv, ring_in_, ring_out_, ring_work_.sweep);
-    }
-    for (size_t r = 0; r < n; ++r) apply(r, ring_out_[r]);
-    if (taping_ && bwd_) {  // the backward partial sweep's lines: the closed form's sequences (lines, not staircases)
-      Tape& x = *tape_out_;
-      x.bring = closed && ring_work_.period == 1 && j0 == 1 && x.rs.size() == n;
-      if (x.bring)
-        for (size_t r = 0; r < n; ++r) {
-          const auto& q = ring_work_.lines.rank[r];
-          x.rs[r] = q.rs, x.re[r] = q.re, x.ce[r] = q.ce, x.ds[r] = q.ds, x.de[r] = q.de;
-        }
     }
   }
 
@@ -1316,56 +1267,30 @@ class Builder {
   // accumulators, which split gaps by a min, are checked at the far end as Period checks them).
   // A failed D at layer t ends the stretch at v = t - 1; a failed far-end check undoes the jump.
   //
-  // The backward layer loop (issue 15; ~90% of the large plain rings' time: cp=512 ~1.7 ms,
-  // cp=1024 ~3 ms per backward layer) has the same partial sweep, off by default
-  // (simulate_step's backward_partial_min_ranks). A backward layer of a plain ring reads other
-  // ranks' times at (a) the ZeRO-3 gather of the next layer's parameters and (b) the gradient
-  // reduction (two collectives joining every rank: one arrival each), (c) the recompute pass's
-  // forward ring ((1), (2) above, once per layer under recompute full or selective), (d) the
-  // backward ring's first step (the neighbour's pre-attention end; its first compute for the first
-  // dK,dV hop) and (e) every later step j (ring_backward.hpp's recurrences): the upstream's receive
-  // of step j - 1 (the K,V block chain), its compute of step j and its hop of step j - 1 (the dK,dV
-  // chain). The forward's strict D holds at no band end there (the K,V chain passes through B: the
-  // A neighbour's receive of step j starts exactly when B's receive of step j - 1 ends), so (a),
-  // (b), (d), (e) use a weaker D: each read of a B value b(t) by an A rank holds b(t) on the line
-  // l(t) the two observed layers give it (to rounding: 1e-12 of the value per layer extrapolated),
-  // or has b(t) and l(t) both strictly below the A side (the A task's start on its line, or the
-  // arrival's line); then A's next state is F(S_A(t), l(t)), a max-plus map of lines (convex in t),
-  // zero at the two observed layers (b = l there) and at a verified far end, and the argument goes
-  // through with l(t) among A's inputs; (c) keeps the forward's D. What it needs: the backward
-  // ring's first step taped per rank (bwd_step0), steps >= 1 as the closed form's lines per rank
-  // (Tape::rs .. de: only where the closed form ran on lines), each band of B (a run of B ranks)
-  // swept step by step from its A upstream's values on their lines (ring_backward_band), D at the
-  // A rank after each band per step, and at the far end every value an A rank next to a band lends
-  // it or is compared against checked on its line. Far ends are verified in doubling chunks (4, 8,
-  // ... layers; each verified far end proves the stretch from the observed layers, a failed one
-  // goes back to the last verified state; a failed D ends the stretch at the layer before), and
-  // each band is swept with the next ranks downstream of it (bwd_lead). Measured on the 1024-GPU
-  // space's slow rings it does not pay: their ranks leave their lines a band after a band (the
-  // front of the ranks still catching up moves one rank downstream every few layers, and A ranks
-  // far from any band leave theirs too), so most far ends fail after 4-30 layers, and taping the
-  // closed form's lines costs ~0.17 ms per layer at 512 ranks (README, the simulator section).
-  static constexpr int kJoins = 2;  // joining collectives a layer may have (backward: the gather, the reduction)
-  struct Tape {  // what one iteration's ranks lend each other ((1)-(3) above; backward (a)-(e)), per rank
-    std::vector<double> pre_end, recv_start, recv_end;  // (the forward ring's first step: the recompute pass's in a backward layer)
-    std::vector<double> gather_ready[kJoins];
-    double gather_arrival[kJoins] = {0, 0};
-    int gathers = 0;       // joining collectives seen (forward: the argument covers one ZeRO-3 gather)
+  // The backward layer loop has no partial sweep. One was built on the design below (f7f127e, with
+  // ring_backward_band and its tests; exact: all 27,935 plans of the 1024-GPU space bit for bit, 240
+  // random rings against the event queue) and removed again (session 16) because it was slower on the
+  // rings it was for (cp=256/512 1.05-1.21x, cp=1024 0.97-1.06x, thread CPU): the ranks still catching
+  // up form a band at the top of the ring whose front moves one rank downstream every few layers (at
+  // cp=512 the ranks off the common line per layer go 511, 284, 197, 150, 120, 100, 86 ... 13 over
+  // layers 1..30: about R / layer), so D fired within 1-3 layers unless the band took ranks ahead of
+  // it, and far ends failed after 4-30 layers. A backward layer of a plain ring reads other ranks'
+  // times at (a) the ZeRO-3 gather and (b) the gradient reduction (collectives joining every rank),
+  // (c) the recompute pass's forward ring ((1), (2) above), (d) the backward ring's first step and
+  // (e) every later step j: the upstream's receive of step j - 1, its compute of step j and its hop
+  // of step j - 1 (ring_backward.hpp's recurrences). The forward's strict D never holds there (the
+  // K,V chain passes through B); the sound weaker D that was built: each read of a B value b(t) by
+  // an A rank holds b(t) on the line l(t) two observed layers give it, or has b(t) and l(t) both
+  // strictly below the A side; then A's next state is F(S_A(t), l(t)), a max-plus map of lines.
+  struct Tape {  // what one forward iteration's ranks lend each other ((1)-(3) above), per rank
+    std::vector<double> pre_end, recv_start, recv_end, gather_ready;
+    double gather_arrival = 0;
+    int gathers = 0;       // joining collectives seen (the argument covers one ZeRO-3 gather)
     bool ring = false;     // the first step's receives seen
     bool unsupported = false;
-    // the backward ring: its first step's tasks (the block before it, the receive, the compute,
-    // the hop), then steps >= 1 as the closed form's lines (bring: taped)
-    bool bring = false;
-    std::vector<double> b_pre, b_r0s, b_r0e, b_c0e, b_d0s, b_d0e;
-    std::vector<pl::Seq> rs, re, ce, ds, de;
     void clear(size_t n) {
-      pre_end.assign(n, 0.0), recv_start.assign(n, 0.0), recv_end.assign(n, 0.0);
-      for (auto& g : gather_ready) g.assign(n, 0.0);
-      gather_arrival[0] = gather_arrival[1] = 0, gathers = 0, ring = false, unsupported = false, bring = false;
-    }
-    void clear_backward(size_t n) {
-      for (auto* v : {&b_pre, &b_r0s, &b_r0e, &b_c0e, &b_d0s, &b_d0e}) v->assign(n, 0.0);
-      for (auto* v : {&rs, &re, &ce, &ds, &de}) v->resize(n);
+      pre_end.assign(n, 0.0), recv_start.assign(n, 0.0), recv_end.assign(n, 0.0), gather_ready.assign(n, 0.0);
+      gather_arrival = 0, gathers = 0, ring = false, unsupported = false;
     }
   };
   static constexpr double kPartialMargin = 1e-9;  // D's strictness, relative (the line's rounding is ~1e-14)
@@ -1392,7 +1317,7 @@ class Builder {
     for (int r = 0; r < R; ++r)
       if (!sweep_[static_cast<size_t>(r)] && sweep_[static_cast<size_t>(ring_prev(r))] &&
           !below(have[static_cast<size_t>(ring_prev(r))].end, tape_line(&Tape::recv_start, r)))
-        fire(kFiredRecompute);
+        d_failed_ = true;
   }
   // after them: tape the receives; partial: A's from their lines, and D (2)
   void first_step_out(std::vector<T>& recv, bool has_recv) {
@@ -1417,12 +1342,10 @@ class Builder {
       }
     for (int r = 0; r < R; ++r)
       if (sweep_[static_cast<size_t>(r)] && !below(recv[static_cast<size_t>(r)].end, recv[static_cast<size_t>(down_[static_cast<size_t>(r)])].end))
-        fire(kFiredRecompute);
+        d_failed_ = true;
   }
   // a collective joining ranks (not G::self): tape the ZeRO-3 gather; partial: its arrival from
   // the line, and D (3) (`arrival[0]` holds the B members' latest readiness)
-  // Backward layers (bwd_) read a B member's readiness b against its line l (from the two tapes)
-  // and the arrival's line a: on its line, or b and l both strictly below a (D of the backward).
   void joined(G g, const std::vector<T>& ids, std::vector<double>& arrival) {
     if (g != G::zero) {
       if (taping_) tape_out_->unsupported = true;
@@ -1430,42 +1353,19 @@ class Builder {
       return;
     }
     if (taping_) {
-      const int k = tape_out_->gathers++;
-      if (k < max_joins()) {
-        for (int r = 0; r < nreps(); ++r) tape_out_->gather_ready[k][static_cast<size_t>(r)] = ids[static_cast<size_t>(r)].start;
-        tape_out_->gather_arrival[k] = arrival[0];
-      }
+      ++tape_out_->gathers;
+      for (int r = 0; r < nreps(); ++r) tape_out_->gather_ready[static_cast<size_t>(r)] = ids[static_cast<size_t>(r)].start;
+      tape_out_->gather_arrival = arrival[0];
     }
     if (!partial_) return;
-    const int k = partial_gathers_++;
-    if (k >= max_joins()) {
+    if (++partial_gathers_ > 1) {
       d_failed_ = true;
       return;
     }
-    const double y = tape_[0].gather_arrival[k], z = tape_[1].gather_arrival[k];
+    const double y = tape_[0].gather_arrival, z = tape_[1].gather_arrival;
     const double a = y == z ? z : z + partial_dm_ * (z - y);
-    if (bwd_) {
-      for (int r = 0; r < nreps(); ++r)
-        if (sweep_[static_cast<size_t>(r)] && !weak_d(ids[static_cast<size_t>(r)].start, join_line(k, r), a)) {
-          d_failed_ = true;
-          ++bwd_fired_[kFiredJoin];
-          break;
-        }
-    } else if (!below(arrival[0], a)) {
-      d_failed_ = true;
-    }
+    if (!below(arrival[0], a)) d_failed_ = true;
     arrival[0] = a;
-  }
-  int max_joins() const { return bwd_ ? kJoins : 1; }
-  double join_line(int k, int r) const {
-    const double y = tape_[0].gather_ready[k][static_cast<size_t>(r)], z = tape_[1].gather_ready[k][static_cast<size_t>(r)];
-    return y == z ? z : z + partial_dm_ * (z - y);
-  }
-  static bool on_line(double x, double l) { return std::abs(x - l) <= 1e-12 * std::max(std::abs(x), std::abs(l)); }
-  // the backward's D for one read of a B value b (line l) where the A side's value is a
-  // (on its line to rounding: the line's own rounding grows with the distance extrapolated)
-  bool weak_d(double b, double l, double a) const {
-    return std::abs(b - l) <= 1e-12 * (2 + partial_dm_) * std::max(std::abs(b), std::abs(l)) || (below(b, a) && below(l, a));
   }
   // down_[b]: the first A rank downstream of b (it receives b's blocks first), -1: none
   void find_down() {
@@ -1480,17 +1380,13 @@ class Builder {
   }
   // D (1)-(3) on a recorded iteration for the ranks sweep_ marks: 1 holds; 0 fails; -1 grown
   // (with `grow`, the A ranks that a B value reaches through (1) or (2) join B: call again)
-  // (Backward layers: (3) is the weak form, which holds on the tapes (b = l there), checked per
-  // layer in the stretch and at the far end; (1), (2) for the recompute pass's forward ring.)
   int d_check(const Tape& x, bool grow) {
-    if (x.unsupported || x.gathers > max_joins()) return 0;
-    if (bwd_ ? !x.bring : !x.ring) return 0;
+    if (x.unsupported || !x.ring || x.gathers > 1) return 0;
     const int R = nreps();
     bool grew = false;
-    if (!bwd_ && x.gathers == 1)
+    if (x.gathers == 1)
       for (int b = 0; b < R; ++b)
-        if (sweep_[static_cast<size_t>(b)] && !below(x.gather_ready[0][static_cast<size_t>(b)], x.gather_arrival[0])) return 0;
-    if (!x.ring) return 1;
+        if (sweep_[static_cast<size_t>(b)] && !below(x.gather_ready[static_cast<size_t>(b)], x.gather_arrival)) return 0;
     for (int a = 0; a < R; ++a) {
       const int b = ring_prev(a);
       if (!sweep_[static_cast<size_t>(a)] && sweep_[static_cast<size_t>(b)] &&
@@ -1512,125 +1408,6 @@ class Builder {
     }
     return grew ? -1 : 1;
   }
-  // how many ranks downstream of a band are swept with it from the start (its front moves
-  // downstream): R/64, 1 to 8 (the 70B/1M cp=512 ring with recompute, bench_simulator --one, same
-  // minutes: 4, 8, 16 -> 75, 67, 74 ms CPU, main 60 ms; 16 leaves most tries over R/8 ranks)
-  int bwd_lead() const { return std::clamp(nreps() / 64, 1, 8); }
-  // every band of B takes in the next `lead` ranks downstream
-  void grow_bands(int lead) {
-    const int R = nreps();
-    grown_.assign(sweep_.begin(), sweep_.end());
-    for (int r = 0; r < R; ++r)
-      if (sweep_[static_cast<size_t>(r)])
-        for (int i = 1; i <= lead; ++i) grown_[static_cast<size_t>((r + i) % R)] = 1;
-    sweep_.swap(grown_);
-  }
-  // A D check failed in a partial layer (counted by kind in backward layers)
-  enum { kFiredRingFirst, kFiredRing, kFiredJoin, kFiredRecompute, kFiredKinds };
-  void fire(int kind) {
-    d_failed_ = true;
-    if (bwd_) ++bwd_fired_[kind];
-  }
-
-  // ---- the backward ring under the partial sweep (see the comment above Tape: (d), (e)) ----------
-  // A rank's values at ring step j >= 1 on a tape: the block it holds (j < steps - 1: its receive of
-  // step j - 1), its compute's end, its previous hop's end; and the starts of its receive and hop.
-  using SeqAt = double (*)(const Tape&, int, int64_t);
-  static double have_at(const Tape& x, int r, int64_t j) { return j == 1 ? x.b_r0e[static_cast<size_t>(r)] : x.re[static_cast<size_t>(r)].at(j - 1); }
-  static double ce_at(const Tape& x, int r, int64_t j) { return x.ce[static_cast<size_t>(r)].at(j); }
-  static double dprev_at(const Tape& x, int r, int64_t j) {
-    return j == 1 ? x.b_d0e[static_cast<size_t>(r)] : x.de[static_cast<size_t>(r)].at(j - 1);
-  }
-  static double rs_at(const Tape& x, int r, int64_t j) { return x.rs[static_cast<size_t>(r)].at(j); }
-  static double ds_at(const Tape& x, int r, int64_t j) { return x.ds[static_cast<size_t>(r)].at(j); }
-  // its line through the two tapes, partial_dm_ iterations past the later one
-  double line_at(SeqAt f, int r, int64_t j) const {
-    const double y = f(tape_[0], r, j), z = f(tape_[1], r, j);
-    return y == z ? z : z + partial_dm_ * (z - y);
-  }
-  // The backward attention's first step (generic tasks): stage 0 the blocks held before it, 1 its
-  // receives, 2 its computes, 3 its hops. Tapes them; partial: A's from their lines, and at stage
-  // 3 D for what an A rank reads of the B rank upstream of it (the block, the first compute).
-  void bwd_step0(int stage, std::vector<T>& v, const std::vector<T>& have, const std::vector<T>& comp) {
-    const int R = nreps();
-    if (taping_) {
-      Tape& x = *tape_out_;
-      if (stage == 0) x.clear_backward(static_cast<size_t>(R));
-      for (size_t r = 0; r < static_cast<size_t>(R); ++r) {
-        if (stage == 0) x.b_pre[r] = v[r].end;
-        else if (stage == 1) x.b_r0s[r] = v[r].start, x.b_r0e[r] = v[r].end;
-        else if (stage == 2) x.b_c0e[r] = v[r].end;
-        else x.b_d0s[r] = v[r].start, x.b_d0e[r] = v[r].end;
-      }
-    }
-    if (!partial_) return;
-    for (int r = 0; r < R; ++r) {
-      if (sweep_[static_cast<size_t>(r)]) continue;
-      T& t = v[static_cast<size_t>(r)];
-      if (stage == 0) t.end = tape_line(&Tape::b_pre, r);
-      else if (stage == 1) t.start = tape_line(&Tape::b_r0s, r), t.end = tape_line(&Tape::b_r0e, r);
-      else if (stage == 2) t.end = tape_line(&Tape::b_c0e, r);
-      else t.start = tape_line(&Tape::b_d0s, r), t.end = tape_line(&Tape::b_d0e, r);
-    }
-    if (stage != 3 || d_failed_) return;
-    for (int b = 0; b < R; ++b) {
-      const int a = (b + 1) % R;
-      if (!sweep_[static_cast<size_t>(b)] || sweep_[static_cast<size_t>(a)]) continue;
-      if (!weak_d(have[static_cast<size_t>(b)].end, tape_line(&Tape::b_pre, b), tape_line(&Tape::b_r0s, a)) ||
-          !weak_d(comp[static_cast<size_t>(b)].end, tape_line(&Tape::b_c0e, b), tape_line(&Tape::b_d0s, a))) {
-        fire(kFiredRingFirst);
-        return;
-      }
-    }
-  }
-  // D of the backward ring's steps >= 1 for the A rank a reading the B rank b upstream of it:
-  // b's values from `bv` (values per step j - 1, or a tape) against their lines and a's starts
-  template <class V>
-  bool bwd_ring_d(int b, int a, int64_t steps, const V& bv) const {
-    for (int64_t j = 1; j < steps; ++j) {
-      const double ds = line_at(&ds_at, a, j);
-      if (j + 1 < steps && !weak_d(bv(0, j), line_at(&have_at, b, j), line_at(&rs_at, a, j))) return false;
-      if (!weak_d(bv(1, j), line_at(&ce_at, b, j), ds)) return false;
-      if (!weak_d(bv(2, j), line_at(&dprev_at, b, j), ds)) return false;
-    }
-    return true;
-  }
-  // The far end of a backward stretch (tape x: the verifying sweep's): every value an A rank next
-  // to a band lends it or is compared against on its line; D at the far end.
-  bool bwd_verify(const Tape& x) const {
-    if (!x.bring || x.gathers != tape_[1].gathers) return false;
-    const int R = nreps();
-    const int64_t steps = k_.ring;
-    for (int k = 0; k < x.gathers; ++k) {
-      const double y = tape_[0].gather_arrival[k], z = tape_[1].gather_arrival[k];
-      const double a = y == z ? z : z + partial_dm_ * (z - y);
-      for (int r = 0; r < R; ++r)
-        if (sweep_[static_cast<size_t>(r)] && !weak_d(x.gather_ready[k][static_cast<size_t>(r)], join_line(k, r), a)) return false;
-    }
-    for (int r = 0; r < R; ++r) {
-      if (sweep_[static_cast<size_t>(r)] || !(sweep_[static_cast<size_t>(ring_prev(r))] || sweep_[static_cast<size_t>((r + 1) % R)])) continue;
-      for (std::vector<double> Tape::*f : {&Tape::b_pre, &Tape::b_r0s, &Tape::b_r0e, &Tape::b_c0e, &Tape::b_d0s, &Tape::b_d0e})
-        if (!on_line((x.*f)[static_cast<size_t>(r)], tape_line(f, r))) return false;
-      for (int64_t j = 1; j < steps; ++j) {
-        if (j + 1 < steps && (!on_line(have_at(x, r, j), line_at(&have_at, r, j)) || !on_line(rs_at(x, r, j), line_at(&rs_at, r, j))))
-          return false;
-        if (!on_line(ce_at(x, r, j), line_at(&ce_at, r, j)) || !on_line(dprev_at(x, r, j), line_at(&dprev_at, r, j)) ||
-            !on_line(ds_at(x, r, j), line_at(&ds_at, r, j)))
-          return false;
-      }
-    }
-    for (int b = 0; b < R; ++b) {
-      const int a = (b + 1) % R;
-      if (!sweep_[static_cast<size_t>(b)] || sweep_[static_cast<size_t>(a)]) continue;
-      if (!weak_d(x.b_pre[static_cast<size_t>(b)], tape_line(&Tape::b_pre, b), tape_line(&Tape::b_r0s, a)) ||
-          !weak_d(x.b_c0e[static_cast<size_t>(b)], tape_line(&Tape::b_c0e, b), tape_line(&Tape::b_d0s, a)))
-        return false;
-      auto bv = [&](int which, int64_t j) { return which == 0 ? have_at(x, b, j) : which == 1 ? ce_at(x, b, j) : dprev_at(x, b, j); };
-      if (!bwd_ring_d(b, a, steps, bv)) return false;
-    }
-    return true;
-  }
-
   // B's rows of the state (for going back one layer)
   struct BState {
     std::vector<T> tasks;
@@ -1665,7 +1442,7 @@ class Builder {
     const int R = nreps();
     const Snapshot &s0 = period.s(0), &s1 = period.s(1), &s2 = period.s(2);
     if (s1.next_id - s0.next_id != s2.next_id - s1.next_id || s1.next_coll - s0.next_coll != s2.next_coll - s1.next_coll ||
-        s1.ntasks - s0.ntasks != s2.ntasks - s1.ntasks || (bwd_ && tape_[0].gathers != tape_[1].gathers))
+        s1.ntasks - s0.ntasks != s2.ntasks - s1.ntasks)
       return -1;
     // B: the ranks off their lines, and those a B value reaches (D on both tapes)
     sweep_.assign(static_cast<size_t>(R), 0);
@@ -1677,9 +1454,6 @@ class Builder {
       for (int r = 0; r < R; ++r)
         if (s2.acc[static_cast<size_t>(r)].end - s1.acc[static_cast<size_t>(r)].end < lambda * (1 - 1e-9)) sweep_[static_cast<size_t>(r)] = 1;
     }
-    // backward: a band's front moves downstream (the A rank after it starts reading its values
-    // a few layers later): the next ranks are swept from the start
-    if (bwd_) grow_bands(bwd_lead());
     for (;;) {
       const int64_t nb = std::count(sweep_.begin(), sweep_.end(), 1);
       // (-1: not tried, the state untouched.) Over R/8 swept ranks it waits: the band of ranks
@@ -1692,78 +1466,61 @@ class Builder {
       if (c1 == 0) return -1;
       if (c0 == 1 && c1 == 1) break;
     }
-    // Backward layers go in chunks: a verifying sweep after `chunk` partial layers (doubling), each
-    // verified far end proving the stretch from the observed state (the argument above holds for
-    // any far end v); the next chunk goes on from the verified state, and a later failure goes back
-    // to it (committed_). The forward verifies once, at the end of the stretch.
-    int64_t base = 0;                   // iterations done and verified (the live state is after them)
-    int64_t chunk = bwd_ ? 4 : n;       // partial layers before the next verifying sweep
-    const int64_t nb = static_cast<int64_t>(std::count(sweep_.begin(), sweep_.end(), 1));
-    auto give_up = [&]() {  // back to the last verified state; what was verified stays
-      restore(base == 0 ? s2 : committed_, carried);
-      return base;
-    };
-    for (;;) {
-      int64_t v = -1;
-      bool d_stop = false;
-      for (int64_t t = base;; ++t) {
-        if (t == n - 1 || t == base + chunk) {  // the verifying sweep
-          v = t;
-          break;
-        }
-        save_b(bstate_[t & 1], carried);
-        partial_ = true, partial_dm_ = static_cast<double>(t + 1), partial_gathers_ = 0, d_failed_ = false;
-        iterate(t + 1);
-        partial_ = false;
-        if (d_failed_) {  // D failed in layer t: verify layer t - 1
-          v = t - 1;
-          d_stop = true;
-          if (v >= base) {
-            restore_b(bstate_[v & 1], carried);
-            if (bwd_) ++bwd_restores_;
-          }
-          break;
-        }
+    int64_t v = -1;
+    for (int64_t t = 0;; ++t) {
+      if (t == n - 1) {  // the last iteration: the verifying sweep
+        v = t;
+        break;
       }
-      if (v < base) return give_up();
-      // the verifying sweep from S(v): A placed on its line, B as swept
-      period.place(*this, carried, v, sweep_.data());
-      next_id_ = s2.next_id + v * (s2.next_id - s1.next_id);
-      next_coll_ = s2.next_coll + v * (s2.next_coll - s1.next_coll);
-      ntasks_ = s2.ntasks + v * (s2.ntasks - s1.ntasks);
-      take(pv_, carried);
-      tape_v_.clear(static_cast<size_t>(R));
-      tape_out_ = &tape_v_, taping_ = true;
-      iterate(v + 1);
-      taping_ = false;
-      take(wv_, carried);
-      bool ok = d_check(tape_v_, false) == 1 && tape_v_.gathers == tape_[1].gathers;
-      a_mask_.resize(static_cast<size_t>(R));
-      for (int r = 0; r < R; ++r) a_mask_[static_cast<size_t>(r)] = !sweep_[static_cast<size_t>(r)];
-      ok = ok && Period::step_difference(s1, s2, pv_, wv_, true, a_mask_.data()) == 0;
-      partial_dm_ = static_cast<double>(v + 1);
-      for (int r = 0; ok && r < R; ++r)
-        if (!sweep_[static_cast<size_t>(r)])
-          ok = on_line(tape_v_.pre_end[static_cast<size_t>(r)], tape_line(&Tape::pre_end, r)) &&
-               on_line(tape_v_.recv_start[static_cast<size_t>(r)], tape_line(&Tape::recv_start, r)) &&
-               on_line(tape_v_.recv_end[static_cast<size_t>(r)], tape_line(&Tape::recv_end, r));
-      for (int k = 0; ok && k < tape_v_.gathers; ++k) {
-        const double y = tape_[0].gather_arrival[k], z = tape_[1].gather_arrival[k];
-        ok = on_line(tape_v_.gather_arrival[k], y == z ? z : z + partial_dm_ * (z - y));
+      save_b(bstate_[t & 1], carried);
+      partial_ = true, partial_dm_ = static_cast<double>(t + 1), partial_gathers_ = 0, d_failed_ = false;
+      iterate(t + 1);
+      partial_ = false;
+      if (d_failed_) {  // D failed in layer t: verify layer t - 1
+        v = t - 1;
+        if (v >= 0) restore_b(bstate_[v & 1], carried);
+        break;
       }
-      if (ok && bwd_) ok = bwd_verify(tape_v_);
-      if (!ok) {
-        ++(bwd_ ? bwd_misses_ : partial_misses_);
-        return give_up();
-      }
-      if (base == 0) ++(bwd_ ? bwd_jumps_ : partial_jumps_);
-      (bwd_ ? bwd_layers_ : partial_layers_) += v - base;
-      (bwd_ ? bwd_ranks_ : partial_ranks_) += (v - base) * nb;
-      base = v + 1;
-      if (d_stop || base >= n) return base;
-      chunk *= 2;
-      take(committed_, carried);
     }
+    if (v < 0) {
+      restore(s2, carried);
+      return 0;
+    }
+    // the verifying sweep from S(v): A placed on its line, B as swept
+    period.place(*this, carried, v, sweep_.data());
+    next_id_ = s2.next_id + v * (s2.next_id - s1.next_id);
+    next_coll_ = s2.next_coll + v * (s2.next_coll - s1.next_coll);
+    ntasks_ = s2.ntasks + v * (s2.ntasks - s1.ntasks);
+    take(pv_, carried);
+    tape_v_.clear(static_cast<size_t>(R));
+    tape_out_ = &tape_v_, taping_ = true;
+    iterate(v + 1);
+    taping_ = false;
+    take(wv_, carried);
+    bool ok = d_check(tape_v_, false) == 1 && tape_v_.gathers == tape_[1].gathers;
+    a_mask_.resize(static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r) a_mask_[static_cast<size_t>(r)] = !sweep_[static_cast<size_t>(r)];
+    ok = ok && Period::step_difference(s1, s2, pv_, wv_, true, a_mask_.data()) == 0;
+    partial_dm_ = static_cast<double>(v + 1);
+    auto on_line = [&](double x, double l) { return std::abs(x - l) <= 1e-12 * std::max(std::abs(x), std::abs(l)); };
+    for (int r = 0; ok && r < R; ++r)
+      if (!sweep_[static_cast<size_t>(r)])
+        ok = on_line(tape_v_.pre_end[static_cast<size_t>(r)], tape_line(&Tape::pre_end, r)) &&
+             on_line(tape_v_.recv_start[static_cast<size_t>(r)], tape_line(&Tape::recv_start, r)) &&
+             on_line(tape_v_.recv_end[static_cast<size_t>(r)], tape_line(&Tape::recv_end, r));
+    if (ok && tape_v_.gathers == 1) {
+      const double y = tape_[0].gather_arrival, z = tape_[1].gather_arrival;
+      ok = on_line(tape_v_.gather_arrival, y == z ? z : z + partial_dm_ * (z - y));
+    }
+    if (!ok) {
+      ++partial_misses_;
+      restore(s2, carried);
+      return 0;
+    }
+    ++partial_jumps_;
+    partial_layers_ += v;
+    partial_ranks_ += v * static_cast<int64_t>(std::count(sweep_.begin(), sweep_.end(), 1));
+    return v + 1;
   }
 
   // ---- one layer forward (also the recompute pass) ----------------------------------------------
@@ -1933,45 +1690,17 @@ class Builder {
     };
     Period& period = layer_period_;  // (one for every layer loop: its snapshots are allocated once)
     period.reset();
-    // the partial sweep of the backward layers (partial_jump; the comment above Tape): a plain ring
-    // whose backward ring runs in closed form (its lines are what the A ranks lend the bands)
-    const bool partial =
-        partial_possible() && nreps() >= bwd_min_ranks_ && nreps() >= ring_closed_form_min_ranks_ && !ring_closed_form_failed_;
-    bwd_ = true;
-    tapes_ = 0;
     for (int32_t l = L - 1; l >= 0; --l) {
-      const bool tape = partial && l + 1 < L && l >= 3;  // what the ranks lend each other, for partial_jump
-      if (tape) {
-        tape_new_.clear(static_cast<size_t>(nreps()));
-        tape_out_ = &tape_new_, taping_ = true;
-      }
       iteration(l);
-      taping_ = false;
       // iterations L-2 .. 1 are alike (the top one starts from the loss, the bottom one prefetches
       // nothing): see Period
       if (!record_ && l + 1 < L) {
-        if (tape) {
-          std::swap(tape_[0], tape_[1]);
-          std::swap(tape_[1], tape_new_);
-          ++tapes_;
-        }
         const int64_t n = l - 1;  // alike iterations still to come
-        int64_t done = 0;
-        if (period.observe(*this, {&d, &gathered, &ckpt_in, &last_reduce})) {
-          if (n >= 2)
-            done = period.jump(*this, {&d, &gathered, &ckpt_in, &last_reduce}, n, [&](int64_t m) { iteration(l - static_cast<int32_t>(m)); });
-        } else if (tape && n >= 2 && tapes_ >= 2 && period.seen() == 3) {
-          // the whole state is off its line: move the ranks still on theirs, sweep the others
-          done = partial_jump(period, {&d, &gathered, &ckpt_in, &last_reduce}, n, [&](int64_t m) { iteration(l - static_cast<int32_t>(m)); });
-          if (done > 0) period.reset();  // (its observed states are behind)
-          else if (done == 0) tapes_ = 0;  // (undone: not again before two more sweeps)
-          done = std::max<int64_t>(0, done);
-        }
-        if (done > 0) tapes_ = 0;
-        l -= static_cast<int32_t>(done);
+        if (period.observe(*this, {&d, &gathered, &ckpt_in, &last_reduce}) && n >= 2)
+          l -= static_cast<int32_t>(
+              period.jump(*this, {&d, &gathered, &ckpt_in, &last_reduce}, n, [&](int64_t m) { iteration(l - static_cast<int32_t>(m)); }));
       }
     }
-    bwd_ = false;
     d = tp_gather(SimPass::backward, -1, d);  // d(embedding output), whole sequence
     d = compute("embedding_bwd", 0.0, SimPass::backward, -1, d);  // scatter-add into the table, not priced (as its forward)
     if (reduce) last_reduce = collective(G::zero, SimStream::dp, "embed_grad_reduce", k_.embed_grad_reduce, SimPass::backward, -1, d);
@@ -2048,36 +1777,14 @@ class Builder {
   std::vector<char> sweep_, a_mask_;
   std::vector<int> down_;
   BState bstate_[2];
-  Snapshot pv_, wv_, committed_;
+  Snapshot pv_, wv_;
   int64_t partial_jumps_ = 0, partial_layers_ = 0, partial_misses_ = 0, partial_ranks_ = 0;
-  // the backward layer loop's (bwd_: in it)
-  bool bwd_ = false;
-  int bwd_min_ranks_ = kBackwardPartialSweepOff;
-  int64_t bwd_jumps_ = 0, bwd_layers_ = 0, bwd_misses_ = 0, bwd_ranks_ = 0, bwd_restores_ = 0;
-  int64_t bwd_fired_[kFiredKinds] = {};
-  std::vector<int> band_;
-  std::vector<char> grown_;
-  RingBandSeqs band_up_, band_last_;
-  std::vector<RingBackwardRank> band_in_;
-  std::vector<RingBackwardResult> band_out_;
-  std::vector<double> band_scratch_;
 
  public:
   int64_t partial_jumps() const { return partial_jumps_; }
   int64_t partial_layers() const { return partial_layers_; }
   int64_t partial_misses() const { return partial_misses_; }
   int64_t partial_ranks() const { return partial_ranks_; }
-  void backward_stats(SimStats& st) const {
-    st.backward_partial_jumps = bwd_jumps_;
-    st.backward_layers_partially_swept = bwd_layers_;
-    st.backward_partial_misses = bwd_misses_;
-    st.backward_partial_rank_layers = bwd_ranks_;
-    st.backward_partial_restores = bwd_restores_;
-    st.backward_checks_fired_ring_first = bwd_fired_[kFiredRingFirst];
-    st.backward_checks_fired_ring = bwd_fired_[kFiredRing];
-    st.backward_checks_fired_join = bwd_fired_[kFiredJoin];
-    st.backward_checks_fired_recompute = bwd_fired_[kFiredRecompute];
-  }
   int64_t collectives() const { return next_coll_; }
   int64_t tasks() const { return ntasks_; }
   int64_t jumps() const { return jumps_; }
@@ -2089,11 +1796,10 @@ class Builder {
 
 }  // namespace
 
-SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record, int ring_closed_form_min_ranks, int partial_sweep_min_ranks,
-                        int backward_partial_min_ranks) {
+SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record, int ring_closed_form_min_ranks, int partial_sweep_min_ranks) {
   auto t0 = std::chrono::steady_clock::now();
   SimResult r;
-  Builder b(k, p, r, record == SimRecord::tasks, ring_closed_form_min_ranks, partial_sweep_min_ranks, backward_partial_min_ranks);
+  Builder b(k, p, r, record == SimRecord::tasks, ring_closed_form_min_ranks, partial_sweep_min_ranks);
   b.build();
   const auto& acc = b.reps();
   r.stats.tasks = b.tasks();
@@ -2106,7 +1812,6 @@ SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record, int
   r.stats.layers_partially_swept = b.partial_layers();
   r.stats.partial_misses = b.partial_misses();
   r.stats.partial_rank_layers = b.partial_ranks();
-  b.backward_stats(r.stats);
   for (size_t i = 0; i < acc.size(); ++i) {
     r.reps[i].compute_stream_busy_s = acc[i].stream_busy;
     r.reps[i].end_s = acc[i].end;

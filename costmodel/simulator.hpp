@@ -61,12 +61,6 @@ struct SimStats {
   int64_t layers_partially_swept = 0;  // layer iterations in them (the others' ranks moved along their lines)
   int64_t partial_misses = 0;    // such stretches undone by their far-end check
   int64_t partial_rank_layers = 0;  // ranks swept in them, summed over their layer iterations
-  // the same for the backward layer loop, and its checks: stretches ended by a failed D per kind
-  // (the backward ring's first step, its later steps, a joining collective, the recompute pass's
-  // forward ring), each followed by B going back one layer (restores) unless it failed in the first
-  int64_t backward_partial_jumps = 0, backward_layers_partially_swept = 0, backward_partial_misses = 0, backward_partial_rank_layers = 0;
-  int64_t backward_partial_restores = 0;
-  int64_t backward_checks_fired_ring_first = 0, backward_checks_fired_ring = 0, backward_checks_fired_join = 0, backward_checks_fired_recompute = 0;
   double wall_seconds = 0;       // how long the simulation itself took
 };
 
@@ -117,18 +111,10 @@ int64_t ring_steps_per_layer(const StepCosts& k);
 // more than it saves (the space's plain rings, thread CPU, all plans of a class summed, partial
 // against whole-layer sweeps: cp=8 1.5x, cp=16 1.3x, cp=32 1.15x, cp=64 1.0x the time; cp=128
 // 0.92-0.96x, cp=256-512 0.88-0.98x). The tests pass 4 to take it on small rings too.
-//
-// The backward layer loop has the same partial sweep (issue 15; simulator.cpp, the comment above
-// Tape), from `backward_partial_min_ranks` simulated ranks whose backward ring runs in closed form
-// on lines. Off by default: exact (the oracle tests; every plan of the 1024-GPU space), but on the
-// space's slow plain rings it costs more than it saves (their ranks leave their lines a band after
-// a band: most far-end checks fail within a few layers; docs/VALIDATION.md's simulator paragraph).
 constexpr int kRingClosedFormMinRanks = 256;
 constexpr int kPartialSweepMinRanks = 128;
-constexpr int kBackwardPartialSweepOff = 1 << 30;
 SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record = SimRecord::tasks,
-                        int ring_closed_form_min_ranks = kRingClosedFormMinRanks, int partial_sweep_min_ranks = kPartialSweepMinRanks,
-                        int backward_partial_min_ranks = kBackwardPartialSweepOff);
+                        int ring_closed_form_min_ranks = kRingClosedFormMinRanks, int partial_sweep_min_ranks = kPartialSweepMinRanks);
 
 // The event-queue implementation it replaced (every task stored, a priority queue): the oracle of
 // tests/test_simulator_oracle.cpp and the baseline of bench/bench_simulator.cpp. Same results.
