@@ -152,6 +152,62 @@ bool identical(const R& a, const R& b) {
          identical(a.de, b.de) && a.rr0 == b.rr0 && a.dr_last == b.dr_last;
 }
 
+// ---- a rank moved by a constant from the previous call ----------------------------------------------
+// Every recurrence of compute_rank and of the accumulation is a max or a sum of times and
+// durations, except three maxima with 0 (a rank's ring stream and compute before j0, an upstream
+// that has sent no hop yet), so when all of a rank's input times and its upstream's sequences are
+// the previous call's moved by one constant d (its durations and neighbours the same, the maxima
+// with 0 not binding), its sequences are the previous call's moved by d and so are its results'
+// times (its sums and steps are the same). To rounding: inputs are "moved by d" when within
+// pl::near of the previous value + d at every piece's first and last step (a piece is a line, so
+// at every step), the tolerance of the check in solve and of Period in simulator.cpp.
+bool moved_by(double a, double b, double d) { return pl::near(a, b + d); }
+bool moved_by(const Seq& a, const Seq& b, double d) {
+  if (a.last != b.last || a.p.size() != b.p.size()) return false;
+  for (size_t k = 0; k < a.p.size(); ++k) {
+    const pl::Piece &x = a.p[k], &y = b.p[k];
+    if (x.j != y.j || !moved_by(x.v, y.v, d)) return false;
+    const int64_t e = (k + 1 < a.p.size() ? a.p[k + 1].j : a.last) - 1;
+    if (e > x.j && !moved_by(x.at(e), y.at(e), d)) return false;
+  }
+  return true;
+}
+bool moved_by(const Seq2& a, const Seq2& b, double d) {
+  if (a.a != b.a || a.b != b.b) return false;
+  for (int par = 0; par < 2; ++par)
+    if (a.has(par) && !moved_by(a.sub[par], b.sub[par], d)) return false;
+  return true;
+}
+// Whether rank r (upstream u, whose sequences are `ur`) is the previous call's rank r moved by a
+// constant; if so x is that rank moved, st.moved[r] and st.delta[r] say so.
+template <class S>
+bool try_move(RingBackwardStore<S>& st, typename RingBackwardStore<S>::Rank& x, size_t r, size_t u, const typename RingBackwardStore<S>::Rank& ur,
+              const std::vector<RingBackwardRank>& in) {
+  const RingBackwardRank &me = in[r], &pm = st.prev_in[r], &up = in[u], &pu = st.prev_in[u];
+  const double d = me.have_end - pm.have_end;
+  if (!std::isfinite(d) || me.cost != pm.cost || me.prev != pm.prev || up.cost != pu.cost || !up.dkv_valid || !pu.dkv_valid) return false;
+  // (the maxima with 0: ring_end and compute_end are times, >= 0 where the rank has such a task)
+  if (!(me.ring_end > 0 && pm.ring_end > 0 && me.compute_end > 0 && pm.compute_end > 0)) return false;
+  if (!moved_by(me.have_start, pm.have_start, d) || !moved_by(me.have_ready, pm.have_ready, d) || !moved_by(me.compute_end, pm.compute_end, d) ||
+      !moved_by(me.prev_end, pm.prev_end, d) || !moved_by(me.ring_end, pm.ring_end, d) || !moved_by(me.best_end, pm.best_end, d) ||
+      !moved_by(up.dkv_end, pu.dkv_end, d) || !moved_by(up.have_end, pu.have_end, d))
+    return false;
+  const auto& pr = st.prev_rank[u];
+  if (!moved_by(ur.re, pr.re, d) || !moved_by(ur.ce, pr.ce, d) || !moved_by(ur.de, pr.de, d)) return false;
+  const auto& b = st.prev_rank[r];
+  add_constant(x.rs, b.rs, d);
+  add_constant(x.re, b.re, d);
+  add_constant(x.cs, b.cs, d);
+  add_constant(x.ce, b.ce, d);
+  add_constant(x.ds, b.ds, d);
+  add_constant(x.de, b.de, d);
+  x.rr0 = b.rr0 + d;
+  x.dr_last = b.dr_last + d;
+  st.moved[r] = 1;
+  st.delta[r] = d;
+  return true;
+}
+
 // The passes and the accumulation in one representation; false when a rank's sequences take more
 // than max_pieces or the check does not hold.
 template <class S>
@@ -159,6 +215,17 @@ bool solve(RingBackwardStore<S>& st, RingBackwardWork& w, int64_t j0, int64_t st
            std::vector<RingBackwardResult>& out) {
   using Rank = typename RingBackwardStore<S>::Rank;
   const size_t n = in.size();
+  // the previous call's ranks (try_move), kept (pass 1 below writes every rank's anew) when it
+  // timed the same steps of as many ranks with the same hops and cost vectors: the cost caches
+  // are cleared where the vectors may have changed (ring_backward_closed_form, or a caller reusing
+  // the work area for other vectors), and the previous call's ranks go with them
+  const bool memo = st.prev_valid && st.prev_j0 == j0 && st.prev_steps == steps && st.prev_p == p && st.prev_q == q && st.prev_in.size() == n &&
+                    !st.cost_seq.empty() && st.cost_seq.size() == st.prev_cost_entries;
+  if (memo) std::swap(st.rank, st.prev_rank);
+  st.prev_valid = false;
+  st.moved.assign(n, 0);
+  st.delta.assign(n, 0.0);
+  st.reused = st.computed = 0;
   if (st.rank.size() < n) st.rank.resize(n);
   // the lower bound standing for a cycle's last rank in the first pass: nothing binds
   pl::constant(st.lower.re, j0, steps - 1, 0.0);
@@ -203,8 +270,15 @@ bool solve(RingBackwardStore<S>& st, RingBackwardWork& w, int64_t j0, int64_t st
         const int u = in[static_cast<size_t>(r)].prev;
         Rank& x = st.rank[static_cast<size_t>(r)];
         if (again) std::swap(x, st.before);
-        compute_rank(st, x, in[static_cast<size_t>(r)], i == 0 ? upstream_of_first : st.rank[static_cast<size_t>(u)], in[static_cast<size_t>(u)],
-                     *st.costs[static_cast<size_t>(r)], j0, steps, p, q);
+        const Rank& ur = i == 0 ? upstream_of_first : st.rank[static_cast<size_t>(u)];
+        // (the first rank of the first pass has a stand-in for its upstream: computed)
+        if (memo && (i > 0 || again) && try_move(st, x, static_cast<size_t>(r), static_cast<size_t>(u), ur, in)) {
+          ++st.reused;
+        } else {
+          st.moved[static_cast<size_t>(r)] = 0;
+          compute_rank(st, x, in[static_cast<size_t>(r)], ur, in[static_cast<size_t>(u)], *st.costs[static_cast<size_t>(r)], j0, steps, p, q);
+          ++st.computed;
+        }
         if (static_cast<int64_t>(pieces(x.rs) + pieces(x.cs) + pieces(x.ds)) > max_pieces) return false;
         if (again && identical(x, st.before)) break;
       }
@@ -247,6 +321,13 @@ bool solve(RingBackwardStore<S>& st, RingBackwardWork& w, int64_t j0, int64_t st
     const Rank& x = st.rank[r];
     const S& cost = *st.costs[r];
     RingBackwardResult& o = out[r];
+    if (st.moved[r]) {  // the previous call's results moved (try_move)
+      const double d = st.delta[r];
+      o = st.prev_out[r];
+      o.c_start += d, o.c_end += d, o.d_start += d, o.d_end += d, o.d_ready += d;
+      if (o.best_role != RingBackwardResult::none) o.best_start += d, o.best_end += d, o.best_ready += d;
+      continue;
+    }
     S* t = st.t;
     o.busy_s = pl::sum(cost);
     // waits: a compute's idle gap (after the previous compute) goes to the other ranks for as long
@@ -329,6 +410,14 @@ bool solve(RingBackwardStore<S>& st, RingBackwardWork& w, int64_t j0, int64_t st
       }
     }
   }
+  st.prev_in = in;
+  st.prev_out = out;
+  st.prev_valid = true;
+  st.prev_cost_entries = st.cost_seq.size();
+  st.prev_j0 = j0;
+  st.prev_steps = steps;
+  st.prev_p = p;
+  st.prev_q = q;
   return true;
 }
 

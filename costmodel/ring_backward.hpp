@@ -13,6 +13,12 @@
 // upstream taken as a lower bound makes the last rank exact, a second pass makes every rank exact,
 // and a comparison of the last rank's times in the two passes checks it (more passes, or the
 // caller's sweep, if it did not hold).
+//
+// The layers of a pass are alike, and after the first few most ranks' times move by a constant
+// from one layer to the next (the ranks still catching up, a band shrinking like R/layer, do not):
+// a rank whose inputs and upstream's sequences are the previous call's moved by one constant is
+// the previous call's rank moved (every recurrence is a max or a sum, no maximum with 0 binds), so
+// it costs a comparison of a few pieces instead of its closed form (RingBackwardStore::prev_rank).
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -71,6 +77,21 @@ struct RingBackwardStore {
   S scratch[4];
   std::unordered_map<const std::vector<double>*, S> cost_seq;  // per cost vector, over [j0, steps)
   std::vector<const S*> costs;                                 // per rank
+  // The previous call's ranks (the layer before: their inputs, sequences and results), and per
+  // rank of this call whether it is that rank moved by a constant (`moved`, by `delta`): a rank
+  // whose inputs and upstream's sequences are the previous call's moved by one constant has the
+  // previous call's sequences and results moved by it (the recurrences are max and + only), so
+  // it is not computed again (compute_rank's callers, solve).
+  std::vector<Rank> prev_rank;
+  std::vector<RingBackwardRank> prev_in;
+  std::vector<RingBackwardResult> prev_out;
+  std::vector<char> moved;
+  std::vector<double> delta;
+  bool prev_valid = false;
+  int64_t prev_j0 = -1, prev_steps = -1;
+  double prev_p = 0, prev_q = 0;
+  size_t prev_cost_entries = 0;  // cost_seq's size after the previous call
+  int64_t reused = 0, computed = 0;  // ranks moved instead of computed, and computed, by the last call (statistics)
 };
 // Flat per-rank arrays of the sweep (ring_backward_sweep), kept between calls, and the costs as a
 // (steps, ranks) matrix, transposed once per set of cost vectors.

@@ -239,6 +239,95 @@ TEST(RingBackward, BothRepresentationsEqualTheSweepOnRandomRings) {
   EXPECT_GT(guessed, 1000) << "first passes that started from an earlier call's last ranks";
 }
 
+// Consecutive calls on one work area, as the layers of a backward pass make them: a rank whose
+// inputs and upstream's sequences are the previous call's moved by a constant is the previous
+// call's rank moved (the recurrences are max and + only), not computed again. Per random plain
+// ring (both representations): call 1 from a state, call 2 from that state moved by d (every
+// rank but the first pass's first, whose upstream is a stand-in, must be moved), call 3 from it
+// moved again with one rank's input off its line by a quarter (that rank must be computed, and
+// whatever it changes downstream), call 4 with the hop time changed (nothing moved). Every call
+// must equal the written-out sweep of its own inputs exactly (quarter-grid inputs, dyadic moves).
+TEST(RingBackward, RanksMovedByAConstantFromThePreviousCallEqualTheSweep) {
+  std::mt19937 rng(20261127);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto quarter = [&](int hi) { return uni(0, 4 * hi) / 4.0; };
+  int64_t moved_all = 0, moved_off = 0, computed_off = 0, changed_downstream = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = uni(3, 12);
+    const int64_t steps = n, j0 = 1;
+    const double p = uni(0, 4) / 4.0, q = uni(0, 4) / 4.0;
+    std::vector<std::vector<double>> costs(static_cast<size_t>(n));
+    std::vector<RingBackwardRank> in(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      auto& cv = costs[static_cast<size_t>(r)];
+      while (static_cast<int64_t>(cv.size()) < steps) {
+        const double c = quarter(3) * (uni(0, 3) == 0 ? 0 : 1);
+        for (int k = uni(1, n); k > 0 && static_cast<int64_t>(cv.size()) < steps; --k) cv.push_back(c);
+      }
+      RingBackwardRank& x = in[static_cast<size_t>(r)];
+      x.cost = &cv;
+      x.prev = (r + n - 1) % n;
+      random_rank_state(x, p, uni, quarter, /*prev_end_drawn=*/false);
+      // a later layer's state: every rank has sent a hop and has a ring and a compute task
+      x.dkv_valid = true;
+      x.dkv_end = 0.25 + quarter(10);
+      x.ring_end = 0.25 + quarter(10);
+      x.compute_end = x.prev_end = 0.25 + quarter(10);
+    }
+    auto moved = [&](const std::vector<RingBackwardRank>& a, double d) {
+      std::vector<RingBackwardRank> b = a;
+      for (RingBackwardRank& x : b)
+        x.have_start += d, x.have_end += d, x.have_ready += d, x.dkv_end += d, x.compute_end += d, x.prev_end += d, x.ring_end += d,
+            x.best_end += d;
+      return b;
+    };
+    for (int period : {1, 2}) {
+      RingBackwardWork w;
+      w.period = period;
+      const auto& st_reused = period == 1 ? w.lines.reused : w.stairs.reused;
+      const auto& st_computed = period == 1 ? w.lines.computed : w.stairs.computed;
+      const std::string what = "trial " + std::to_string(trial) + " (" + std::to_string(n) + " ranks, p " + std::to_string(p) + ", q " +
+                               std::to_string(q) + ", period " + std::to_string(period) + ")";
+      std::vector<RingBackwardResult> got;
+      ASSERT_TRUE(ring_backward_closed_form(j0, steps, p, q, in, got, w)) << what;
+      expect_same(got, sweep(j0, steps, p, q, in), what + ", call 1");
+      EXPECT_EQ(st_reused, 0) << what << ": no previous call";
+      const std::vector<RingBackwardRank> in2 = moved(in, 0.25 * uni(1, 40));
+      ASSERT_TRUE(ring_backward_closed_form(j0, steps, p, q, in2, got, w)) << what;
+      expect_same(got, sweep(j0, steps, p, q, in2), what + ", call 2 (moved)");
+      EXPECT_GE(st_reused, n - 1) << what << ": every rank moved but the first pass's first";
+      moved_all += st_reused >= n - 1;
+      std::vector<RingBackwardRank> in3 = moved(in2, 0.25 * uni(1, 40));
+      const int off = uni(0, n - 1);
+      switch (uni(0, 2)) {  // one input of one rank off the line
+        case 0: in3[static_cast<size_t>(off)].compute_end += 0.25; break;
+        case 1: in3[static_cast<size_t>(off)].have_end += 0.25, in3[static_cast<size_t>(off)].have_start += 0.25; break;
+        default: in3[static_cast<size_t>(off)].dkv_end += 0.25; break;
+      }
+      const std::vector<RingBackwardResult> want3 = sweep(j0, steps, p, q, in3);
+      ASSERT_TRUE(ring_backward_closed_form(j0, steps, p, q, in3, got, w)) << what;
+      expect_same(got, want3, what + ", call 3 (rank " + std::to_string(off) + " off its line)");
+      EXPECT_LT(st_reused, n) << what;
+      moved_off += st_reused > 0;
+      computed_off += st_computed;
+      const std::vector<RingBackwardResult> want_line = sweep(j0, steps, p, q, moved(in2, in3[0].have_end - in2[0].have_end));
+      for (size_t r = 0; r < want3.size(); ++r) changed_downstream += want3[r].d_end != want_line[r].d_end && static_cast<int>(r) != off;
+      const double p4 = p + 0.25;
+      const std::vector<RingBackwardRank> in4 = moved(in3, 0.25);
+      ASSERT_TRUE(ring_backward_closed_form(j0, steps, p4, q, in4, got, w)) << what;
+      expect_same(got, sweep(j0, steps, p4, q, in4), what + ", call 4 (another hop time)");
+      EXPECT_EQ(st_reused, 0) << what << ": the hop time changed";
+    }
+  }
+  std::printf("%lld calls with every rank moved, %lld with a rank off its line that still moved others (%lld ranks computed), %lld ranks "
+              "downstream of it changed\n",
+              static_cast<long long>(moved_all), static_cast<long long>(moved_off), static_cast<long long>(computed_off),
+              static_cast<long long>(changed_downstream));
+  EXPECT_EQ(moved_all, 600);
+  EXPECT_GT(moved_off, 100) << "ranks that stayed on their line next to one that left it: the check must tell them apart";
+  EXPECT_GT(changed_downstream, 100) << "a rank off its line must change ranks downstream of it (which then must not be moved)";
+}
+
 TEST(RingBackward, RefusesWhatItCannotTime) {
   std::vector<double> cost{1, 1, 1};
   std::vector<RingBackwardRank> in(3);
