@@ -192,8 +192,9 @@ bool try_move(RingBackwardStore<S>& st, typename RingBackwardStore<S>::Rank& x, 
       !moved_by(me.prev_end, pm.prev_end, d) || !moved_by(me.ring_end, pm.ring_end, d) || !moved_by(me.best_end, pm.best_end, d) ||
       !moved_by(up.dkv_end, pu.dkv_end, d) || !moved_by(up.have_end, pu.have_end, d))
     return false;
+  // (an upstream moved by the same d in this call is the previous one moved by d bit for bit)
   const auto& pr = st.prev_rank[u];
-  if (!moved_by(ur.re, pr.re, d) || !moved_by(ur.ce, pr.ce, d) || !moved_by(ur.de, pr.de, d)) return false;
+  if (!(st.moved[u] && st.delta[u] == d) && (!moved_by(ur.re, pr.re, d) || !moved_by(ur.ce, pr.ce, d) || !moved_by(ur.de, pr.de, d))) return false;
   const auto& b = st.prev_rank[r];
   add_constant(x.rs, b.rs, d);
   add_constant(x.re, b.re, d);
@@ -443,11 +444,12 @@ bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p
   // lines first; staircases (even and odd steps apart) once lines took too many pieces, from then
   // on (the later layers of a step are alike). A staircase costs about twice as much as lines: on
   // the 70B/1M plain rings without recompute it was 1.6x slower than the sweep at 256 steps and
-  // 1.3x faster at 512 (bench_simulator, same run), so below 384 steps the sweep takes it.
-  constexpr int64_t kStairsMinSteps = 384;
+  // 1.3x faster at 512 (bench_simulator, same run), so below 384 steps the sweep took it until
+  // session 16; with the ranks moved from the layer before (try_move) the staircases are
+  // 0.80-0.97x the sweep's CPU time at 256 steps too (the space's cp=256 rings without recompute,
+  // `bench_simulator --one`, both builds interleaved).
   if (w.period == 1) {
     if (solve(w.lines, w, j0, steps, p, q, in, out)) return true;
-    if (steps < kStairsMinSteps) return false;
     w.period = 2;
   }
   return solve(w.stairs, w, j0, steps, p, q, in, out);
