@@ -62,13 +62,9 @@ struct Seq {
   // one-step piece has no slope of its own: it takes the one that reaches the new piece, so that
   // a run of one-step pieces on one line becomes that line.
   void push(int64_t j, double v, double s) {
+    if (!p.empty() && p.back().j == j) p.pop_back();  // (the piece before starts earlier: starts increase)
     if (!p.empty()) {
       Piece& b = p.back();
-      if (b.j == j) {
-        p.pop_back();
-        push(j, v, s);
-        return;
-      }
       if (near_slope(b.s, s, v) && near(b.at(j), v)) return;
       if (j == b.j + 1) {
         b.s = v - b.v;

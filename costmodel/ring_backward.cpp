@@ -162,29 +162,46 @@ bool identical(const R& a, const R& b) {
 // pl::near of the previous value + d at every piece's first and last step (a piece is a line, so
 // at every step), the tolerance of the check in solve and of Period in simulator.cpp.
 bool moved_by(double a, double b, double d) { return pl::near(a, b + d); }
-bool moved_by(const Seq& a, const Seq& b, double d) {
+// a + oa is b + ob moved by d (oa, ob: the sequences' offs)
+bool moved_by(const Seq& a, double oa, const Seq& b, double ob, double d) {
   if (a.last != b.last || a.p.size() != b.p.size()) return false;
   for (size_t k = 0; k < a.p.size(); ++k) {
     const pl::Piece &x = a.p[k], &y = b.p[k];
-    if (x.j != y.j || !moved_by(x.v, y.v, d)) return false;
+    if (x.j != y.j || !moved_by(x.v + oa, y.v + ob, d)) return false;
     const int64_t e = (k + 1 < a.p.size() ? a.p[k + 1].j : a.last) - 1;
-    if (e > x.j && !moved_by(x.at(e), y.at(e), d)) return false;
+    if (e > x.j && !moved_by(x.at(e) + oa, y.at(e) + ob, d)) return false;
   }
   return true;
 }
-bool moved_by(const Seq2& a, const Seq2& b, double d) {
+bool moved_by(const Seq2& a, double oa, const Seq2& b, double ob, double d) {
   if (a.a != b.a || a.b != b.b) return false;
   for (int par = 0; par < 2; ++par)
-    if (a.has(par) && !moved_by(a.sub[par], b.sub[par], d)) return false;
+    if (a.has(par) && !moved_by(a.sub[par], oa, b.sub[par], ob, d)) return false;
   return true;
 }
+// x's sequences and y's trade storage (their offs, rr0 and dr_last stay)
+template <class R>
+void swap_sequences(R& x, R& y) {
+  std::swap(x.rs, y.rs), std::swap(x.re, y.re), std::swap(x.cs, y.cs);
+  std::swap(x.ce, y.ce), std::swap(x.ds, y.ds), std::swap(x.de, y.de);
+}
+// x's re, ce, de with its off added (x itself where it is 0; else written into `scratch`)
+template <class R>
+const R& actual(const R& x, R& scratch) {
+  if (x.off == 0) return x;
+  add_constant(scratch.re, x.re, x.off);
+  add_constant(scratch.ce, x.ce, x.off);
+  add_constant(scratch.de, x.de, x.off);
+  scratch.off = 0;
+  return scratch;
+}
 // Whether rank r (upstream u, whose sequences are `ur`) is the previous call's rank r moved by a
-// constant; if so x is that rank moved, st.moved[r] and st.delta[r] say so.
+// constant, which it returns in d.
 template <class S>
-bool try_move(RingBackwardStore<S>& st, typename RingBackwardStore<S>::Rank& x, size_t r, size_t u, const typename RingBackwardStore<S>::Rank& ur,
-              const std::vector<RingBackwardRank>& in) {
+bool can_move(const RingBackwardStore<S>& st, size_t r, size_t u, const typename RingBackwardStore<S>::Rank& ur, const std::vector<RingBackwardRank>& in,
+              double& d) {
   const RingBackwardRank &me = in[r], &pm = st.prev_in[r], &up = in[u], &pu = st.prev_in[u];
-  const double d = me.have_end - pm.have_end;
+  d = me.have_end - pm.have_end;
   if (!std::isfinite(d) || me.cost != pm.cost || me.prev != pm.prev || up.cost != pu.cost || !up.dkv_valid || !pu.dkv_valid) return false;
   // (the maxima with 0: ring_end and compute_end are times, >= 0 where the rank has such a task)
   if (!(me.ring_end > 0 && pm.ring_end > 0 && me.compute_end > 0 && pm.compute_end > 0)) return false;
@@ -192,21 +209,34 @@ bool try_move(RingBackwardStore<S>& st, typename RingBackwardStore<S>::Rank& x, 
       !moved_by(me.prev_end, pm.prev_end, d) || !moved_by(me.ring_end, pm.ring_end, d) || !moved_by(me.best_end, pm.best_end, d) ||
       !moved_by(up.dkv_end, pu.dkv_end, d) || !moved_by(up.have_end, pu.have_end, d))
     return false;
-  // (an upstream moved by the same d in this call is the previous one moved by d bit for bit)
-  const auto& pr = st.prev_rank[u];
-  if (!(st.moved[u] && st.delta[u] == d) && (!moved_by(ur.re, pr.re, d) || !moved_by(ur.ce, pr.ce, d) || !moved_by(ur.de, pr.de, d))) return false;
-  const auto& b = st.prev_rank[r];
-  add_constant(x.rs, b.rs, d);
-  add_constant(x.re, b.re, d);
-  add_constant(x.cs, b.cs, d);
-  add_constant(x.ce, b.ce, d);
-  add_constant(x.ds, b.ds, d);
-  add_constant(x.de, b.de, d);
+  // The upstream's previous sequences: its storage now where it was moved in this call. Moved by
+  // the same d, it is the previous one moved by d but for the order of two additions (stored +
+  // (off + d) against (stored + off) + d: rounding), so its pieces need no comparison.
+  const bool up_moved = st.moved[u] != 0;
+  if (up_moved && st.delta[u] == d && &ur == &st.rank[u]) return true;
+  const auto& pr = up_moved ? st.rank[u] : st.prev_rank[u];
+  const double po = up_moved ? st.prev_off[u] : pr.off;
+  return moved_by(ur.re, ur.off, pr.re, po, d) && moved_by(ur.ce, ur.off, pr.ce, po, d) && moved_by(ur.de, ur.off, pr.de, po, d);
+}
+// Rank r becomes the previous call's moved by d: it takes that call's storage (rank r's own,
+// stale, goes to prev_rank[r]), its off + d, its rr0 and dr_last + d.
+template <class S>
+void do_move(RingBackwardStore<S>& st, size_t r, double d) {
+  auto &x = st.rank[r], &b = st.prev_rank[r];
+  st.prev_off[r] = b.off;
+  swap_sequences(x, b);
+  x.off = b.off + d;
   x.rr0 = b.rr0 + d;
   x.dr_last = b.dr_last + d;
   st.moved[r] = 1;
   st.delta[r] = d;
-  return true;
+}
+// (undoes do_move: the previous call's storage back in prev_rank[r])
+template <class S>
+void undo_move(RingBackwardStore<S>& st, size_t r) {
+  swap_sequences(st.rank[r], st.prev_rank[r]);
+  st.moved[r] = 0;
+  ++st.undone;
 }
 
 // The passes and the accumulation in one representation; false when a rank's sequences take more
@@ -216,7 +246,7 @@ bool solve(RingBackwardStore<S>& st, RingBackwardWork& w, int64_t j0, int64_t st
            std::vector<RingBackwardResult>& out) {
   using Rank = typename RingBackwardStore<S>::Rank;
   const size_t n = in.size();
-  // the previous call's ranks (try_move), kept (pass 1 below writes every rank's anew) when it
+  // the previous call's ranks (can_move, do_move), kept (pass 1 below writes every rank's anew) when it
   // timed the same steps of as many ranks with the same hops and cost vectors: the cost caches
   // are cleared where the vectors may have changed (ring_backward_closed_form, or a caller reusing
   // the work area for other vectors), and the previous call's ranks go with them
@@ -226,14 +256,16 @@ bool solve(RingBackwardStore<S>& st, RingBackwardWork& w, int64_t j0, int64_t st
   st.prev_valid = false;
   st.moved.assign(n, 0);
   st.delta.assign(n, 0.0);
-  st.reused = st.computed = 0;
+  st.prev_off.resize(n);
+  st.reused = st.computed = st.undone = 0;
   if (st.rank.size() < n) st.rank.resize(n);
   // the lower bound standing for a cycle's last rank in the first pass: nothing binds
   pl::constant(st.lower.re, j0, steps - 1, 0.0);
   pl::constant(st.lower.ce, j0, steps, 0.0);
   pl::constant(st.lower.de, j0, steps, 0.0);
   st.costs.resize(n);
-  for (size_t r = 0; r < n; ++r) st.costs[r] = &cost_seq(st, in[r].cost, j0, steps);
+  for (size_t r = 0; r < n; ++r)  // (a rank's cost vector as in the previous call: its sequence found then)
+    if (!memo || in[r].cost != st.prev_in[r].cost) st.costs[r] = &cost_seq(st, in[r].cost, j0, steps);
   w.seen.assign(n, 0);
   w.passes = 0;
   const bool guessed = st.tails_j0 == j0 && st.tails_steps == steps && st.tail_known.size() == n;  // (the same steps, the same ranks)
@@ -265,23 +297,30 @@ bool solve(RingBackwardStore<S>& st, RingBackwardWork& w, int64_t j0, int64_t st
     // pass (`again`), a rank whose sequences come out bit for bit as in the pass before ends the
     // pass: every rank after it reads only its upstream's sequences (and its own input), so it
     // would come out as before too.
+    // A rank moved again by the same d (d depends on its inputs only) is as before too.
     auto pass = [&](const Rank& upstream_of_first, bool again) {
       for (size_t i = 0; i < L; ++i) {
-        const int r = w.order[i];
-        const int u = in[static_cast<size_t>(r)].prev;
-        Rank& x = st.rank[static_cast<size_t>(r)];
-        if (again) std::swap(x, st.before);
-        const Rank& ur = i == 0 ? upstream_of_first : st.rank[static_cast<size_t>(u)];
+        const size_t r = static_cast<size_t>(w.order[i]);
+        const size_t u = static_cast<size_t>(in[r].prev);
+        Rank& x = st.rank[r];
+        const Rank& ur = i == 0 ? upstream_of_first : st.rank[u];
+        const bool was_moved = again && st.moved[r];
+        double d = 0;
         // (the first rank of the first pass has a stand-in for its upstream: computed)
-        if (memo && (i > 0 || again) && try_move(st, x, static_cast<size_t>(r), static_cast<size_t>(u), ur, in)) {
+        if (memo && (i > 0 || again) && can_move(st, r, u, ur, in, d)) {
+          if (was_moved) break;
+          do_move(st, r, d);
           ++st.reused;
         } else {
-          st.moved[static_cast<size_t>(r)] = 0;
-          compute_rank(st, x, in[static_cast<size_t>(r)], ur, in[static_cast<size_t>(u)], *st.costs[static_cast<size_t>(r)], j0, steps, p, q);
+          if (was_moved) undo_move(st, r);
+          else if (again) std::swap(x, st.before);
+          st.moved[r] = 0;
+          compute_rank(st, x, in[r], actual(ur, st.actual_up), in[u], *st.costs[r], j0, steps, p, q);
+          x.off = 0;
           ++st.computed;
+          if (again && !was_moved && identical(x, st.before)) break;
         }
         if (static_cast<int64_t>(pieces(x.rs) + pieces(x.cs) + pieces(x.ds)) > max_pieces) return false;
-        if (again && identical(x, st.before)) break;
       }
       ++w.passes;
       return true;
@@ -303,32 +342,38 @@ bool solve(RingBackwardStore<S>& st, RingBackwardWork& w, int64_t j0, int64_t st
     if (!pass(*first_upstream, false)) return false;
     for (int64_t k = 1;; ++k) {
       if (k >= max_passes) return false;
-      Rank& tl = st.rank[static_cast<size_t>(tail)];
-      st.check.re = tl.re, st.check.ce = tl.ce, st.check.de = tl.de;
+      {
+        const Rank& tl = actual(st.rank[static_cast<size_t>(tail)], st.actual_tail);
+        st.check.re = tl.re, st.check.ce = tl.ce, st.check.de = tl.de;
+      }
       if (!pass(st.check, true)) return false;
+      const Rank& tl = actual(st.rank[static_cast<size_t>(tail)], st.actual_tail);
       if (same(tl.re, st.check.re) && same(tl.ce, st.check.ce) && same(tl.de, st.check.de)) break;
     }
     Rank& kept = st.tail_before[static_cast<size_t>(tail)];
-    const Rank& tl = st.rank[static_cast<size_t>(tail)];
+    const Rank& tl = actual(st.rank[static_cast<size_t>(tail)], st.actual_tail);
     kept.re = tl.re, kept.ce = tl.ce, kept.de = tl.de;
     st.tail_have_before[static_cast<size_t>(tail)] = in[static_cast<size_t>(tail)].have_end;
     st.tail_known[static_cast<size_t>(tail)] = 1;
   }
   // what each rank's steps add, its last tasks and the task ending last
-  out.assign(n, RingBackwardResult{});
+  out.resize(n);
+  st.prev_out.resize(n);
   const int64_t last = steps - 1;
   for (size_t r = 0; r < n; ++r) {
     const RingBackwardRank& me = in[r];
     const Rank& x = st.rank[r];
     const S& cost = *st.costs[r];
     RingBackwardResult& o = out[r];
-    if (st.moved[r]) {  // the previous call's results moved (try_move)
+    if (st.moved[r]) {  // the previous call's results moved (can_move, do_move), kept for the next call
       const double d = st.delta[r];
-      o = st.prev_out[r];
-      o.c_start += d, o.c_end += d, o.d_start += d, o.d_end += d, o.d_ready += d;
-      if (o.best_role != RingBackwardResult::none) o.best_start += d, o.best_end += d, o.best_ready += d;
+      RingBackwardResult& po = st.prev_out[r];
+      po.c_start += d, po.c_end += d, po.d_start += d, po.d_end += d, po.d_ready += d;
+      if (po.best_role != RingBackwardResult::none) po.best_start += d, po.best_end += d, po.best_ready += d;
+      o = po;
       continue;
     }
+    o = RingBackwardResult{};
     S* t = st.t;
     o.busy_s = pl::sum(cost);
     // waits: a compute's idle gap (after the previous compute) goes to the other ranks for as long
@@ -412,7 +457,8 @@ bool solve(RingBackwardStore<S>& st, RingBackwardWork& w, int64_t j0, int64_t st
     }
   }
   st.prev_in = in;
-  st.prev_out = out;
+  for (size_t r = 0; r < n; ++r)
+    if (!st.moved[r]) st.prev_out[r] = out[r];
   st.prev_valid = true;
   st.prev_cost_entries = st.cost_seq.size();
   st.prev_j0 = j0;
@@ -445,7 +491,7 @@ bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p
   // on (the later layers of a step are alike). A staircase costs about twice as much as lines: on
   // the 70B/1M plain rings without recompute it was 1.6x slower than the sweep at 256 steps and
   // 1.3x faster at 512 (bench_simulator, same run), so below 384 steps the sweep took it until
-  // session 16; with the ranks moved from the layer before (try_move) the staircases are
+  // session 16; with the ranks moved from the layer before (can_move, do_move) the staircases are
   // 0.80-0.97x the sweep's CPU time at 256 steps too (the space's cp=256 rings without recompute,
   // `bench_simulator --one`, both builds interleaved).
   if (w.period == 1) {

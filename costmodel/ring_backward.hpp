@@ -62,6 +62,9 @@ struct RingBackwardStore {
     S rs, re, cs, ce, ds, de;  // receive start/end (steps [j0, steps-1)), compute and hop start/end ([j0, steps))
     double rr0 = 0;            // the first receive's readiness
     double dr_last = 0;        // the last hop's readiness
+    // every sequence's values are its stored values + off (0 where computed; a rank moved from
+    // the previous call holds that call's storage and its off + the move: nothing is copied)
+    double off = 0;
   };
   std::vector<Rank> rank;
   Rank lower, check, before;  // (before: a rank's sequences in the pass before, while it is computed again)
@@ -81,8 +84,10 @@ struct RingBackwardStore {
   // rank of this call whether it is that rank moved by a constant (`moved`, by `delta`): a rank
   // whose inputs and upstream's sequences are the previous call's moved by one constant has the
   // previous call's sequences and results moved by it (the recurrences are max and + only), so
-  // it is not computed again (compute_rank's callers, solve).
+  // it is not computed again (can_move, do_move in ring_backward.cpp).
   std::vector<Rank> prev_rank;
+  std::vector<double> prev_off;  // a rank moved in this call: the previous call's off (its storage is rank[r]'s now)
+  Rank actual_up, actual_tail;   // a moved upstream's or cycle's last rank's sequences with their off added
   std::vector<RingBackwardRank> prev_in;
   std::vector<RingBackwardResult> prev_out;
   std::vector<char> moved;
@@ -92,6 +97,7 @@ struct RingBackwardStore {
   double prev_p = 0, prev_q = 0;
   size_t prev_cost_entries = 0;  // cost_seq's size after the previous call
   int64_t reused = 0, computed = 0;  // ranks moved instead of computed, and computed, by the last call (statistics)
+  int64_t undone = 0;                 // moves of a pass undone in a later one, by the last call (statistics)
 };
 // Flat per-rank arrays of the sweep (ring_backward_sweep), kept between calls, and the costs as a
 // (steps, ranks) matrix, transposed once per set of cost vectors.
