@@ -21,6 +21,9 @@ struct PlanCheck {
 
 // Resolves dp (0 = fill) in place and checks everything. Never throws.
 PlanCheck check_plan(Plan& p, const ModelSpec& m, const ClusterSpec& c, int64_t seq);
+// check_plan(p, m, c, seq).ok() with p filled the same way, without building any error, warning or
+// alternative (the same rules, plan_check.cpp check_rules): what the search asks of every plan.
+bool plan_valid(Plan& p, const ModelSpec& m, const ClusterSpec& c, int64_t seq);
 
 // The multiple of which a plan's sharding needs the sequence: 2*cp for head-tail layouts, else
 // cp (times tp under SP). Max-seq searches step in it.

@@ -236,6 +236,7 @@ static Curve curve_from_json(const JsonReader& parent, const std::string& key, d
     if (!c.points.empty() && x <= c.points.back().first) r.fail(at, "sizes must be strictly ascending");
     c.points.emplace_back(x, y);
   }
+  c.prepare();  // each segment's log once (curve.hpp)
   return c;
 }
 

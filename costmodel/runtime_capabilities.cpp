@@ -186,66 +186,98 @@ std::vector<std::vector<std::string>> capability_rows(const RuntimeCapabilities&
   return rows;
 }
 
+CapabilityGap capability_gap(const RuntimeCapabilities& c, const Plan& p) {
+  // the rules, in the order missing_capability reports them (the first a plan breaks); nothing here
+  // allocates: the search asks this of every plan it enumerates (twice), the message is built only
+  // where a person reads it
+  using G = CapabilityGap;
+  if (!c.declared) return G::none;
+  if (c.max_tp > 0 && p.tp > c.max_tp) return G::tp;
+  if (p.tp > 1) {
+    const bool sp = sp_enabled(p);
+    if (sp && !c.sp_on) return G::sp_on;
+    if (!sp && !c.sp_off) return G::sp_off;
+  }
+  if (c.max_pp > 0 && p.pp > c.max_pp) return G::pp;
+  if (p.vpp > 1 && !c.interleaved) return G::vpp;
+  if (p.cp > 1) {
+    if (!listed(c.cp_comm, p.cp_comm)) return G::cp_comm;
+    if (!listed(c.cp_layout, p.cp_layout)) return G::cp_layout;
+    if (p.mask == MaskKind::document && !listed(c.cp_varlen, p.cp_varlen.kind)) return G::cp_varlen;
+  }
+  if (p.pp > 1 && c.zero_with_pp_declared) {
+    if (!listed(c.zero_with_pp, p.zero)) return G::zero_with_pp;
+  } else if (!listed(c.zero, p.zero)) {
+    return G::zero;
+  }
+  if (p.zero >= 1 && zero_replicate_degree(p) > 1 && !listed(c.zero_shard, p.zero)) return G::zero_shard;
+  if (!listed(c.recompute, p.recompute)) return G::recompute;
+  if (p.opt_offload && !c.opt_offload) return G::opt_offload;
+  if (p.param_offload && !c.param_offload) return G::param_offload;
+  if (p.ckpt_offload && !c.ckpt_offload) return G::ckpt_offload;
+  if (p.tiled_loss != 0 && !c.tiled_loss) return G::tiled_loss;
+  if (p.tiled_mlp != 0 && p.tiled_mlp != 1 && !c.tiled_mlp) return G::tiled_mlp;
+  if (p.tp_overlap && !c.tp_overlap) return G::tp_overlap;
+  if (!listed(c.compile, p.compile)) return G::compile;
+  if (p.master != StateDtype::runtime && !listed(c.master, p.master)) return G::master;
+  if (p.grads != StateDtype::runtime && !listed(c.grads, p.grads)) return G::grads;
+  if (p.moments != StateDtype::runtime && !listed(c.moments, p.moments)) return G::moments;
+  return G::none;
+}
+
 std::string missing_capability(const RuntimeCapabilities& c, const std::string& runtime, const Plan& p) {
-  if (!c.declared) return "";
+  // the text of capability_gap's answer (the rule is there, once)
   auto no = [&](const std::string& key, const std::string& value, const std::string& runs) {
     auto it = c.sources.find(key);
     return runtime + " (" + c.stack + ") cannot run " + key + "=" + value + ": it runs " + runs +
            (it == c.sources.end() ? "" : " (" + it->second + ")");
   };
-  if (c.max_tp > 0 && p.tp > c.max_tp) return no("tp", std::to_string(p.tp), "tp up to " + std::to_string(c.max_tp));
-  if (p.tp > 1) {
-    const bool sp = sp_enabled(p);
-    if (sp && !c.sp_on) return no("sp", "1", "tensor parallelism without Megatron sequence parallelism (sp=0)");
-    if (!sp && !c.sp_off) return no("sp", "0", "tensor parallelism with sequence parallelism always on");
-  }
-  if (c.max_pp > 0 && p.pp > c.max_pp) return no("pp", std::to_string(p.pp), "pp up to " + std::to_string(c.max_pp));
-  if (p.vpp > 1 && !c.interleaved) return no("vpp", std::to_string(p.vpp), "non-interleaved pipeline schedules only (vpp=1)");
-  if (p.cp > 1) {
-    if (!listed(c.cp_comm, p.cp_comm))
+  auto precision = [&](const char* key, StateDtype value, const std::vector<StateDtype>& allowed) {
+    return no(key, to_string(value), std::string(key) + " " + list_text(allowed, [](StateDtype x) { return to_string(x); }));
+  };
+  using G = CapabilityGap;
+  switch (capability_gap(c, p)) {
+    case G::none: return "";
+    case G::tp: return no("tp", std::to_string(p.tp), "tp up to " + std::to_string(c.max_tp));
+    case G::sp_on: return no("sp", "1", "tensor parallelism without Megatron sequence parallelism (sp=0)");
+    case G::sp_off: return no("sp", "0", "tensor parallelism with sequence parallelism always on");
+    case G::pp: return no("pp", std::to_string(p.pp), "pp up to " + std::to_string(c.max_pp));
+    case G::vpp: return no("vpp", std::to_string(p.vpp), "non-interleaved pipeline schedules only (vpp=1)");
+    case G::cp_comm:
       return no("cp_comm", to_string(p.cp_comm),
                 c.cp_comm.empty() ? "no context parallelism (cp=1)" : "cp_comm " + list_text(c.cp_comm, [](CpComm x) { return to_string(x); }));
-    if (!listed(c.cp_layout, p.cp_layout))
+    case G::cp_layout:
       return no("cp_layout", to_string(p.cp_layout), "cp_layout " + list_text(c.cp_layout, [](CpLayout x) { return to_string(x); }));
-    if (p.mask == MaskKind::document && !listed(c.cp_varlen, p.cp_varlen.kind)) {
+    case G::cp_varlen:
       return no("cp_varlen", to_string(p.cp_varlen),
                 c.cp_varlen.empty() ? "no packed documents under context parallelism"
                                     : "cp_varlen " + list_text(c.cp_varlen, [](CpVarlen::Kind k) {
                                         return k == CpVarlen::Kind::native ? "native" : k == CpVarlen::Kind::cycle ? "cycle" : "split:<k>";
                                       }));
-    }
-  }
-  if (p.pp > 1 && c.zero_with_pp_declared) {
-    if (!listed(c.zero_with_pp, p.zero))
+    case G::zero_with_pp:
       return no("zero_with_pp", std::to_string(p.zero) + " with pp=" + std::to_string(p.pp),
                 "zero " + list_text(c.zero_with_pp, [](int z) { return std::to_string(z); }) + " with pipeline stages");
-  } else if (!listed(c.zero, p.zero)) {
-    return no("zero", std::to_string(p.zero), "zero " + list_text(c.zero, [](int z) { return std::to_string(z); }));
-  }
-  if (p.zero >= 1 && zero_replicate_degree(p) > 1 && !listed(c.zero_shard, p.zero))
-    return no("zero_shard", std::to_string(p.zero_shard) + " with zero=" + std::to_string(p.zero),
-              c.zero_shard.empty() ? "ZeRO over all dp*cp ranks only (zero_shard=0)"
-                                   : "HSDP with zero " + list_text(c.zero_shard, [](int z) { return std::to_string(z); }) +
-                                         " only, else zero_shard=0");
-  if (!listed(c.recompute, p.recompute))
-    return no("recompute", to_string(p.recompute), "recompute " + list_text(c.recompute, [](Recompute x) { return to_string(x); }));
-  if (p.opt_offload && !c.opt_offload) return no("opt_offload", "1", "optimizer states on the device only");
-  if (p.param_offload && !c.param_offload) return no("param_offload", "1", "parameters on the device only");
-  if (p.ckpt_offload && !c.ckpt_offload) return no("ckpt_offload", "1", "activation checkpoints on the device only");
-  if (p.tiled_loss != 0 && !c.tiled_loss) return no("tiled_loss", p.tiled_loss < 0 ? "auto" : std::to_string(p.tiled_loss), "an untiled loss only");
-  if (p.tiled_mlp != 0 && p.tiled_mlp != 1 && !c.tiled_mlp)
-    return no("tiled_mlp", p.tiled_mlp < 0 ? "auto" : std::to_string(p.tiled_mlp), "an untiled MLP only");
-  if (p.tp_overlap && !c.tp_overlap)
-    return no("tp_overlap", "1", "no Transformer Engine userbuffers overlap of its tensor-parallel collectives with the GEMMs (tp_overlap=0)");
-  if (!listed(c.compile, p.compile))
-    return no("compile", to_string(p.compile),
-              c.compile.size() == 1 ? "eager kernels only (compile=off)" : "compile " + list_text(c.compile, [](Compile x) { return to_string(x); }));
-  const std::pair<const char*, std::pair<StateDtype, const std::vector<StateDtype>*>> precision[] = {
-      {"master", {p.master, &c.master}}, {"grads", {p.grads, &c.grads}}, {"moments", {p.moments, &c.moments}}};
-  for (auto& [key, given] : precision) {
-    auto [value, allowed] = given;
-    if (value != StateDtype::runtime && !listed(*allowed, value))
-      return no(key, to_string(value), std::string(key) + " " + list_text(*allowed, [](StateDtype x) { return to_string(x); }));
+    case G::zero: return no("zero", std::to_string(p.zero), "zero " + list_text(c.zero, [](int z) { return std::to_string(z); }));
+    case G::zero_shard:
+      return no("zero_shard", std::to_string(p.zero_shard) + " with zero=" + std::to_string(p.zero),
+                c.zero_shard.empty() ? "ZeRO over all dp*cp ranks only (zero_shard=0)"
+                                     : "HSDP with zero " + list_text(c.zero_shard, [](int z) { return std::to_string(z); }) +
+                                           " only, else zero_shard=0");
+    case G::recompute:
+      return no("recompute", to_string(p.recompute), "recompute " + list_text(c.recompute, [](Recompute x) { return to_string(x); }));
+    case G::opt_offload: return no("opt_offload", "1", "optimizer states on the device only");
+    case G::param_offload: return no("param_offload", "1", "parameters on the device only");
+    case G::ckpt_offload: return no("ckpt_offload", "1", "activation checkpoints on the device only");
+    case G::tiled_loss: return no("tiled_loss", p.tiled_loss < 0 ? "auto" : std::to_string(p.tiled_loss), "an untiled loss only");
+    case G::tiled_mlp: return no("tiled_mlp", p.tiled_mlp < 0 ? "auto" : std::to_string(p.tiled_mlp), "an untiled MLP only");
+    case G::tp_overlap:
+      return no("tp_overlap", "1", "no Transformer Engine userbuffers overlap of its tensor-parallel collectives with the GEMMs (tp_overlap=0)");
+    case G::compile:
+      return no("compile", to_string(p.compile),
+                c.compile.size() == 1 ? "eager kernels only (compile=off)" : "compile " + list_text(c.compile, [](Compile x) { return to_string(x); }));
+    case G::master: return precision("master", p.master, c.master);
+    case G::grads: return precision("grads", p.grads, c.grads);
+    case G::moments: return precision("moments", p.moments, c.moments);
   }
   return "";
 }

@@ -72,7 +72,18 @@ RuntimeCapabilities capabilities_from_json(const JsonReader& r);
 // One row per capability: {key, what the stack allows, source} (`ctxplan show runtime`).
 std::vector<std::vector<std::string>> capability_rows(const RuntimeCapabilities& caps);
 
-// "" when the stack can run the plan; else the first capability it lacks, as
+// The first capability the stack lacks for the plan (in the order below), none when it can run it.
+// The rules live here once; missing_capability words the answer. Allocates nothing (the search asks
+// it of every plan it enumerates).
+enum class CapabilityGap : uint8_t {
+  none, tp, sp_on, sp_off, pp, vpp, cp_comm, cp_layout, cp_varlen, zero_with_pp, zero, zero_shard, recompute,
+  opt_offload, param_offload, ckpt_offload, tiled_loss, tiled_mlp, tp_overlap, compile, master, grads, moments
+};
+CapabilityGap capability_gap(const RuntimeCapabilities& caps, const Plan& p);
+// Whether the stack can run the plan (missing_capability(...).empty(), without building the text).
+inline bool runtime_runs(const RuntimeCapabilities& caps, const Plan& p) { return capability_gap(caps, p) == CapabilityGap::none; }
+
+// "" when the stack can run the plan; else the first capability it lacks (capability_gap), as
 // "<runtime> cannot run <key>=<value>: <what it runs> (<source>)".
 std::string missing_capability(const RuntimeCapabilities& caps, const std::string& runtime, const Plan& p);
 

@@ -58,8 +58,19 @@ struct Pricer {
   double attention(double flops, double tokens, bool backward, bool unmasked = false) const {
     if (flops <= 0) return 0;
     const AttentionMask m = unmasked && mask == AttentionMask::causal ? AttentionMask::full : mask;
-    return flops / (c.gpu.peak_bf16_flops * attention_scale * attention_efficiency(*attn, m, head_dim, tokens, backward)) +
-           c.gpu.kernels.launch_seconds;
+    return flops / (c.gpu.peak_bf16_flops * attention_scale * efficiency(m, tokens, backward)) + c.gpu.kernels.launch_seconds;
+  }
+  // attention_efficiency, remembered per (direction, mask) for the last call length: a step prices
+  // every CP rank's blocks at one call length, so most calls ask again what the last one asked (the
+  // same value, looked up once; a Pricer lives in one step_costs call)
+  struct Remembered {
+    double tokens = -1, efficiency = 0;
+  };
+  mutable Remembered remembered[2][3];  // [backward][AttentionMask]
+  double efficiency(AttentionMask m, double tokens, bool backward) const {
+    Remembered& e = remembered[backward ? 1 : 0][static_cast<int>(m)];
+    if (e.tokens != tokens) e = {tokens, attention_efficiency(*attn, m, head_dim, tokens, backward)};
+    return e.efficiency;
   }
 };
 
@@ -98,6 +109,7 @@ AttentionWork attention_work(const Plan& p, int64_t seq_tokens, bool per_step) {
     for (int64_t l : docs)
       w.pairs_per_sequence += static_cast<double>(l) * (static_cast<double>(l) + 1.0) / 2.0 / static_cast<double>(priced.size());
   w.calls = varlen_calls(p, seq, per_step);
+  if (!per_step && p.mask == MaskKind::causal && p.cp > 1 && p.cp_comm != CpComm::a2a) w.own_keys = attention_pairs_own_keys(p, seq);
   return w;
 }
 
@@ -268,7 +280,9 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   // know step 0 is their own keys, so the O(cp) span walk is skipped when no rank has a single entry
   const bool single_entry_ranks =
       unmasked_blocks && std::any_of(pairs.begin(), pairs.end(), [](const std::vector<double>& steps) { return steps.size() == 1; });
-  const std::vector<double> own_keys = single_entry_ranks ? attention_pairs_own_keys(p, priced) : std::vector<double>{};
+  std::vector<double> own_computed;  // unless the attention work carries them (attention_work, per rank)
+  if (single_entry_ranks && pre->own_keys.empty()) own_computed = attention_pairs_own_keys(p, priced);
+  const std::vector<double>& own_keys = pre->own_keys.empty() ? own_computed : pre->own_keys;
   for (double scale : k.pack_work) {
     std::vector<std::vector<double>> fw, bw;
     for (size_t rank = 0; rank < pairs.size(); ++rank) {

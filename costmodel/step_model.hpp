@@ -90,6 +90,10 @@ struct AttentionWork {
   double effective_length = 0;
   double pairs_per_sequence = 0;  // whole sequence, for model FLOPs
   std::vector<AttentionCall> calls;  // cp_varlen cycle / split:k: the calls that replace `pairs` (attention_work.hpp)
+  // per-rank work (per_step false) of a causal CP plan: attention_pairs_own_keys, which step_costs
+  // reads for ranks priced as one entry (a search prices many plans on one layout's work); empty:
+  // step_costs computes it where it needs it
+  std::vector<double> own_keys;
 };
 AttentionWork attention_work(const Plan& p, int64_t seq, bool per_step);
 

@@ -31,6 +31,19 @@ std::vector<int64_t> divisors(int64_t n) {
   return d;
 }
 
+// std::stable_sort(v, less) by sorting indices, then moving each element once: the same order (a
+// stable sort's result is unique), without moving the large Candidates O(n log n) times
+template <class T, class Less>
+void stable_sort_moving_once(std::vector<T>& v, size_t first, size_t last, Less less) {
+  std::vector<uint32_t> idx(last - first);
+  std::iota(idx.begin(), idx.end(), static_cast<uint32_t>(first));
+  std::stable_sort(idx.begin(), idx.end(), [&](uint32_t a, uint32_t b) { return less(v[a], v[b]); });
+  std::vector<T> sorted;
+  sorted.reserve(idx.size());
+  for (uint32_t i : idx) sorted.push_back(std::move(v[i]));
+  std::move(sorted.begin(), sorted.end(), v.begin() + static_cast<std::ptrdiff_t>(first));
+}
+
 bool allowed(const std::vector<int64_t>& only, int64_t v) { return only.empty() || std::find(only.begin(), only.end(), v) != only.end(); }
 
 // Pipeline degrees the search tries: 1, then the divisors of the layers that divide the GPUs, up
@@ -146,7 +159,7 @@ void for_each_plan(const SearchRequest& req, bool with_time_knobs, F&& f) {
       // p keeps every key the user gave (fx): true when nothing is fixed, else plan_to_json's fields,
       // and the runtime can run it (its capabilities, runtime_capabilities.hpp)
       auto keeps = [&](const Plan& p) {
-        return missing_capability(req.runtime.capabilities, req.runtime.name, p).empty() && (fx.empty() || keeps_fixed_fields(p, fx));
+        return runtime_runs(req.runtime.capabilities, p) && (fx.empty() || keeps_fixed_fields(p, fx));
       };
       auto bits = [](bool both) { return both ? std::vector<int>{0, 1} : std::vector<int>{0}; };  // off, or off and on
       // the plan, and with TP communication overlap where the plan can run it (tp > 1 with SP) and the
@@ -275,6 +288,11 @@ std::string seconds(double s) {
 std::string explain_cp(const std::vector<Candidate>& fitting, size_t i) {
   const Candidate& a = fitting[i];
   if (a.plan.cp <= 1) return "";
+  // plan_to_string begins "dp=..,tp=..,cp=.." and names zero and mbs only with their own keys:
+  // plans that differ in one of them have different texts, family() is built only for the others
+  auto may_share = [&](const Plan& q) {
+    return q.dp == a.plan.dp && q.tp == a.plan.tp && q.cp == a.plan.cp && q.zero == a.plan.zero && q.mbs == a.plan.mbs;
+  };
   auto family = [](Plan p) {
     p.cp_layout = CpLayout::headtail;
     p.cp_varlen = CpVarlen{};
@@ -289,7 +307,9 @@ std::string explain_cp(const std::vector<Candidate>& fitting, size_t i) {
   os << " (imbalance " << 100.0 * a.time.breakdown.imbalance / std::max(1e-30, a.time.step_seconds) << "% of the step)";
   std::vector<std::string> others;
   for (const Candidate& c : fitting) {
-    if (&c == &a || (c.plan.cp_layout == a.plan.cp_layout && c.plan.cp_varlen == a.plan.cp_varlen) || family(c.plan) != key) continue;
+    if (&c == &a || (c.plan.cp_layout == a.plan.cp_layout && c.plan.cp_varlen == a.plan.cp_varlen) || !may_share(c.plan) ||
+        family(c.plan) != key)
+      continue;
     std::ostringstream o;
     o.setf(std::ios::fixed);
     o.precision(2);
@@ -375,7 +395,7 @@ void reprice_pareto_candidates(const SearchRequest& req, std::vector<Candidate>&
   }
   unpriced = std::move(kept);
   if (ranked.size() > before)
-    std::stable_sort(ranked.begin() + static_cast<std::ptrdiff_t>(first_unsimulated), ranked.end(), better);
+    stable_sort_moving_once(ranked, first_unsimulated, ranked.size(), better);
 }
 
 // When the global batch leaves no plan: dp = world / (tp * cp * pp) must divide the batch's
@@ -487,7 +507,15 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
   // pass 1: count (for progress), pass 2: evaluate
   int64_t total = 0;
   for_each_plan(req, true, [&](const Plan&) { ++total; return true; });
-  std::map<std::tuple<int64_t, int, int, int64_t, int64_t, int64_t>, AttentionWork> attention_cache;
+  // the attention work per layout: everything attention_work reads that the plans of the search vary
+  // (the variable-length strategy too: its calls, cp_varlen cycle / split:k); per rank for the
+  // closed form, per ring step for the simulated finalists
+  using LayoutKey = std::tuple<int64_t, int, int, int64_t, int64_t, int64_t, int, int64_t>;
+  auto layout_key = [&](const Plan& p) {
+    return LayoutKey{p.cp, static_cast<int>(p.cp_comm), static_cast<int>(p.cp_layout), ulysses_degree(p), p.dp, padded_seq(p, req.seq),
+                     static_cast<int>(p.cp_varlen.kind), p.cp_varlen.split};
+  };
+  std::map<LayoutKey, AttentionWork> attention_cache, step_attention_cache;
   double best_ratio = 1e300;
   std::vector<Candidate> fitting;
   // Pruning pipeline plans (req.prune_pipeline): the tokens/s of the best `keep` plans priced so
@@ -528,9 +556,11 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
       return false;
     }
     Plan p = plan;
-    PlanCheck check = check_plan(p, req.model, req.cluster, req.seq);
-    if (!check.ok()) {
-      if (first_invalid.empty()) first_invalid = plan_to_string(p) + ": " + check.message();
+    if (!plan_valid(p, req.model, req.cluster, req.seq)) {  // no text built for the plans refused
+      if (first_invalid.empty()) {  // the reason, of the first one only (check_plan fills q as plan_valid filled p)
+        Plan q = plan;
+        first_invalid = plan_to_string(p) + ": " + check_plan(q, req.model, req.cluster, req.seq).message();
+      }
       // a layout that does not divide the sequence: pad=1 (--plan) would pad it (the search pads only when told)
       if (!lower && !p.pad && req.seq > 0 && req.seq % seq_granule(p) != 0) ++r.not_dividing;
       return true;
@@ -552,8 +582,7 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
     }
     ++r.fitting;
     {  // time is priced for every fitting plan (the memory objective still breaks ties by it)
-      auto key = std::make_tuple(p.cp, static_cast<int>(p.cp_comm), static_cast<int>(p.cp_layout), ulysses_degree(p), p.dp,
-                                 padded_seq(p, req.seq));
+      const LayoutKey key = layout_key(p);
       auto it = attention_cache.find(key);
       if (it == attention_cache.end()) {
         AttentionWork w = attention_work(p, req.seq, false);
@@ -599,7 +628,7 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
     if (a.time.tokens_per_second != b.time.tokens_per_second) return a.time.tokens_per_second > b.time.tokens_per_second;
     return a.peak_bytes < b.peak_bytes;
   };
-  std::stable_sort(fitting.begin(), fitting.end(), better);
+  stable_sort_moving_once(fitting, 0, fitting.size(), better);
   // refine the finalists with the event simulator
   // The first kAlwaysSimulated finalists are simulated whatever they cost; beyond them only plans
   // whose ring attention the sweep does quickly (at most kCheapRingSteps simulated (rank, ring step)
@@ -618,7 +647,10 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
       ++r.simulated;
       continue;
     }
-    const StepCosts k = step_costs(req.model, req.cluster, req.runtime, c.plan, req.seq, true);
+    auto work = step_attention_cache.find(layout_key(c.plan));
+    if (work == step_attention_cache.end())
+      work = step_attention_cache.emplace(layout_key(c.plan), attention_work(c.plan, req.seq, true)).first;
+    const StepCosts k = step_costs(req.model, req.cluster, req.runtime, c.plan, req.seq, true, &work->second);
     if (i >= kAlwaysSimulated && ring_steps_per_layer(k) > kCheapRingSteps) continue;
     // only the step time is read: the streaming sweep without recording the tasks (issue 15)
     SimResult sim = simulate_step(k, c.plan, SimRecord::none);
@@ -632,16 +664,17 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
   std::stable_sort(fitting.begin(), fitting.begin() + static_cast<std::ptrdiff_t>(r.simulated), better);
   reprice_pareto_candidates(req, fitting, r.unpriced, static_cast<size_t>(r.simulated), better);
   // Pareto frontier: by peak memory, keep plans faster than every plan that needs less
-  std::vector<Candidate> by_mem = fitting;
-  std::stable_sort(by_mem.begin(), by_mem.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
-    return a.time.step_seconds < b.time.step_seconds;
+  std::vector<const Candidate*> by_mem(fitting.size());  // stable-sorted pointers: the order of sorted copies, nothing copied
+  for (size_t i = 0; i < fitting.size(); ++i) by_mem[i] = &fitting[i];
+  std::stable_sort(by_mem.begin(), by_mem.end(), [](const Candidate* a, const Candidate* b) {
+    if (a->peak_bytes != b->peak_bytes) return a->peak_bytes < b->peak_bytes;
+    return a->time.step_seconds < b->time.step_seconds;
   });
   double best_t = 1e300;
-  for (auto& c : by_mem)
-    if (c.seconds_per_token() < best_t) {
-      best_t = c.seconds_per_token();
-      r.pareto.push_back(c);
+  for (const Candidate* c : by_mem)
+    if (c->seconds_per_token() < best_t) {
+      best_t = c->seconds_per_token();
+      r.pareto.push_back(*c);
     }
   for (size_t i = 0; i < fitting.size() && i < static_cast<size_t>(std::max(1, req.top_k)); ++i)
     fitting[i].why = explain(fitting[i], i + 1 < fitting.size() ? &fitting[i + 1] : nullptr, req.objective) +
@@ -717,9 +750,11 @@ void check_constraints(const SearchRequest& req, const std::string& where) {
       any = true;
       if (r.seq <= 0) return false;
       Plan p = plan;
-      const PlanCheck chk = check_plan(p, r.model, r.cluster, r.seq);
-      if (chk.ok()) valid = true;
-      else if (invalid && invalid->empty()) *invalid = plan_to_string(p) + ": " + chk.message();
+      if (plan_valid(p, r.model, r.cluster, r.seq)) valid = true;
+      else if (invalid && invalid->empty()) {
+        Plan q = plan;
+        *invalid = plan_to_string(p) + ": " + check_plan(q, r.model, r.cluster, r.seq).message();
+      }
       return !valid;
     });
     return r.seq <= 0 ? any : valid;
@@ -739,8 +774,9 @@ void check_constraints(const SearchRequest& req, const std::string& where) {
       any.runtime.capabilities = RuntimeCapabilities{};
       std::string why;
       for_each_plan(any, true, [&](const Plan& p) {
+        if (runtime_runs(req.runtime.capabilities, p)) return true;
         why = missing_capability(req.runtime.capabilities, req.runtime.name, p);
-        return why.empty();
+        return false;
       });
       if (!why.empty()) throw InputError(where, f, why + "; choose another runtime (--runtime) or drop the key");
     }
@@ -775,7 +811,7 @@ int64_t max_trainable_seq_any(const SearchRequest& req, int64_t hi, Plan* best, 
     Plan p = plan;
     int64_t g = seq_granule(p);
     int64_t probe = std::max<int64_t>(g, (std::min<int64_t>(hi, 1 << 20) / g) * g);
-    if (!check_plan(p, req.model, req.cluster, probe).ok()) return true;
+    if (!plan_valid(p, req.model, req.cluster, probe)) return true;
     // only plans that could beat the best so far are bisected
     if (best_seq > 0) {
       int64_t at = (best_seq / g + 1) * g;

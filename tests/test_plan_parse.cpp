@@ -390,6 +390,37 @@ TEST(PlanParse, OrderMustNameEachDimensionOnce) {
 
 // ---- check_plan ---------------------------------------------------------------------------
 
+// plan_valid (what the search asks of every plan, no text built) is check_plan(...).ok() and fills
+// the plan the same way (dp, and ulysses where cp_kind=usp gives none), on a plan breaking each
+// rule check_plan has (and a few that only warn), on several clusters and sequence lengths.
+TEST(PlanCheck, PlanValidIsCheckPlanOkWithoutTheText) {
+  const char* plans[] = {
+      "", "dp=3,tp=2", "cp=3", "tp=2,sp=0,tp_overlap=1", "tp_overlap=1", "tp=2,tp_overlap=1", "pp=3", "pp=2,vpp=3", "vpp=2",
+      "pp=2,vpp=2,ga=3", "pp=2,vpp=2,ga=4", "pp=2,ga=1", "pp=2,zero=2", "pp=4,pp_first=6,pp_last=6", "pp=4,pp_embed=1",
+      "zero_shard=2", "zero=3,zero_shard=3", "zero=3,zero_shard=1", "zero=3,zero_shard=4", "tp=3", "tp=8", "cp=8,cp_kind=usp",
+      "cp=8,cp_kind=usp,ulysses=3", "cp=8,cp_kind=ring,ulysses=2", "cp=8,cp_kind=ulysses,ulysses=4", "cp=6,cp_kind=ulysses",
+      "cp=8,cp_kind=ulysses", "cp=8", "cp=8,pad=1", "cp=4,tp=2,cp_kind=allgather", "cp=8,cp_layout=headtail-doc",
+      "ckpt_offload=1", "param_offload=1", "zero=3,param_offload=1", "tiled_mlp=1048576", "tiled_loss=1048576",
+      "precision=fp8", "sp=1", "zero=1", "mask=explicit", "cp=8,mask=doc:4096,cp_layout=headtail-doc"};
+  int valid = 0, invalid = 0;
+  for (const char* where : {"8xh100", "dgx-a100", "6"})
+    for (int64_t seq : {int64_t{131072}, int64_t{131000}, int64_t{0}, int64_t{4}})
+      for (const char* text : plans) {
+        const ClusterSpec c = std::string(where) == "6" ? make_cluster(resolve_hardware(profiles(), "h100"), 1, 6) : cluster(where);
+        const Plan given = parse_plan(text);
+        Plan a = given, b = given;
+        const bool ok = plan_valid(a, model("Llama-3.1-8B"), c, seq);
+        const PlanCheck r = check_plan(b, model("Llama-3.1-8B"), c, seq);
+        EXPECT_EQ(ok, r.ok()) << text << " on " << where << " at " << seq << ": " << r.message();
+        EXPECT_EQ(plan_to_string(a), plan_to_string(b)) << text;
+        EXPECT_EQ(a.dp, b.dp) << text;
+        EXPECT_EQ(a.ulysses, b.ulysses) << text;
+        (ok ? valid : invalid) += 1;
+      }
+  EXPECT_GT(valid, 20);
+  EXPECT_GT(invalid, 100);
+}
+
 TEST(PlanCheck, WorldSizeMismatchIsAnErrorWithNearestDp) {
   ModelSpec m = model("Llama-3.1-8B");
   Plan p = parse_plan("dp=3,tp=2");

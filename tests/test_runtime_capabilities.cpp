@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <set>
 #include <fstream>
 #include <string>
 #include <utility>
@@ -54,6 +55,54 @@ TEST(RuntimeCapabilities, SearchEnumeratesExactlyThePlansTheStackRuns) {
     EXPECT_EQ(got, want) << runtime;
     if (std::string(runtime) != "ctxrun-cuda") EXPECT_GT(refused, 0) << runtime << ": the free space has plans the stack cannot run";
   }
+}
+
+// runtime_runs (what the search asks of every plan it enumerates) is missing_capability(...).empty(),
+// and where the stack lacks a capability the message names the key capability_gap found (one
+// rule set, two readings): every runtime, over the capability-free space of plans with pipeline
+// stages, packed documents and the optimizer precisions the profiles name.
+TEST(RuntimeCapabilities, RuntimeRunsIsAnEmptyMissingCapability) {
+  const char* keys[] = {"", "tp", "sp", "sp", "pp", "vpp", "cp_comm", "cp_layout", "cp_varlen", "zero_with_pp", "zero", "zero_shard",
+                        "recompute", "opt_offload", "param_offload", "ckpt_offload", "tiled_loss", "tiled_mlp", "tp_overlap",
+                        "compile", "master", "grads", "moments"};
+  std::set<std::string> named;
+  int64_t all_runs = 0;
+  for (const char* runtime : {"hf-deepspeed", "megatron", "ctxrun-cuda", "ctxrun-cpu", "torchtitan", "llm-foundry"}) {
+    SearchRequest req;
+    req.model = resolve_model(profiles(), "Llama-3.1-8B");
+    req.cluster = resolve_cluster(profiles(), "2x8xh100");
+    req.runtime = resolve_runtime(profiles(), runtime);
+    req.seq = 131072;
+    req.global_batch_tokens = 8 * req.seq;
+    req.base = parse_plan("mask=doc:hist:2048@0.8/32768@0.2");
+    SearchRequest free = req;
+    free.runtime.capabilities = RuntimeCapabilities{};
+    int64_t runs = 0, not_runs = 0;
+    const StateDtype dtypes[] = {StateDtype::runtime, StateDtype::fp32, StateDtype::bf16, StateDtype::none, StateDtype::q8};
+    for (Plan p : enumerate_plans(free))
+      for (int v = 0; v < 5; ++v) {
+        p.master = v == 3 ? StateDtype::none : StateDtype::runtime;
+        p.grads = v == 2 ? StateDtype::bf16 : StateDtype::runtime;
+        p.moments = v == 4 ? dtypes[4] : v == 2 ? dtypes[2] : StateDtype::runtime;
+        p.compile = v == 1 ? Compile::model : Compile::off;
+        const CapabilityGap gap = capability_gap(req.runtime.capabilities, p);
+        const std::string why = missing_capability(req.runtime.capabilities, runtime, p);
+        ASSERT_EQ(runtime_runs(req.runtime.capabilities, p), why.empty()) << runtime << " " << plan_to_string(p) << ": " << why;
+        if (why.empty()) {
+          ++runs;
+          continue;
+        }
+        ++not_runs;
+        const std::string key = keys[static_cast<int>(gap)];
+        ASSERT_NE(why.find(" cannot run " + key + "="), std::string::npos) << runtime << " " << plan_to_string(p) << ": " << why;
+        named.insert(key);
+      }
+    all_runs += runs;
+    EXPECT_GT(not_runs, 0) << runtime;
+  }
+  EXPECT_GT(all_runs, 0);
+  // the space reaches most of the rules (tp: no runtime caps it below 8, sp: the plans leave it to the runtime)
+  EXPECT_GE(named.size(), 10u);
 }
 
 TEST(RuntimeCapabilities, HfDeepspeedNeverGetsTensorParallelOrRingPlans) {

@@ -24,6 +24,7 @@
 #include "costmodel/profile_store.hpp"
 #include "costmodel/exit_codes.hpp"
 #include "costmodel/pipeline_time.hpp"
+#include "costmodel/simulator.hpp"
 #include "planner/search.hpp"
 
 namespace ctx {
@@ -213,6 +214,42 @@ TEST(Search, IsDeterministic) {
   for (size_t i = 0; i < a.pareto.size(); ++i) EXPECT_EQ(plan_to_string(a.pareto[i].plan), plan_to_string(b.pareto[i].plan));
   EXPECT_EQ(a.enumerated, b.enumerated);
   EXPECT_EQ(a.fitting, b.fitting);
+}
+
+// The search prices many plans on one layout's attention work (computed once, cached); every
+// plan's closed form must be what that plan costs priced on its own (step_costs without shared
+// work). Packed documents on a runtime without capabilities: the ring plans come in three
+// variable-length strategies (native, cycle, split:4) on the same CP layout, whose calls differ
+// (cycle runs the ring once per document: hand check, the same plan searched with cp_varlen fixed
+// costs 1.5x native's closed form here). The search prices the ranks of equal work (within 1e-9
+// relative, search.cpp) once: the times agree within that.
+TEST(Search, EachPlansClosedFormIsItsOwnPricing) {
+  SearchRequest req = request("Llama-3.1-8B", "8xh100", 262144);
+  req.runtime.capabilities = RuntimeCapabilities{};  // a user's profile: every cp_varlen strategy
+  req.base = parse_plan("mask=doc:hist:2048@0.8/32768@0.2");
+  req.cp_kinds = {CpKind::ring, CpKind::zigzag};
+  req.pp_values = {1};
+  req.refine = 0;
+  const SearchResult r = search_plans(req);
+  std::set<std::string> strategies;
+  for (const Candidate& c : r.ranked) {
+    if (c.plan.cp > 1) strategies.insert(to_string(c.plan.cp_varlen));
+    const StepTime own = estimate_step(step_costs(req.model, req.cluster, req.runtime, c.plan, req.seq, false));
+    ASSERT_NEAR(c.time.step_seconds, own.step_seconds, 1e-9 * own.step_seconds) << plan_to_string(c.plan);
+  }
+  EXPECT_EQ(strategies, (std::set<std::string>{"native", "cycle", "split:4"}));
+  // the simulated finalists likewise (per ring step work, shared per layout): each the simulation of
+  // its own step costs, bit for bit
+  req.refine = 40;
+  const SearchResult s = search_plans(req);
+  ASSERT_EQ(s.simulated, 40);
+  for (int64_t i = 0; i < s.simulated; ++i) {
+    const Candidate& c = s.ranked[static_cast<size_t>(i)];
+    const StepCosts k = step_costs(req.model, req.cluster, req.runtime, c.plan, req.seq, true);
+    StepTime own = simulate_step(k, c.plan, SimRecord::none).time;
+    add_step_overhead(k, own);
+    EXPECT_EQ(c.time.step_seconds, own.step_seconds) << plan_to_string(c.plan);
+  }
 }
 
 // Beyond the first 20 finalists only plans whose ring attention the sweep does quickly are
