@@ -66,7 +66,7 @@ struct Pricer {
   struct Remembered {
     double tokens = -1, efficiency = 0;
   };
-  mutable Remembered remembered[2][3];  // [backward][AttentionMask]
+  mutable Remembered remembered[2][3] = {};  // [backward][AttentionMask]
   double efficiency(AttentionMask m, double tokens, bool backward) const {
     Remembered& e = remembered[backward ? 1 : 0][static_cast<int>(m)];
     if (e.tokens != tokens) e = {tokens, attention_efficiency(*attn, m, head_dim, tokens, backward)};

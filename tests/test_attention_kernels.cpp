@@ -3,6 +3,7 @@
 // (what the stack runs) and the GPU (what has a curve, e.g. no FlashAttention-3 on an A100).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -181,6 +182,54 @@ TEST(AttentionKernels, ListHardwareShowsTheGpuVariants) {
   for (const char* gpu : {"H100-SXM-80GB", "H100-NVL-94GB", "H100-PCIe-80GB", "H100-96GB-500W", "H800-SXM-80GB", "H200-141GB",
                           "A100-SXM-40GB", "A100-SXM-80GB", "B200-180GB"})
     EXPECT_TRUE(contains(r.out, gpu)) << gpu << "\n" << r.out;
+}
+
+// A curve is linear in log(size) between its points, clamped at both ends (curve.hpp). The loader
+// keeps each segment's log (Curve::prepare) so a lookup takes one log; the value must be the
+// definition's, y0 + log(x/x0) / log(x1/x0) * (y1 - y0), bit for bit, at every point, between and
+// beyond them, on every curve of every hardware profile; and a curve whose points change after
+// prepare() (its kept logs stale) still gives the definition's value on its new points.
+TEST(AttentionKernels, CurveLookupsAreTheLogLinearDefinitionBitForBit) {
+  const ctx::Profiles prof = ctx::load_profiles(ctx::default_profiles_dir());
+  auto definition = [](const ctx::Curve& c, double x) {
+    const auto& pts = c.points;
+    if (x <= pts.front().first) return pts.front().second;
+    if (x >= pts.back().first) return pts.back().second;
+    size_t i = 1;
+    while (pts[i].first < x) ++i;
+    return pts[i - 1].second + std::log(x / pts[i - 1].first) / std::log(pts[i].first / pts[i - 1].first) * (pts[i].second - pts[i - 1].second);
+  };
+  auto check = [&](const ctx::Curve& c, const std::string& what) {
+    if (c.points.empty()) return 0;
+    int n = 0;
+    for (size_t i = 0; i < c.points.size(); ++i)
+      for (double f : {0.5, 0.999, 1.0, 1.001, 1.37, 2.0}) {
+        const double x = c.points[i].first * f;
+        EXPECT_EQ(c.at(x), definition(c, x)) << what << " at " << x;
+        ++n;
+      }
+    return n;
+  };
+  int lookups = 0, prepared = 0;
+  for (const ctx::HardwareSpec& hw : prof.hardware) {
+    const ctx::KernelCurves& k = hw.kernels;
+    std::vector<std::pair<const ctx::Curve*, std::string>> curves = {{&k.gemm, "gemm"}, {&k.gemm_fp8, "gemm_fp8"}, {&k.memory, "memory"}};
+    for (const ctx::AttentionKernel& a : k.attention)
+      for (auto [c, name] : {std::pair<const ctx::Curve*, const char*>{&a.fwd, "fwd"}, {&a.bwd, "bwd"}, {&a.full_fwd, "full_fwd"},
+                             {&a.full_bwd, "full_bwd"}, {&a.head_dim, "head_dim"}})
+        curves.emplace_back(c, a.name + "." + name);
+    for (auto& [c, name] : curves) {
+      lookups += check(*c, hw.name + " " + name);
+      if (c->points.size() > 1) prepared += c->segments.size() + 1 == c->points.size();
+      if (c->points.size() > 2) {  // edited after prepare(): the middle point moves, its two segments' kept logs are stale
+        ctx::Curve edited = *c;
+        edited.points[1].first = std::sqrt(edited.points[0].first * edited.points[2].first);
+        lookups += check(edited, hw.name + " " + name + " (edited)");
+      }
+    }
+  }
+  EXPECT_GT(lookups, 1000);
+  EXPECT_GT(prepared, 10);  // the loader prepared them (else the lookups above took the two-log path only)
 }
 
 }  // namespace
