@@ -570,8 +570,9 @@ class Builder {
 
   // The first receives' ends along `prev`'s cycles, walked upstream, as flat positions: each
   // cycle laid out twice (pos0[r] + h is the rank h hops upstream of r, h < its cycle's length),
-  // with sparse tables for two range queries in O(1) and O(log R): the first position of the
-  // largest value, and the first position whose value exceeds the one before it by no more than d.
+  // with sparse tables for three range queries in O(1) and O(log R): the first position of the
+  // largest value, the first position whose value exceeds the one before it by no more than d, and
+  // (after tilt(d)) the first position whose value less d per position exceeds a threshold.
   // ring_forward_by_rank walks a rank's running maximum rise by rise; where it rises at almost
   // every hop (upstream ranks ready ever later: the recompute pass of a long causal ring, ~R^2/4
   // rises per layer at R = 1024) these queries take a whole stretch of rises at once.
@@ -627,6 +628,7 @@ class Builder {
         }
       }
       built = true;
+      tilted_slope = std::numeric_limits<double>::quiet_NaN();  // (the tilted table is of the values before)
     }
     // the first position of the largest value in [a, b] (a <= b)
     int64_t argmax(int64_t a, int64_t b) const {
@@ -641,6 +643,32 @@ class Builder {
       for (size_t l = rise_min.size(); l-- > 0;) {
         const int64_t w = int64_t{1} << l;
         if (i + w - 1 <= b && rise_min[l][static_cast<size_t>(i)] > d) i += w;
+      }
+      return i;
+    }
+    // value less a slope per position: (after built) the sparse table of max over [pos, pos + 2^level)
+    // of value[i] - slope i, for first_above; rebuilt when asked for another slope
+    std::vector<std::vector<double>> tilted_max;
+    double tilted_slope = std::numeric_limits<double>::quiet_NaN();
+    void tilt(double slope) {
+      if (slope == tilted_slope && tilted_max.size() == rise_min.size()) return;
+      const size_t N = value.size(), levels = rise_min.size();
+      tilted_max.resize(levels);
+      tilted_max[0].resize(N);
+      for (size_t i = 0; i < N; ++i) tilted_max[0][i] = value[i] - slope * static_cast<double>(i);
+      for (size_t l = 1; l < levels; ++l) {
+        const size_t h = size_t{1} << (l - 1), w = size_t{1} << l;
+        tilted_max[l].resize(N);
+        for (size_t i = 0; i + w <= N; ++i) tilted_max[l][i] = std::max(tilted_max[l - 1][i], tilted_max[l - 1][i + h]);
+      }
+      tilted_slope = slope;
+    }
+    // the first position i in [a, b] with value[i] - slope i > t, for the slope of the last tilt (b + 1: none)
+    int64_t first_above(int64_t a, int64_t b, double t) const {
+      int64_t i = a;
+      for (size_t l = tilted_max.size(); l-- > 0;) {
+        const int64_t w = int64_t{1} << l;
+        if (i + w - 1 <= b && tilted_max[l][static_cast<size_t>(i)] <= t) i += w;
       }
       return i;
     }
@@ -779,7 +807,32 @@ class Builder {
             jb = std::min(run_end, rj) - 1;
             if (jb + 1 >= run_end) break;
             if (first_end[static_cast<size_t>(nx)] + static_cast<double>(rj - 1) * p2p > c_end + static_cast<double>(jb - ja + 1) * c) break;
-            advance_m();
+            // Where M rises at almost every hop (the recompute pass of a long causal ring) the rises
+            // after this one are taken at once up to the first that could make its block late: a
+            // rise at hop h does when v + h p > c_end + (h + 1 - ja) c (v its first end), i.e. when
+            // v - h (c - p) exceeds c_end + (1 - ja) c, and a hop that is not a rise cannot (its v
+            // is at most an earlier rise's, which would have, c >= p). A sparse-table search finds
+            // the first hop whose value less (c - p) per hop exceeds that, less a slack far above
+            // the rounding of either form; every rise before it fails the test above, so taking
+            // them at once (rise_to) leaves M as advance_m() one at a time would, and the test
+            // above decides at the hop found (or the loop goes on one rise at a time from it).
+            constexpr int64_t kRiseSearchMinHops = 16;  // (fewer hops left: one at a time)
+            const int64_t h_max = std::min(run_end - 2, last_recv_step);
+            if (h_max - next_rise > kRiseSearchMinHops) {
+              if (!upstream_.built) upstream_.build(prev, first_end);
+              const double d = c - p2p;
+              upstream_.tilt(d);
+              const int64_t p0 = upstream_.pos0[static_cast<size_t>(r)];
+              const int64_t h_end = std::min(h_max, upstream_.len[static_cast<size_t>(r)] - 1);
+              const double t = c_end + static_cast<double>(1 - ja) * c - d * static_cast<double>(p0);
+              const double slack = 1e-9 * std::max({1.0, std::abs(c_end), std::abs(t), d * static_cast<double>(upstream_.value.size())});
+              const int64_t h = next_rise + 1 <= h_end ? upstream_.first_above(p0 + next_rise + 1, p0 + h_end, t - slack) - p0 : h_end + 1;
+              ++rise_searches_;
+              if (h - 1 >= next_rise) rise_to(h - 1);
+              else advance_m();
+            } else {
+              advance_m();
+            }
           }
           const double nn = static_cast<double>(jb - ja + 1);
           const double e = c_end + nn * c;
@@ -1779,12 +1832,14 @@ class Builder {
   BState bstate_[2];
   Snapshot pv_, wv_;
   int64_t partial_jumps_ = 0, partial_layers_ = 0, partial_misses_ = 0, partial_ranks_ = 0;
+  int64_t rise_searches_ = 0;
 
  public:
   int64_t partial_jumps() const { return partial_jumps_; }
   int64_t partial_layers() const { return partial_layers_; }
   int64_t partial_misses() const { return partial_misses_; }
   int64_t partial_ranks() const { return partial_ranks_; }
+  int64_t rise_searches() const { return rise_searches_; }
   int64_t collectives() const { return next_coll_; }
   int64_t tasks() const { return ntasks_; }
   int64_t jumps() const { return jumps_; }
@@ -1812,6 +1867,7 @@ SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record, int
   r.stats.layers_partially_swept = b.partial_layers();
   r.stats.partial_misses = b.partial_misses();
   r.stats.partial_rank_layers = b.partial_ranks();
+  r.stats.rise_searches = b.rise_searches();
   for (size_t i = 0; i < acc.size(); ++i) {
     r.reps[i].compute_stream_busy_s = acc[i].stream_busy;
     r.reps[i].end_s = acc[i].end;

@@ -61,6 +61,7 @@ struct SimStats {
   int64_t layers_partially_swept = 0;  // layer iterations in them (the others' ranks moved along their lines)
   int64_t partial_misses = 0;    // such stretches undone by their far-end check
   int64_t partial_rank_layers = 0;  // ranks swept in them, summed over their layer iterations
+  int64_t rise_searches = 0;     // stretches of a forward ring's rises taken at once (ring_forward_by_rank's compute-bound runs)
   double wall_seconds = 0;       // how long the simulation itself took
 };
 

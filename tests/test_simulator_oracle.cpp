@@ -388,6 +388,65 @@ TEST(SimulatorOracle, RingsRisingUpstreamMatchTheEventQueueExactly) {
   EXPECT_EQ(cases, 120);
 }
 
+// Longer rings of the same kind (24-64 ranks): a compute-bound run of a rank's forward ring meets
+// more than 16 rises ahead, and ring_forward_by_rank takes the rises that cannot make a block late
+// at once (a sparse-table search over the first ends less (c - p) per hop, then the exact test at
+// the hop it finds). Against the oracle bit for bit (dyadic costs); the test requires the search
+// taken (SimStats::rise_searches), in several layers of one simulation: a search over the table of
+// an earlier layer's first ends (a table kept across calls) was off here.
+TEST(SimulatorOracle, LongRingsRisingUpstreamMatchTheEventQueueExactly) {
+  std::mt19937 rng(20261128);
+  auto pick = [&](std::initializer_list<double> v) { return *(v.begin() + std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)); };
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int cases = 0, searched = 0;
+  int64_t searches = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int64_t cp = uni(24, 64);
+    StepCosts k = plain_ring(cp, uni(3, 6));
+    k.recompute = uni(0, 1) ? Recompute::full : Recompute::none;
+    k.p2p_fwd = pick({0.25, 0.5, 1});
+    k.p2p_dkv = pick({0.25, 0.5});
+    k.pre_fwd = pick({0, 0.5});
+    k.mlp_fwd = pick({0, 1, 4});
+    k.pre_bwd = pick({0, 0.5});
+    k.mlp_bwd = pick({0, 1});
+    k.zero3_ag = pick({0, 0.5, 8});
+    // rank r: `unit` x (cp - r) per step on its first (cp - r) steps, then zeros (its upstream
+    // ranks, busier, end later: the running maximum rises at every hop), or `unit` on every step;
+    // some ranks heavier (a rise large enough to make a block late, among many that are not), a
+    // few steps changed
+    const double unit = pick({0.25, 0.5, 1});
+    const bool causal = uni(0, 1);
+    std::vector<double> weight(static_cast<size_t>(cp));
+    for (double& x : weight) x = pick({1, 1, 1, 1, 2, 4});
+    auto costs = [&]() {
+      std::vector<std::vector<double>> v(static_cast<size_t>(cp));
+      for (int64_t r = 0; r < cp; ++r) {
+        auto& row = v[static_cast<size_t>(r)];
+        const double c = unit * weight[static_cast<size_t>(r)] * (causal ? static_cast<double>(cp - r) : 1.0);
+        for (int64_t j = 0; j < cp; ++j) row.push_back(!causal || j < cp - r ? c : 0.0);
+        for (int n = uni(0, 2); n > 0; --n) row[static_cast<size_t>(uni(1, static_cast<int>(cp) - 1))] = pick({0, 0.25, 2, 8});
+      }
+      return v;
+    };
+    k.attn_fwd.push_back(costs());
+    k.attn_bwd.push_back(costs());
+    const Plan p = parse_plan("cp=" + std::to_string(cp) + ",cp_kind=ring");
+    const std::string w = "trial " + std::to_string(trial) + ": cp " + std::to_string(cp) + ", layers " + std::to_string(k.layers) + ", p " +
+                          std::to_string(k.p2p_fwd) + ", unit " + std::to_string(unit) + (k.recompute == Recompute::full ? ", recompute" : "") +
+                          (causal ? ", causal" : "");
+    const SimResult ref = simulate_step_reference(k, p);
+    const SimResult got = simulate_step(k, p, SimRecord::none);
+    expect_exactly_the_oracle(got, ref, w);
+    searches += got.stats.rise_searches;
+    searched += got.stats.rise_searches >= 2;
+    ++cases;
+  }
+  EXPECT_EQ(cases, 60);
+  std::printf("%d of %d rings took rises at once in two or more runs (%lld searches)\n", searched, cases, static_cast<long long>(searches));
+  EXPECT_GE(searched, 20) << "rings whose forward ring took stretches of rises at once";
+}
+
 // The random long-ring tests' per-layer costs on a dyadic grid (exact sums: ties are likely), drawn
 // in this order by `pick` (one of the values it is given).
 template <class Pick>
