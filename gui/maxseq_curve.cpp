@@ -55,7 +55,7 @@ MaxSeqCurve max_seq_curve(const SearchRequest& req, const Plan& family, int64_t 
     if (family_member(family, r.cluster, &member)) {
       Plan probe = member;
       const int64_t g = seq_granule(probe);
-      if (check_plan(probe, r.model, r.cluster, std::max<int64_t>(g, (std::min<int64_t>(hi_tokens, 1 << 20) / g) * g)).ok()) {
+      if (plan_valid(probe, r.model, r.cluster, std::max<int64_t>(g, (std::min<int64_t>(hi_tokens, 1 << 20) / g) * g))) {
         pt.family_tokens = max_trainable_seq(r.model, r.cluster, r.runtime, probe, hi_tokens);
         pt.family_plan = plan_to_string(probe);
       }

@@ -59,7 +59,7 @@ PlanTable build_plan_table(const SearchRequest& req, const std::function<bool(do
         break;
       }
       Plan p = all[i];
-      if (!check_plan(p, req.model, req.cluster, req.seq).ok()) continue;
+      if (!plan_valid(p, req.model, req.cluster, req.seq)) continue;
       MemoryPrediction mem = predict_memory(req.model, req.cluster, req.runtime, p, req.seq);
       if (mem.fits()) continue;  // already ranked
       PlanRow row;
