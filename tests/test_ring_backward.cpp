@@ -106,6 +106,16 @@ void expect_same(const std::vector<RingBackwardResult>& got, const std::vector<R
   }
 }
 
+// A rank's costs per step over `steps`: runs of 1 to `max_run` equal steps, each a quarter-grid
+// cost below 3 or (one run in four) 0. `uni(lo, hi)` and `quarter(hi)` draw.
+template <class Uni, class Quarter>
+void random_cost_runs(std::vector<double>& cv, int64_t steps, int max_run, Uni& uni, Quarter& quarter) {
+  while (static_cast<int64_t>(cv.size()) < steps) {
+    const double c = quarter(3) * (uni(0, 3) == 0 ? 0 : 1);
+    for (int k = uni(1, max_run); k > 0 && static_cast<int64_t>(cv.size()) < steps; --k) cv.push_back(c);
+  }
+}
+
 // A rank's state entering the sweep's first step, at random on a quarter grid (ties likely): the
 // block held (ready, start, end = start + the hop time p), the last hop (or none), the last compute,
 // the ring stream's end and the best task so far (or none). `uni(lo, hi)` and `quarter(hi)` draw;
@@ -202,10 +212,7 @@ TEST(RingBackward, BothRepresentationsEqualTheSweepOnRandomRings) {
     std::vector<RingBackwardRank> in(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) {
       auto& cv = costs[static_cast<size_t>(r)];
-      while (static_cast<int64_t>(cv.size()) < steps) {
-        const double c = quarter(3) * (uni(0, 3) == 0 ? 0 : 1);
-        for (int k = uni(1, L); k > 0 && static_cast<int64_t>(cv.size()) < steps; --k) cv.push_back(c);
-      }
+      random_cost_runs(cv, steps, L, uni, quarter);
       RingBackwardRank& x = in[static_cast<size_t>(r)];
       x.cost = &cv;
       x.prev = (r + n - cycles) % n;  // cycles interleaved, as usp's rings
@@ -260,10 +267,7 @@ TEST(RingBackward, RanksMovedByAConstantFromThePreviousCallEqualTheSweep) {
     std::vector<RingBackwardRank> in(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) {
       auto& cv = costs[static_cast<size_t>(r)];
-      while (static_cast<int64_t>(cv.size()) < steps) {
-        const double c = quarter(3) * (uni(0, 3) == 0 ? 0 : 1);
-        for (int k = uni(1, n); k > 0 && static_cast<int64_t>(cv.size()) < steps; --k) cv.push_back(c);
-      }
+      random_cost_runs(cv, steps, n, uni, quarter);
       RingBackwardRank& x = in[static_cast<size_t>(r)];
       x.cost = &cv;
       x.prev = (r + n - 1) % n;

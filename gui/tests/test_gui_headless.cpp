@@ -456,7 +456,9 @@ TEST(GuiHeadless, AttentionPickerPricesAsCtxplanPredictAttention) {
   EXPECT_EQ(shown["label"], "fa3");
   const RuntimeProfile rt = ref().runtime("hf-deepspeed");
   for (auto& k : ref().cluster().gpu.kernels.attention)
-    if (k.name == "fa3") EXPECT_EQ(shown["source"], k.source);
+    if (k.name == "fa3") {
+      EXPECT_EQ(shown["source"], k.source);
+    }
   std::string out;
   const std::string profiles = std::string("--profiles=") + CTXPLAN_SOURCE_DIR + "/profiles";
   ASSERT_EQ(run_program({CTXPLAN_BIN, profiles, "predict", "--runtime", "hf-deepspeed", "--attention", "fa3", "--plan", plan, "--json"}, &out, dir), 0)
