@@ -44,6 +44,13 @@ void stable_sort_moving_once(std::vector<T>& v, size_t first, size_t last, Less 
   std::move(sorted.begin(), sorted.end(), v.begin() + static_cast<std::ptrdiff_t>(first));
 }
 
+// Why check_plan refuses a plan the search enumerated, as the search reports it ("<plan, filled>: <reasons>"):
+// the text plan_valid does not build, made only for the plan a person will read about
+std::string refusal(Plan p, const ModelSpec& m, const ClusterSpec& c, int64_t seq) {
+  const std::string why = check_plan(p, m, c, seq).message();  // (fills p: dp, ulysses)
+  return plan_to_string(p) + ": " + why;
+}
+
 bool allowed(const std::vector<int64_t>& only, int64_t v) { return only.empty() || std::find(only.begin(), only.end(), v) != only.end(); }
 
 // Pipeline degrees the search tries: 1, then the divisors of the layers that divide the GPUs, up
@@ -557,10 +564,7 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
     }
     Plan p = plan;
     if (!plan_valid(p, req.model, req.cluster, req.seq)) {  // no text built for the plans refused
-      if (first_invalid.empty()) {  // the reason, of the first one only (check_plan fills q as plan_valid filled p)
-        Plan q = plan;
-        first_invalid = plan_to_string(p) + ": " + check_plan(q, req.model, req.cluster, req.seq).message();
-      }
+      if (first_invalid.empty()) first_invalid = refusal(plan, req.model, req.cluster, req.seq);  // the reason, of the first one only
       // a layout that does not divide the sequence: pad=1 (--plan) would pad it (the search pads only when told)
       if (!lower && !p.pad && req.seq > 0 && req.seq % seq_granule(p) != 0) ++r.not_dividing;
       return true;
@@ -647,9 +651,9 @@ SearchResult search_plans(const SearchRequest& req, const std::function<bool(dou
       ++r.simulated;
       continue;
     }
-    auto work = step_attention_cache.find(layout_key(c.plan));
-    if (work == step_attention_cache.end())
-      work = step_attention_cache.emplace(layout_key(c.plan), attention_work(c.plan, req.seq, true)).first;
+    const LayoutKey layout = layout_key(c.plan);
+    auto work = step_attention_cache.find(layout);
+    if (work == step_attention_cache.end()) work = step_attention_cache.emplace(layout, attention_work(c.plan, req.seq, true)).first;
     const StepCosts k = step_costs(req.model, req.cluster, req.runtime, c.plan, req.seq, true, &work->second);
     if (i >= kAlwaysSimulated && ring_steps_per_layer(k) > kCheapRingSteps) continue;
     // only the step time is read: the streaming sweep without recording the tasks (issue 15)
@@ -751,10 +755,7 @@ void check_constraints(const SearchRequest& req, const std::string& where) {
       if (r.seq <= 0) return false;
       Plan p = plan;
       if (plan_valid(p, r.model, r.cluster, r.seq)) valid = true;
-      else if (invalid && invalid->empty()) {
-        Plan q = plan;
-        *invalid = plan_to_string(p) + ": " + check_plan(q, r.model, r.cluster, r.seq).message();
-      }
+      else if (invalid && invalid->empty()) *invalid = refusal(plan, r.model, r.cluster, r.seq);
       return !valid;
     });
     return r.seq <= 0 ? any : valid;
