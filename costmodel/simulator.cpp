@@ -1294,6 +1294,11 @@ class Builder {
         }
         return worst;
       }
+      if (first) {  // (a subset of the checks below, first: where the whole state is off its line,
+                    // the ranks still catching up at the top of a ring leave it; checked from there)
+        for (size_t r = b1.acc.size(); r-- > 0;)
+          if (!step(a0.acc[r].prev_end, a1.acc[r].prev_end, b0.acc[r].prev_end, b1.acc[r].prev_end)) return worst;
+      }
       for (size_t i = 0; i < b1.tasks.size(); ++i)
         if (!task(a0.tasks[i], a1.tasks[i], b0.tasks[i], b1.tasks[i]) && (first || worst == kInf)) return worst;
       for (size_t r = 0; r < b1.acc.size(); ++r) {
