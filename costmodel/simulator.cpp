@@ -163,7 +163,7 @@ class Builder {
   // `start`, and timed by `collective` once all members exist.
   // The task is written into `out` (which may be one of `deps`: they are read first), field by
   // field: a T assembled in memory and copied whole at once would stall store-to-load forwarding.
-  void add(T& out, int rep, SimStream s, const char* name, double dur, SimPass pass, SimCategory cat, int32_t layer,
+  [[gnu::always_inline]] void add(T& out, int rep, SimStream s, const char* name, double dur, SimPass pass, SimCategory cat, int32_t layer,
            std::initializer_list<const T*> deps, int32_t coll = -1) {
     const int64_t id = next_id_++;
     if (partial_ && !sweep_[static_cast<size_t>(rep)]) {  // a rank on its line (partial sweep): its id only
