@@ -242,10 +242,10 @@ int main(int argc, char** argv) {
     Measure x = measure(reps, [&] { return ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min); });
     const ctx::SimResult r = ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min);
     std::printf("  streaming: best %.2f ms CPU (median %.2f ms CPU, %.2f ms wall), step %.17g s; %lld tasks, %lld jumps, %lld layer iterations "
-                "extrapolated, %lld jump misses; %lld partial jumps over %lld layer iterations (%lld ranks swept in them), %lld undone\n",
+                "extrapolated, %lld jump misses (%lld first at the farthest distance); %lld partial jumps over %lld layer iterations (%lld ranks swept in them), %lld undone\n",
                 x.best_cpu_ms, x.median_cpu_ms, x.median_ms, x.step, static_cast<long long>(x.tasks), static_cast<long long>(r.stats.periodic_jumps),
                 static_cast<long long>(r.stats.layers_extrapolated), static_cast<long long>(r.stats.jump_misses),
-                static_cast<long long>(r.stats.partial_jumps), static_cast<long long>(r.stats.layers_partially_swept),
+                static_cast<long long>(r.stats.far_first_misses), static_cast<long long>(r.stats.partial_jumps), static_cast<long long>(r.stats.layers_partially_swept),
                 static_cast<long long>(r.stats.partial_rank_layers),
                 static_cast<long long>(r.stats.partial_misses));
     const auto& b = r.time.breakdown;

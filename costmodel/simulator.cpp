@@ -1110,6 +1110,7 @@ class Builder {
         if (probe(cap, off)) {
           lo = cap, m = cap + 1;  // (no more probes)
         } else {
+          ++b.far_first_misses_;
           far_fail = cap;
           cap -= 1;
         }
@@ -1836,6 +1837,7 @@ class Builder {
   int64_t next_id_ = 0;
   int64_t ntasks_ = 0;
   int64_t jumps_ = 0, layers_skipped_ = 0, micro_batches_skipped_ = 0, jump_misses_ = 0;  // periodicity: jumps taken, layer iterations not swept, checks failed
+  int64_t far_first_misses_ = 0;  // of those, first probes at the farthest distance (Period::jump)
   std::vector<T> last_;  // last task per (rep, stream)
   std::vector<RepAcc> acc_;
   std::vector<T> fwd_tail_, loss_end_, mb_end_, reduce_end_;
@@ -1884,6 +1886,7 @@ class Builder {
   int64_t jumps() const { return jumps_; }
   int64_t layers_extrapolated() const { return layers_skipped_; }
   int64_t jump_misses() const { return jump_misses_; }
+  int64_t far_first_misses() const { return far_first_misses_; }
   int64_t micro_batches_extrapolated() const { return micro_batches_skipped_; }
   const std::vector<RepAcc>& reps() const { return acc_; }
 };
@@ -1901,6 +1904,7 @@ SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record, int
   r.stats.periodic_jumps = b.jumps();
   r.stats.layers_extrapolated = b.layers_extrapolated();
   r.stats.jump_misses = b.jump_misses();
+  r.stats.far_first_misses = b.far_first_misses();
   r.stats.micro_batches_extrapolated = b.micro_batches_extrapolated();
   r.stats.partial_jumps = b.partial_jumps();
   r.stats.layers_partially_swept = b.partial_layers();

@@ -57,6 +57,7 @@ struct SimStats {
   int64_t layers_extrapolated = 0;  // layer iterations taken on the line of the previous ones, not swept
   int64_t micro_batches_extrapolated = 0;  // whole micro-batches taken on the line of the previous ones
   int64_t jump_misses = 0;       // jumps whose check failed (each cost one swept iteration)
+  int64_t far_first_misses = 0;  // of those, checks at the farthest distance first, every rank at one pace (Period::jump)
   int64_t partial_jumps = 0;     // forward layer stretches where only the ranks off their lines were swept
   int64_t layers_partially_swept = 0;  // layer iterations in them (the others' ranks moved along their lines)
   int64_t partial_misses = 0;    // such stretches undone by their far-end check

@@ -137,6 +137,8 @@ void expect_exactly_the_oracle(const SimResult& got, const SimResult& ref, const
   EXPECT_EQ(got.time.breakdown.compute, ref.time.breakdown.compute) << w;
   EXPECT_EQ(got.time.breakdown.exposed_comm, ref.time.breakdown.exposed_comm) << w;
   EXPECT_EQ(got.time.breakdown.imbalance, ref.time.breakdown.imbalance) << w;
+  EXPECT_EQ(got.time.breakdown.offload_stall, ref.time.breakdown.offload_stall) << w;
+  EXPECT_EQ(got.time.breakdown.optimizer, ref.time.breakdown.optimizer) << w;
   EXPECT_EQ(got.critical_rep, ref.critical_rep) << w;
   EXPECT_EQ(got.breakdown_rep, ref.breakdown_rep) << w;
   EXPECT_EQ(got.stats.tasks, ref.stats.tasks) << w;
@@ -570,6 +572,52 @@ TEST(SimulatorOracle, PartialSweepStretchEndedByItsChecksMatchesTheEventQueueExa
     EXPECT_GE(got.stats.layers_partially_swept, ga) << w << ": forward layers swept partially";
     EXPECT_EQ(got.stats.partial_misses, 0) << w << ": stretches undone by the far-end check";
   }
+}
+
+// Period::jump checks the farthest distance first where every rank keeps one pace (here one rank:
+// a plain ring of two alike ranks). A line that breaks before the loop's end makes that probe
+// fail, and the search must go on below it exactly. The forward of a rank with parameter and
+// checkpoint offload on one host stream: per layer the compute takes C (norm 1, attention 1,
+// o_proj 0.5, MLP 1.5: C = 4) and the host h2d (the next layer's parameters, after the layer
+// starts) plus d2h (this layer's checkpoint, after it starts) = h + d. With h + d > C the host
+// falls behind by h + d - C a layer while the compute is ahead; once the lag uses up the one-layer
+// prefetch's slack, the compute waits for the parameters every layer and runs at the host's pace
+// h + d: the state moves on one line (compute C, host h + d a layer), then on another, the kink
+// some layers in (d = 3.25: lag 0.25 a layer against a slack of about C - h = 3: near layer 12 of
+// 40). Dyadic costs: the sums are exact, so the streaming sweep must equal the event queue bit for
+// bit (the breakdown's offload stall and optimizer too). Each d must trip the far-first check at
+// least once (far_first_misses), and the search below it must still extrapolate layers. Checked
+// by breaking the code temporarily: leaving the failed probe's state in place fails every case.
+// (Taking the failed probe's far state as if it had held would go unnoticed here: past the kink
+// the compute waits for the host, so the wrong compute times are forgotten, and the stalls the far
+// step adds at once sum to the ones the layers add one by one; the check itself is the one every
+// probe makes.)
+TEST(SimulatorOracle, LineBrokenBeforeTheLoopsEndAfterTheFarthestCheckMatchesTheEventQueueExactly) {
+  int tripped = 0;
+  for (double d : {3.25, 3.5, 4.5}) {
+    for (int64_t ga = 1; ga <= 2; ++ga) {
+      StepCosts k = plain_ring(2, 40);
+      k.ga = ga;
+      k.recompute = Recompute::none;
+      k.p2p_fwd = 0.25, k.p2p_dkv = 0.25;
+      k.pre_fwd = 1, k.post_fwd = 0.5, k.mlp_fwd = 1.5, k.pre_bwd = 1, k.post_bwd = 0.5, k.mlp_bwd = 3;
+      k.param_h2d = 1, k.ckpt_d2h = d, k.ckpt_h2d = d;
+      const std::vector<std::vector<double>> costs(2, std::vector<double>{0.5, 0.5});  // two alike ranks: one simulated
+      k.attn_fwd.push_back(costs);
+      k.attn_bwd.push_back(costs);
+      const Plan p = parse_plan("cp=2,cp_kind=ring");
+      const std::string w = "one rank, parameter and checkpoint offload, d2h " + std::to_string(d) + ", ga " + std::to_string(ga);
+      const SimResult ref = simulate_step_reference(k, p);
+      const SimResult got = simulate_step(k, p, SimRecord::none);
+      expect_exactly_the_oracle(got, ref, w);
+      EXPECT_EQ(got.reps.size(), 1u) << w;
+      EXPECT_GT(got.stats.layers_extrapolated, 0) << w;
+      std::printf("%s: %lld layers extrapolated, %lld far-first misses of %lld\n", w.c_str(), static_cast<long long>(got.stats.layers_extrapolated),
+                  static_cast<long long>(got.stats.far_first_misses), static_cast<long long>(got.stats.jump_misses));
+      tripped += got.stats.far_first_misses > 0;
+    }
+  }
+  EXPECT_EQ(tripped, 6) << "cases whose first check at the farthest distance failed";
 }
 
 // How many ranks leave their line in each alike backward layer, from the oracle's own tasks: per
