@@ -287,7 +287,7 @@ class Builder {
   std::vector<T> collective(G g, SimStream s, const char* name, double dur, SimPass pass, int32_t layer,
                             const std::vector<T>& dep_per_rep) {
     if (dur <= 0) return dep_per_rep;  // nothing to wait for: later tasks depend on what this would have
-    std::vector<T> ids(static_cast<size_t>(nreps()));
+    std::vector<T> ids = none();
     if (g == G::self) {  // one member each (TP ranks are collapsed): timed at once
       for (int r = 0; r < nreps(); ++r)
         add(ids[static_cast<size_t>(r)], r, s, name, dur, pass, SimCategory::comm, layer, {&dep_per_rep[static_cast<size_t>(r)]});
@@ -330,7 +330,7 @@ class Builder {
   }
   std::vector<T> compute(const char* name, double dur, SimPass pass, int32_t layer, const std::vector<T>& dep_a,
                                const std::vector<T>* dep_b = nullptr, SimCategory cat = SimCategory::compute) {
-    std::vector<T> ids(static_cast<size_t>(nreps()));
+    std::vector<T> ids = none();
     for (int r = 0; r < nreps(); ++r)
       add(ids[static_cast<size_t>(r)], r, SimStream::compute, name, dur, pass, cat, layer,
                                         {&dep_a[static_cast<size_t>(r)], dep_b ? &(*dep_b)[static_cast<size_t>(r)] : &kNoTask});
@@ -338,13 +338,18 @@ class Builder {
   }
   std::vector<T> host(const char* name, double dur, SimPass pass, int32_t layer, const std::vector<T>& dep,
                             SimCategory cat = SimCategory::host) {
-    std::vector<T> ids(static_cast<size_t>(nreps()));
+    std::vector<T> ids = none();
     if (dur <= 0) return dep;
     for (int r = 0; r < nreps(); ++r)
       add(ids[static_cast<size_t>(r)], r, SimStream::host, name, dur, pass, cat, layer, {&dep[static_cast<size_t>(r)]});
     return ids;
   }
-  std::vector<T> none() const { return std::vector<T>(static_cast<size_t>(nreps())); }
+  // a vector of no tasks, one per rep (copied from one built once: a copy is a block move, where
+  // constructing R tasks stores each field)
+  std::vector<T> none() {
+    if (none_.size() != static_cast<size_t>(nreps())) none_.assign(static_cast<size_t>(nreps()), T{});
+    return none_;
+  }
 
   // the partial sums of a row-parallel output over TP: reduce-scatter under SP, else all-reduce
   std::vector<T> tp_reduce(SimPass pass, int32_t layer, const std::vector<T>& after) {
@@ -378,7 +383,7 @@ class Builder {
       std::vector<T> dep = after;
       if (k_.cp_kind == CpKind::allgather && k_.kv_ag > 0)
         dep = collective(G::cp, SimStream::tp, "kv_all_gather", k_.kv_ag, pass, layer, after);
-      std::vector<T> ids(static_cast<size_t>(nreps()));
+      std::vector<T> ids = none();
       for (int r = 0; r < nreps(); ++r)
         add(ids[static_cast<size_t>(r)], r, SimStream::compute, name, cost(r, 0), pass, SimCategory::compute, layer, {&dep[static_cast<size_t>(r)]});
       if (backward && k_.cp_kind == CpKind::allgather && k_.dkv_rs > 0)
@@ -392,7 +397,7 @@ class Builder {
     // block's total hops home to its owner.
     std::vector<T> have = after;  // when each rank holds the block it will send next
     std::vector<T> have_dkv = none();
-    std::vector<T> last_compute(static_cast<size_t>(nreps()));
+    std::vector<T> last_compute = none();
     const std::vector<int>& prev = ring_senders();
     auto prev_of = [&](int r) { return prev[static_cast<size_t>(r)]; };
     const int64_t steps = k_.ring;
@@ -400,7 +405,7 @@ class Builder {
     // loop) run on flat arrays: ring_backward
     const int64_t generic_steps = record_ ? steps : 1;
     for (int64_t j = 0; j < generic_steps; ++j) {
-      std::vector<T> recv(static_cast<size_t>(nreps()));
+      std::vector<T> recv = none();
       const bool tape = !backward && j == 0 && (taping_ || partial_);  // (a forward layer of the partial sweep's loop)
       if (tape) first_step_in(have);
       if (j + 1 < steps) {
@@ -413,7 +418,7 @@ class Builder {
         add(last_compute[static_cast<size_t>(r)], r, SimStream::compute, name, cost(r, static_cast<size_t>(j)), pass, SimCategory::compute,
                                                    layer, {&have[static_cast<size_t>(r)]});
       if (backward) {
-        std::vector<T> dkv(static_cast<size_t>(nreps()));
+        std::vector<T> dkv = none();
         for (int r = 0; r < nreps(); ++r) {
           const int prev = prev_of(r);
           add(dkv[static_cast<size_t>(r)], r, SimStream::ring, "ring_dkv", k_.p2p_dkv, pass, SimCategory::comm, layer,
@@ -1848,6 +1853,7 @@ class Builder {
   int64_t far_first_misses_ = 0;  // of those, first probes at the farthest distance (Period::jump)
   std::vector<const std::vector<double>*> ring_cost_of_[2];  // ring_costs: forward, backward
   std::vector<int> ring_sender_;                             // ring_senders
+  std::vector<T> none_;                                      // none()
   std::vector<T> last_;  // last task per (rep, stream)
   std::vector<RepAcc> acc_;
   std::vector<T> fwd_tail_, loss_end_, mb_end_, reduce_end_;
