@@ -78,6 +78,10 @@ struct Seq {
     }
     p.push_back({j, v, s});
   }
+  friend void swap(Seq& a, Seq& b) noexcept {
+    a.p.swap(b.p);
+    std::swap(a.last, b.last);
+  }
 };
 
 // ---- building ---------------------------------------------------------------------------------
@@ -98,6 +102,16 @@ inline void restrict(Seq& out, const Seq& x, int64_t a, int64_t b) {
     const Piece& q = x.p[k];
     if (q.j < a) out.p.push_back({a, q.at(a), q.s});
     else out.p.push_back(q);
+  }
+}
+// out(i) = x(i - k) on [a + k, b + k): restrict then shift in one copy (the same pieces)
+inline void restrict_shift(Seq& out, const Seq& x, int64_t a, int64_t b, int64_t k) {
+  out.clear(b + k);
+  if (a >= b) return;
+  for (size_t i = x.piece_of(a); i < x.p.size() && x.p[i].j < b; ++i) {
+    const Piece& q = x.p[i];
+    if (q.j < a) out.p.push_back({a + k, q.at(a), q.s});
+    else out.p.push_back({q.j + k, q.v, q.s});
   }
 }
 // appends x (starting at out.end()) to out
@@ -282,6 +296,12 @@ struct Seq2 {
     for (int par = 0; par < 2; ++par) sub[par].clear(lo(b, par));
   }
   bool has(int par) const { return lo(a, par) < lo(b, par); }
+  friend void swap(Seq2& x, Seq2& y) noexcept {
+    swap(x.sub[0], y.sub[0]);
+    swap(x.sub[1], y.sub[1]);
+    std::swap(x.a, y.a);
+    std::swap(x.b, y.b);
+  }
 };
 
 inline void constant(Seq2& out, int64_t a, int64_t b, double v) {
@@ -300,6 +320,16 @@ inline void shift(Seq2& out, const Seq2& x, int64_t k) {
   out.clear(x.a + 1, x.b + 1);
   if (x.has(1)) shift(out.sub[0], x.sub[1], 1);
   if (x.has(0)) out.sub[1] = x.sub[0];
+}
+// restrict then shift by 1 in one copy (the same pieces): out(j) = x(j - 1) on [a + 1, b + 1)
+inline void restrict_shift(Seq2& out, const Seq2& x, int64_t a, int64_t b, int64_t k) {
+  if (k != 1) throw std::logic_error("pl::restrict_shift of an even/odd sequence by " + std::to_string(k) + " steps: only 1 is supported");
+  out.clear(a, b);  // (the restricted steps [a, max(a, b)); which parities they hold)
+  const bool odd = out.has(1), even = out.has(0);
+  out.clear(out.a + 1, out.b + 1);
+  // the odd steps become the even ones, index + 1; the even ones the odd ones, same index
+  if (odd) restrict_shift(out.sub[0], x.sub[1], Seq2::lo(a, 1), Seq2::lo(b, 1), 1);
+  if (even) restrict(out.sub[1], x.sub[0], Seq2::lo(a, 0), Seq2::lo(b, 0));
 }
 // out = a point at step j, then x (over [j + 1, end), or empty)
 inline void point_then(Seq2& out, int64_t j, double v, const Seq2& x, int64_t end) {

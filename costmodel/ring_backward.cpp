@@ -33,13 +33,43 @@ void then_point(Seq& out, const Seq& x, int64_t j, double v) {
 double cost_at(const std::vector<double>* cv, int64_t j) {
   return std::max(0.0, static_cast<size_t>(j) < cv->size() ? (*cv)[static_cast<size_t>(j)] : 0.0);
 }
+// The steps j = j0, j0 + stride, ... < steps of cv pushed at index j / stride, one by one as
+// push would take them, but a step whose cost equals the last piece's constant exactly (which push
+// would merge into it, changing nothing) is skipped without the call, and once the last piece is
+// that constant the rest of a run of equal costs at once: the same pieces (a plain ring's cost
+// vector is a few runs over ~R steps).
+void build_cost_steps(Seq& s, const std::vector<double>* cv, int64_t j0, int64_t steps, int64_t stride) {
+  const double* c = cv->data();
+  const int64_t n = static_cast<int64_t>(cv->size());
+  for (int64_t j = j0; j < steps;) {
+    const double v = cost_at(cv, j);
+    if (s.p.empty() || s.p.back().s != 0 || s.p.back().v != v) s.push(j / stride, v, 0.0);
+    j += stride;
+    if (s.p.back().s != 0 || s.p.back().v != v) continue;
+    if (j - stride >= n) {  // past the vector: every cost is 0, as v
+      j = steps;
+    } else {  // equal raw costs have equal costs (max(0, x))
+      const double raw = c[j - stride];
+      const int64_t lim = std::min(n, steps);
+      for (; j + 8 <= lim; j += 8) {  // 8 steps at a time while all of them (both parities) are equal
+        bool all = true;
+        for (int64_t k = 0; k < 8; ++k) all &= c[j + k] == raw;
+        if (!all) break;
+      }
+      while (j < lim && c[j] == raw) j += stride;
+    }
+  }
+}
 void build_cost(Seq& s, const std::vector<double>* cv, int64_t j0, int64_t steps) {
   s.clear(steps);
-  for (int64_t j = j0; j < steps; ++j) s.push(j, cost_at(cv, j), 0.0);
+  build_cost_steps(s, cv, j0, steps, 1);
 }
 void build_cost(Seq2& s, const std::vector<double>* cv, int64_t j0, int64_t steps) {
   s.clear(j0, steps);
-  for (int64_t j = j0; j < steps; ++j) s.sub[j & 1].push(j >> 1, cost_at(cv, j), 0.0);
+  for (int par = 0; par < 2; ++par) {
+    const int64_t first = j0 + ((j0 & 1) != par ? 1 : 0);
+    if (first < steps) build_cost_steps(s.sub[par], cv, first, steps, 2);
+  }
 }
 template <class S>
 const S& cost_seq(RingBackwardStore<S>& st, const std::vector<double>* cv, int64_t j0, int64_t steps) {
@@ -48,6 +78,31 @@ const S& cost_seq(RingBackwardStore<S>& st, const std::vector<double>* cv, int64
   S s;
   build_cost(s, cv, j0, steps);
   return st.cost_seq.emplace(cv, std::move(s)).first->second;
+}
+
+// x.lo, x.hi: the least and the largest value of re, ce and de at their pieces' first and last
+// steps, as moved_by computes them (NaN when one is NaN)
+void value_bounds(const Seq& a, double& lo, double& hi) {
+  for (size_t k = 0; k < a.p.size(); ++k) {
+    const pl::Piece& x = a.p[k];
+    const int64_t e = (k + 1 < a.p.size() ? a.p[k + 1].j : a.last) - 1;
+    for (const double v : {x.v, e > x.j ? x.at(e) : x.v}) {
+      if (std::isnan(v)) lo = hi = v;
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
+  }
+}
+void value_bounds(const Seq2& a, double& lo, double& hi) {
+  for (int par = 0; par < 2; ++par) value_bounds(a.sub[par], lo, hi);
+}
+template <class R>
+void value_bounds(R& x) {
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  value_bounds(x.re, lo, hi);
+  value_bounds(x.ce, lo, hi);
+  value_bounds(x.de, lo, hi);
+  x.lo = lo, x.hi = hi;
 }
 
 // Rank r's sequences from its upstream's (u): the recurrences of the sweep (simulator.cpp's
@@ -65,8 +120,7 @@ void compute_rank(RingBackwardStore<S>& st, typename RingBackwardStore<S>::Rank&
   S* t = st.t;
   const int64_t last = steps - 1;
   // y = max(ce_u, de_u shifted one step) over [j0, steps); an unsent hop does not bind (0 <= ce_u)
-  restrict(t[0], u.de, j0, last);
-  shift(t[1], t[0], 1);
+  restrict_shift(t[1], u.de, j0, last, 1);
   point_then(t[2], j0, up.dkv_valid ? up.dkv_end : 0.0, t[1], steps);
   S& y = t[3];
   pl::max(y, u.ce, t[2]);
@@ -78,8 +132,7 @@ void compute_rank(RingBackwardStore<S>& st, typename RingBackwardStore<S>::Rank&
     if (last > j0 + 1) {
       restrict(t[0], y, j0, last - 1);
       add_constant(t[1], t[0], q);
-      restrict(t[0], u.re, j0, last - 1);
-      pl::max(t[4], t[1], t[0]);
+      pl::max(t[4], t[1], u.re);  // (over t[1]'s steps: u.re is not cut to them, the same pieces)
       shift(t[1], t[4], 1);  // z over [j0 + 1, last)
       pl::constant(t[0], j0 + 1, last, p + q);
       scan(t[4], rs0, t[0], t[1], st.scratch);
@@ -89,8 +142,7 @@ void compute_rank(RingBackwardStore<S>& st, typename RingBackwardStore<S>::Rank&
     }
     add_constant(x.re, x.rs, p);
     // hops over [j0, last): after the receive of the step
-    restrict(t[0], y, j0, last);
-    pl::max(t[1], x.re, t[0]);
+    pl::max(t[1], x.re, y);  // (over x.re's steps [j0, last))
   } else {
     x.rs = S{};
     x.re = S{};
@@ -104,8 +156,7 @@ void compute_rank(RingBackwardStore<S>& st, typename RingBackwardStore<S>::Rank&
   // computes over [j0, steps)
   const double cs0 = std::max(std::max(0.0, me.compute_end), me.have_end);
   if (steps > j0 + 1) {
-    restrict(t[0], cost, j0, last);
-    shift(t[1], t[0], 1);
+    restrict_shift(t[1], cost, j0, last, 1);
     shift(t[2], x.re, 1);
     scan(t[4], cs0, t[1], t[2], st.scratch);
     point_then(x.cs, j0, cs0, t[4], steps);
@@ -113,6 +164,7 @@ void compute_rank(RingBackwardStore<S>& st, typename RingBackwardStore<S>::Rank&
     point_then(x.cs, j0, cs0, S{}, steps);
   }
   pl::add(x.ce, x.cs, cost);
+  value_bounds(x);
 }
 
 // do a and b agree (to rounding) at every step?
@@ -161,7 +213,12 @@ bool identical(const R& a, const R& b) {
 // times (its sums and steps are the same). To rounding: inputs are "moved by d" when within
 // pl::near of the previous value + d at every piece's first and last step (a piece is a line, so
 // at every step), the tolerance of the check in solve and of Period in simulator.cpp.
-bool moved_by(double a, double b, double d) { return pl::near(a, b + d); }
+// (an infinite value only as itself: pl::near takes any finite value for near an infinite one,
+// and a rank with no task before, best_end -inf, would pass for moved to one with a finite end)
+bool moved_by(double a, double b, double d) {
+  const double m = b + d;
+  return std::isfinite(a) && std::isfinite(m) ? pl::near(a, m) : a == m;
+}
 // a + oa is b + ob moved by d (oa, ob: the sequences' offs)
 bool moved_by(const Seq& a, double oa, const Seq& b, double ob, double d) {
   if (a.last != b.last || a.p.size() != b.p.size()) return false;
@@ -179,11 +236,31 @@ bool moved_by(const Seq2& a, double oa, const Seq2& b, double ob, double d) {
     if (a.has(par) && !moved_by(a.sub[par], oa, b.sub[par], ob, d)) return false;
   return true;
 }
+}  // namespace
+
+// Whether every value v in [lo, hi] passes moved_by(v + oa, v + ob, d) (the stored values of one
+// sequence with two offs), from bounds alone: with u = 2^-53, |fl(v + oa) - fl(fl(v + ob) + d)| <=
+// |oa - ob - d| + u (|v + oa| + |v + ob| + |v + ob + d|) (1 + u), each at most |v| + |oa| + |ob| + |d|;
+// g, |oa - ob - d| computed in two roundings, is off by at most 2u (|oa| + |ob| + |d|); and
+// pl::near accepts once that is at most 1e-12 |fl(v + oa)| >= 1e-12 (lo + oa) (1 - u) (1e-12 and
+// its product rounded: 0.999e-12). False (then the values are compared one by one) where it cannot tell.
+bool ring_moved_by_bound(double lo, double hi, double oa, double ob, double d) {
+  if (!(lo <= hi) || !(lo + oa > 0)) return false;  // (also NaN, and no values)
+  const double u = std::ldexp(1.0, -53);
+  const double mag = std::max(std::abs(lo), std::abs(hi)) + std::abs(oa) + std::abs(ob) + std::abs(d);
+  const double g = std::abs((oa - ob) - d);
+  const double slack = 8 * u * mag;  // 3u (1 + u) + 2u, generously
+  return std::isfinite(mag) && g + slack <= 0.999e-12 * (lo + oa);
+}
+
+namespace {
 // x's sequences and y's trade storage (their offs, rr0 and dr_last stay)
 template <class R>
 void swap_sequences(R& x, R& y) {
-  std::swap(x.rs, y.rs), std::swap(x.re, y.re), std::swap(x.cs, y.cs);
-  std::swap(x.ce, y.ce), std::swap(x.ds, y.ds), std::swap(x.de, y.de);
+  using std::swap;  // (pl::swap: the pieces' storage, no copy)
+  swap(x.rs, y.rs), swap(x.re, y.re), swap(x.cs, y.cs);
+  swap(x.ce, y.ce), swap(x.ds, y.ds), swap(x.de, y.de);
+  std::swap(x.lo, y.lo), std::swap(x.hi, y.hi);
 }
 // x's re, ce, de with its off added (x itself where it is 0; else written into `scratch`)
 template <class R>
@@ -206,14 +283,27 @@ bool can_move(const RingBackwardStore<S>& st, size_t r, size_t u, const typename
   // (the maxima with 0: ring_end and compute_end are times, >= 0 where the rank has such a task)
   if (!(me.ring_end > 0 && pm.ring_end > 0 && me.compute_end > 0 && pm.compute_end > 0)) return false;
   if (!moved_by(me.have_start, pm.have_start, d) || !moved_by(me.have_ready, pm.have_ready, d) || !moved_by(me.compute_end, pm.compute_end, d) ||
-      !moved_by(me.prev_end, pm.prev_end, d) || !moved_by(me.ring_end, pm.ring_end, d) || !moved_by(me.best_end, pm.best_end, d) ||
-      !moved_by(up.dkv_end, pu.dkv_end, d) || !moved_by(up.have_end, pu.have_end, d))
+      !moved_by(me.prev_end, pm.prev_end, d) || !moved_by(me.ring_end, pm.ring_end, d) || !moved_by(up.dkv_end, pu.dkv_end, d) ||
+      !moved_by(up.have_end, pu.have_end, d))
     return false;
+  // The latest end of the rank's earlier tasks decides only whether one of these steps' tasks ends
+  // later (best_role none or not; the sequences do not read it): moved or not, it does not bind
+  // where the previous call's steps ended later than it (a role) and the moved end is later than
+  // the new one by more than rounding (1e-9 relative, far above the move's 1e-12).
+  if (!moved_by(me.best_end, pm.best_end, d)) {
+    const RingBackwardResult& po = st.prev_out[r];
+    const double top = po.best_end + d;
+    if (po.best_role == RingBackwardResult::none || !(top - me.best_end > 1e-9 * std::abs(top))) return false;
+  }
   // The upstream's previous sequences: its storage now where it was moved in this call. Moved by
   // the same d, it is the previous one moved by d but for the order of two additions (stored +
-  // (off + d) against (stored + off) + d: rounding), so its pieces need no comparison.
+  // (off + d) against (stored + off) + d: rounding), so its pieces need no comparison; moved by
+  // another d (most often a d a few ulps away: two ranks' arrivals rounded apart), the comparison
+  // of its stored values with themselves is decided from their bounds where those suffice
+  // (ring_moved_by_bound: the same answer without reading a piece; a third of the 1,024-rank plain
+  // ring's moved ranks went through the comparison, 0.2% now).
   const bool up_moved = st.moved[u] != 0;
-  if (up_moved && st.delta[u] == d && &ur == &st.rank[u]) return true;
+  if (up_moved && &ur == &st.rank[u] && (st.delta[u] == d || ring_moved_by_bound(ur.lo, ur.hi, ur.off, st.prev_off[u], d))) return true;
   const auto& pr = up_moved ? st.rank[u] : st.prev_rank[u];
   const double po = up_moved ? st.prev_off[u] : pr.off;
   return moved_by(ur.re, ur.off, pr.re, po, d) && moved_by(ur.ce, ur.off, pr.ce, po, d) && moved_by(ur.de, ur.off, pr.de, po, d);
@@ -387,13 +477,11 @@ bool solve(RingBackwardStore<S>& st, RingBackwardWork& w, int64_t j0, int64_t st
     }
     if (last > j0) {
       // steps j > j0, indexed by j - 1 in [j0, last): gap = max(0, re - ce), the receive's wait rs - rr
-      restrict(t[0], x.ce, j0, last);
-      pl::sub(t[1], x.re, t[0]);
+      pl::sub(t[1], x.re, x.ce);  // (over x.re's steps)
       pl::max_constant(t[2], t[1], 0.0);  // gaps
       if (last > j0 + 1) {
         restrict(t[0], x.de, j0, last - 1);
-        restrict(t[1], x.re, j0, last - 1);
-        pl::max(t[3], t[0], t[1]);
+        pl::max(t[3], t[0], x.re);  // (over t[0]'s steps)
         shift(t[0], t[3], 1);
         point_then(t[1], j0, x.rr0, t[0], last);
       } else {

@@ -65,6 +65,9 @@ struct RingBackwardStore {
     // every sequence's values are its stored values + off (0 where computed; a rank moved from
     // the previous call holds that call's storage and its off + the move: nothing is copied)
     double off = 0;
+    // the least and the largest of re's, ce's and de's stored values at their pieces' first and
+    // last steps (what moved_by compares; lo > hi or NaN: not known), kept with the storage
+    double lo = 1, hi = 0;
   };
   std::vector<Rank> rank;
   Rank lower, check, before;  // (before: a rank's sequences in the pass before, while it is computed again)
@@ -132,6 +135,11 @@ struct RingBackwardWork {
 // stream's ends never decrease). The exact recurrences; the closed form equals it up to rounding.
 void ring_backward_sweep(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv_s, const std::vector<RingBackwardRank>& in,
                          std::vector<RingBackwardResult>& out, RingSweepWork& w);
+
+// Whether every value v in [lo, hi] satisfies pl::near(v + oa, (v + ob) + d), as computed in
+// doubles, decided from the bounds alone (false where they do not suffice): a moved rank's check
+// of an upstream moved by another constant than its own (costmodel/ring_backward.cpp, can_move).
+bool ring_moved_by_bound(double lo, double hi, double oa, double ob, double d);
 
 bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv_s, const std::vector<RingBackwardRank>& in,
                                std::vector<RingBackwardResult>& out, RingBackwardWork& w);

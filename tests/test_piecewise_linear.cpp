@@ -191,6 +191,54 @@ TEST(PiecewiseLinear, EvenOddSequencesEqualTheirDefinitionAtEveryStep) {
   }
 }
 
+// restrict_shift (one copy) against its definition, restrict then shift: the same pieces bit for
+// bit and the same ends, for ranges that start inside a piece, at one, before the sequence's end
+// and empty, on lines and on even/odd sequences; and the values at every step.
+bool same_pieces(const Seq& a, const Seq& b) {
+  if (a.last != b.last || a.p.size() != b.p.size()) return false;
+  for (size_t k = 0; k < a.p.size(); ++k)
+    if (a.p[k].j != b.p[k].j || a.p[k].v != b.p[k].v || a.p[k].s != b.p[k].s) return false;
+  return true;
+}
+TEST(PiecewiseLinear, RestrictThenShiftInOneCopy) {
+  Rng r;
+  int inside = 0, empty = 0;
+  for (int trial = 0; trial < 500; ++trial) {
+    const int64_t f = r.uni(0, 5), e = f + r.uni(1, 60);
+    const Seq x = random_seq(r, f, e);
+    const int64_t a = f + r.uni(0, static_cast<int>(e - f)), b = r.uni(0, 3) == 0 ? a - r.uni(0, 2) : a + r.uni(0, static_cast<int>(e - a));
+    const int64_t k = r.uni(0, 3);
+    Seq t, want, got;
+    pl::restrict(t, x, a, b);
+    pl::shift(want, t, k);
+    pl::restrict_shift(got, x, a, b, k);
+    const std::string w = "trial " + std::to_string(trial) + " [" + std::to_string(a) + ", " + std::to_string(b) + ") by " + std::to_string(k);
+    EXPECT_TRUE(same_pieces(got, want)) << w;
+    for (int64_t i = a; i < b; ++i) EXPECT_EQ(got.at(i + k), x.at(i)) << w << " step " << i;
+    empty += a >= b;
+    inside += a < b && x.p[x.piece_of(a)].j < a;
+  }
+  EXPECT_GT(inside, 50) << "ranges starting inside a piece (its value there computed) must occur";
+  EXPECT_GT(empty, 20);
+  for (int trial = 0; trial < 1000; ++trial) {
+    const int64_t f = r.uni(1, 4), e = f + r.uni(1, 24);
+    pl::Seq2 x;
+    x.clear(f, e);
+    for (int64_t j = f; j < e; ++j) x.sub[j & 1].push(j >> 1, r.uni(0, 40) / 4.0, r.uni(0, 2) == 0 ? r.uni(-4, 4) / 4.0 : 0.0);
+    const int64_t a = f + r.uni(0, static_cast<int>(e - f)), b = r.uni(0, 4) == 0 ? a - r.uni(0, 2) : a + r.uni(0, static_cast<int>(e - a));
+    pl::Seq2 t, want, got;
+    pl::restrict(t, x, a, b);
+    pl::shift(want, t, 1);
+    pl::restrict_shift(got, x, a, b, 1);
+    const std::string w = "even/odd trial " + std::to_string(trial) + " [" + std::to_string(a) + ", " + std::to_string(b) + ")";
+    EXPECT_EQ(got.a, want.a) << w;
+    EXPECT_EQ(got.b, want.b) << w;
+    EXPECT_TRUE(same_pieces(got.sub[0], want.sub[0])) << w;
+    EXPECT_TRUE(same_pieces(got.sub[1], want.sub[1])) << w;
+    for (int64_t i = a; i < b; ++i) EXPECT_EQ(got.at(i + 1), x.at(i)) << w << " step " << i;
+  }
+}
+
 TEST(PiecewiseLinear, EvenOddShiftRefusesAnythingButOneStep) {
   pl::Seq2 x, out;
   x.clear(0, 6);
@@ -198,6 +246,8 @@ TEST(PiecewiseLinear, EvenOddShiftRefusesAnythingButOneStep) {
   EXPECT_NO_THROW(pl::shift(out, x, 1));
   EXPECT_THROW(pl::shift(out, x, 2), std::logic_error);
   EXPECT_THROW(pl::shift(out, x, 0), std::logic_error);
+  EXPECT_NO_THROW(pl::restrict_shift(out, x, 1, 5, 1));
+  EXPECT_THROW(pl::restrict_shift(out, x, 1, 5, 2), std::logic_error);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/piecewise_linear.hpp"
 #include "costmodel/ring_backward.hpp"
 
 namespace ctx {
@@ -334,6 +336,107 @@ TEST(RingBackward, RanksMovedByAConstantFromThePreviousCallEqualTheSweep) {
   EXPECT_GT(moved_off, 100) << "ranks that stayed on their line next to one that left it: the check must tell them apart";
   EXPECT_GT(changed_downstream, 100) << "a rank off its line must change ranks downstream of it (which then must not be moved)";
   EXPECT_GT(undone, 20) << "ranks moved in the first pass from a wrong guess and computed in the second: the case must occur";
+}
+
+// A rank's latest earlier end (best_end) decides only whether one of the steps' tasks ends later:
+// where it did not move along with the rest (the layer before ended with another task) but stays
+// below the tasks the moved rank would report, the rank is still moved, and where it is later than
+// all of them the result has no such task; both as the sweep says. Per random plain ring (both
+// representations): call 1, then call 2 with every input moved by d but best_end, which is set
+// (per rank, at random) to -inf, to its old value (not moved) or past every task of the ring.
+TEST(RingBackward, RanksWhoseEarlierEndDoesNotBindAreMoved) {
+  std::mt19937 rng(20261128);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto quarter = [&](int hi) { return uni(0, 4 * hi) / 4.0; };
+  int64_t moved_unbound = 0, late = 0, calls_all_moved = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = uni(3, 12);
+    const int64_t steps = n, j0 = 1;
+    const double p = uni(0, 4) / 4.0, q = uni(0, 4) / 4.0;
+    std::vector<std::vector<double>> costs(static_cast<size_t>(n));
+    std::vector<RingBackwardRank> in(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      auto& cv = costs[static_cast<size_t>(r)];
+      random_cost_runs(cv, steps, n, uni, quarter);
+      RingBackwardRank& x = in[static_cast<size_t>(r)];
+      x.cost = &cv;
+      x.prev = (r + n - 1) % n;
+      random_rank_state(x, p, uni, quarter, /*prev_end_drawn=*/false);
+      x.dkv_valid = true;
+      x.dkv_end = 0.25 + quarter(10);
+      x.ring_end = 0.25 + quarter(10);
+      x.compute_end = x.prev_end = 0.25 + quarter(10);
+    }
+    const double d = 0.25 * uni(1, 40);
+    std::vector<RingBackwardRank> in2 = in;
+    std::vector<int> kind(static_cast<size_t>(n));
+    for (size_t r = 0; r < in2.size(); ++r) {
+      RingBackwardRank& x = in2[r];
+      x.have_start += d, x.have_end += d, x.have_ready += d, x.dkv_end += d, x.compute_end += d, x.prev_end += d, x.ring_end += d;
+      kind[r] = uni(0, 2);
+      x.best_end = kind[r] == 0 ? -std::numeric_limits<double>::infinity() : kind[r] == 1 ? in[r].best_end : 1000.0;
+    }
+    for (int period : {1, 2}) {
+      RingBackwardWork w;
+      w.period = period;
+      const auto& st_reused = period == 1 ? w.lines.reused : w.stairs.reused;
+      const std::string what = "trial " + std::to_string(trial) + " (" + std::to_string(n) + " ranks, period " + std::to_string(period) + ")";
+      std::vector<RingBackwardResult> got1, got;
+      ASSERT_TRUE(ring_backward_closed_form(j0, steps, p, q, in, got1, w)) << what;
+      expect_same(got1, sweep(j0, steps, p, q, in), what + ", call 1");
+      ASSERT_TRUE(ring_backward_closed_form(j0, steps, p, q, in2, got, w)) << what;
+      const std::vector<RingBackwardResult> want = sweep(j0, steps, p, q, in2);
+      expect_same(got, want, what + ", call 2");
+      const auto& moved = period == 1 ? w.lines.moved : w.stairs.moved;
+      for (size_t r = 0; r < in2.size(); ++r) {
+        // (a rank whose best_end changed to something other than the old one moved by d, moved all the same)
+        moved_unbound += moved[r] && in2[r].best_end != in[r].best_end + d;
+        late += kind[r] == 2 && want[r].best_role == RingBackwardResult::none;
+      }
+      calls_all_moved += st_reused >= n - 1;
+    }
+  }
+  std::printf("%lld ranks moved whose earlier end did not move along, %lld with no task ending later, %lld calls with every rank moved\n",
+              static_cast<long long>(moved_unbound), static_cast<long long>(late), static_cast<long long>(calls_all_moved));
+  EXPECT_GT(moved_unbound, 500) << "ranks whose earlier end does not bind must be moved";
+  EXPECT_GT(late, 300) << "an earlier end past every task must occur (and give no task, as the sweep)";
+}
+
+// ring_moved_by_bound against the comparison it stands for: wherever it says yes, pl::near(v + oa,
+// (v + ob) + d) holds at both bounds and at random values between them, for offs that differ from
+// ob + d by 0 to 2e-11 relative (around pl::near's 1e-12) and values from 1e-3 to 100 s; and it
+// says yes for a few ulps' difference on the simulator's scale (the case it exists for), no for NaN,
+// for no values (lo > hi) and for a difference past the tolerance.
+TEST(RingBackward, MovedByBoundImpliesTheComparison) {
+  std::mt19937 rng(20261128);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  int64_t yes = 0, no = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const double lo = std::pow(10.0, -3 + 5 * unit(rng)), hi = lo + 100 * unit(rng) * unit(rng);
+    const double ob = 50 * unit(rng), d = 10 * unit(rng);
+    const double rel = (unit(rng) - 0.5) * 4e-11 * (unit(rng) < 0.5 ? 1.0 : 1e-3);
+    const double oa = (ob + d) + rel * (lo + ob + d);
+    if (!ring_moved_by_bound(lo, hi, oa, ob, d)) {
+      ++no;
+      continue;
+    }
+    ++yes;
+    for (int k = 0; k < 34; ++k) {
+      const double v = k == 0 ? lo : k == 1 ? hi : lo + (hi - lo) * unit(rng);
+      ASSERT_TRUE(pl::near(v + oa, (v + ob) + d)) << "lo " << lo << " hi " << hi << " oa " << oa << " ob " << ob << " d " << d << " v " << v;
+    }
+  }
+  std::printf("%lld said yes, %lld no\n", static_cast<long long>(yes), static_cast<long long>(no));
+  EXPECT_GT(yes, 5000);
+  EXPECT_GT(no, 2000);
+  // the 1,024-rank ring's case: stored values 8-37 s, offs of 0.35 s per layer, two ranks' moves
+  // 4e-12 s apart
+  const double ob = 20 * 0.34697722621260141, d = 0.34697722621260141;
+  EXPECT_TRUE(ring_moved_by_bound(8.7, 36.6, ob + 0.34697722621623939, ob, d));
+  EXPECT_TRUE(ring_moved_by_bound(8.7, 36.6, std::nextafter(ob + d, 100.0), ob, d));
+  EXPECT_FALSE(ring_moved_by_bound(8.7, 36.6, ob + d + 1e-9, ob, d));
+  EXPECT_FALSE(ring_moved_by_bound(1.0, 0.0, ob + d, ob, d));
+  EXPECT_FALSE(ring_moved_by_bound(std::nan(""), 36.6, ob + d, ob, d));
 }
 
 TEST(RingBackward, RefusesWhatItCannotTime) {
