@@ -29,54 +29,59 @@ void then_point(Seq& out, const Seq& x, int64_t j, double v) {
   out.last = j + 1;
 }
 
-// The rank's costs over [j0, steps) as runs of equal value (cached per cost vector).
-double cost_at(const std::vector<double>* cv, int64_t j) {
-  return std::max(0.0, static_cast<size_t>(j) < cv->size() ? (*cv)[static_cast<size_t>(j)] : 0.0);
+// The rank's costs over [j0, steps) as runs of equal value (cached per cost vector); a step's cost
+// is max(0, the vector's value), 0 past its end.
+// A cost vector as its runs of bitwise-equal raw values (each run's first step and value, in
+// order; NaN a run of its own), found in one read of the vector per simulation (its ~R values at
+// R ranks, read once for both representations instead of three times).
+const std::vector<std::pair<int64_t, double>>& cost_runs(RingBackwardWork& w, const std::vector<double>* cv) {
+  auto it = w.cost_runs.find(cv);
+  if (it != w.cost_runs.end()) return it->second;
+  std::vector<std::pair<int64_t, double>> runs;
+  const double* c = cv->data();
+  for (size_t j = 0; j < cv->size(); ++j)
+    if (j == 0 || !(c[j] == c[j - 1])) runs.emplace_back(static_cast<int64_t>(j), c[j]);
+  return w.cost_runs.emplace(cv, std::move(runs)).first->second;
 }
-// The steps j = j0, j0 + stride, ... < steps of cv pushed at index j / stride, one by one as
+// The steps j = first, first + stride, ... < steps of cv pushed at index j / stride, one by one as
 // push would take them, but a step whose cost equals the last piece's constant exactly (which push
 // would merge into it, changing nothing) is skipped without the call, and once the last piece is
-// that constant the rest of a run of equal costs at once: the same pieces (a plain ring's cost
-// vector is a few runs over ~R steps).
-void build_cost_steps(Seq& s, const std::vector<double>* cv, int64_t j0, int64_t steps, int64_t stride) {
-  const double* c = cv->data();
-  const int64_t n = static_cast<int64_t>(cv->size());
-  for (int64_t j = j0; j < steps;) {
-    const double v = cost_at(cv, j);
+// that constant the rest of its run of equal raw costs at once: the same pieces (a plain ring's
+// cost vector is a few runs over ~R steps).
+void build_cost_steps(Seq& s, const std::vector<std::pair<int64_t, double>>& runs, int64_t n, int64_t first, int64_t steps, int64_t stride) {
+  size_t k = 0;  // the run holding step j (j < n)
+  for (int64_t j = first; j < steps;) {
+    while (k + 1 < runs.size() && runs[k + 1].first <= j) ++k;
+    const double v = std::max(0.0, j < n ? runs[k].second : 0.0);
     if (s.p.empty() || s.p.back().s != 0 || s.p.back().v != v) s.push(j / stride, v, 0.0);
     j += stride;
     if (s.p.back().s != 0 || s.p.back().v != v) continue;
     if (j - stride >= n) {  // past the vector: every cost is 0, as v
       j = steps;
-    } else {  // equal raw costs have equal costs (max(0, x))
-      const double raw = c[j - stride];
-      const int64_t lim = std::min(n, steps);
-      for (; j + 8 <= lim; j += 8) {  // 8 steps at a time while all of them (both parities) are equal
-        bool all = true;
-        for (int64_t k = 0; k < 8; ++k) all &= c[j + k] == raw;
-        if (!all) break;
-      }
-      while (j < lim && c[j] == raw) j += stride;
+    } else {  // to the run's end (equal raw costs have equal costs)
+      const int64_t end = k + 1 < runs.size() ? runs[k + 1].first : n;
+      if (j < end) j += (end - j + stride - 1) / stride * stride;
     }
   }
 }
-void build_cost(Seq& s, const std::vector<double>* cv, int64_t j0, int64_t steps) {
+void build_cost(Seq& s, RingBackwardWork& w, const std::vector<double>* cv, int64_t j0, int64_t steps) {
   s.clear(steps);
-  build_cost_steps(s, cv, j0, steps, 1);
+  build_cost_steps(s, cost_runs(w, cv), static_cast<int64_t>(cv->size()), j0, steps, 1);
 }
-void build_cost(Seq2& s, const std::vector<double>* cv, int64_t j0, int64_t steps) {
+void build_cost(Seq2& s, RingBackwardWork& w, const std::vector<double>* cv, int64_t j0, int64_t steps) {
   s.clear(j0, steps);
+  const auto& runs = cost_runs(w, cv);
   for (int par = 0; par < 2; ++par) {
     const int64_t first = j0 + ((j0 & 1) != par ? 1 : 0);
-    if (first < steps) build_cost_steps(s.sub[par], cv, first, steps, 2);
+    if (first < steps) build_cost_steps(s.sub[par], runs, static_cast<int64_t>(cv->size()), first, steps, 2);
   }
 }
 template <class S>
-const S& cost_seq(RingBackwardStore<S>& st, const std::vector<double>* cv, int64_t j0, int64_t steps) {
+const S& cost_seq(RingBackwardStore<S>& st, RingBackwardWork& w, const std::vector<double>* cv, int64_t j0, int64_t steps) {
   auto it = st.cost_seq.find(cv);
   if (it != st.cost_seq.end()) return it->second;
   S s;
-  build_cost(s, cv, j0, steps);
+  build_cost(s, w, cv, j0, steps);
   return st.cost_seq.emplace(cv, std::move(s)).first->second;
 }
 
@@ -303,28 +308,30 @@ bool can_move(const RingBackwardStore<S>& st, size_t r, size_t u, const typename
   // (ring_moved_by_bound: the same answer without reading a piece; a third of the 1,024-rank plain
   // ring's moved ranks went through the comparison, 0.2% now).
   const bool up_moved = st.moved[u] != 0;
-  if (up_moved && &ur == &st.rank[u] && (st.delta[u] == d || ring_moved_by_bound(ur.lo, ur.hi, ur.off, st.prev_off[u], d))) return true;
-  const auto& pr = up_moved ? st.rank[u] : st.prev_rank[u];
+  if (up_moved && &ur == st.rank[u] && (st.delta[u] == d || ring_moved_by_bound(ur.lo, ur.hi, ur.off, st.prev_off[u], d))) return true;
+  const auto& pr = up_moved ? *st.rank[u] : *st.prev_rank[u];
   const double po = up_moved ? st.prev_off[u] : pr.off;
   return moved_by(ur.re, ur.off, pr.re, po, d) && moved_by(ur.ce, ur.off, pr.ce, po, d) && moved_by(ur.de, ur.off, pr.de, po, d);
 }
-// Rank r becomes the previous call's moved by d: it takes that call's storage (rank r's own,
-// stale, goes to prev_rank[r]), its off + d, its rr0 and dr_last + d.
+// Rank r becomes the previous call's moved by d: it takes that call's object (rank r's own, stale,
+// goes to prev_rank[r]), with its off, rr0 and dr_last + d.
 template <class S>
 void do_move(RingBackwardStore<S>& st, size_t r, double d) {
-  auto &x = st.rank[r], &b = st.prev_rank[r];
-  st.prev_off[r] = b.off;
-  swap_sequences(x, b);
-  x.off = b.off + d;
-  x.rr0 = b.rr0 + d;
-  x.dr_last = b.dr_last + d;
+  std::swap(st.rank[r], st.prev_rank[r]);
+  auto& x = *st.rank[r];
+  st.prev_off[r] = x.off, st.prev_rr0[r] = x.rr0, st.prev_dr_last[r] = x.dr_last;
+  x.off = x.off + d;
+  x.rr0 = x.rr0 + d;
+  x.dr_last = x.dr_last + d;
   st.moved[r] = 1;
   st.delta[r] = d;
 }
-// (undoes do_move: the previous call's storage back in prev_rank[r])
+// (undoes do_move: the previous call's object back in prev_rank[r], as it was)
 template <class S>
 void undo_move(RingBackwardStore<S>& st, size_t r) {
-  swap_sequences(st.rank[r], st.prev_rank[r]);
+  std::swap(st.rank[r], st.prev_rank[r]);
+  auto& b = *st.prev_rank[r];
+  b.off = st.prev_off[r], b.rr0 = st.prev_rr0[r], b.dr_last = st.prev_dr_last[r];
   st.moved[r] = 0;
   ++st.undone;
 }
@@ -347,15 +354,20 @@ bool solve(RingBackwardStore<S>& st, RingBackwardWork& w, int64_t j0, int64_t st
   st.moved.assign(n, 0);
   st.delta.assign(n, 0.0);
   st.prev_off.resize(n);
+  st.prev_rr0.resize(n);
+  st.prev_dr_last.resize(n);
   st.reused = st.computed = st.undone = 0;
-  if (st.rank.size() < n) st.rank.resize(n);
+  while (st.rank.size() < n) {
+    st.ranks.push_back(std::make_unique<Rank>());
+    st.rank.push_back(st.ranks.back().get());
+  }
   // the lower bound standing for a cycle's last rank in the first pass: nothing binds
   pl::constant(st.lower.re, j0, steps - 1, 0.0);
   pl::constant(st.lower.ce, j0, steps, 0.0);
   pl::constant(st.lower.de, j0, steps, 0.0);
   st.costs.resize(n);
   for (size_t r = 0; r < n; ++r)  // (a rank's cost vector as in the previous call: its sequence found then)
-    if (!memo || in[r].cost != st.prev_in[r].cost) st.costs[r] = &cost_seq(st, in[r].cost, j0, steps);
+    if (!memo || in[r].cost != st.prev_in[r].cost) st.costs[r] = &cost_seq(st, w, in[r].cost, j0, steps);
   w.seen.assign(n, 0);
   w.passes = 0;
   const bool guessed = st.tails_j0 == j0 && st.tails_steps == steps && st.tail_known.size() == n;  // (the same steps, the same ranks)
@@ -392,8 +404,7 @@ bool solve(RingBackwardStore<S>& st, RingBackwardWork& w, int64_t j0, int64_t st
       for (size_t i = 0; i < L; ++i) {
         const size_t r = static_cast<size_t>(w.order[i]);
         const size_t u = static_cast<size_t>(in[r].prev);
-        Rank& x = st.rank[r];
-        const Rank& ur = i == 0 ? upstream_of_first : st.rank[u];
+        const Rank& ur = i == 0 ? upstream_of_first : *st.rank[u];
         const bool was_moved = again && st.moved[r];
         double d = 0;
         // (the first rank of the first pass has a stand-in for its upstream: computed)
@@ -403,13 +414,15 @@ bool solve(RingBackwardStore<S>& st, RingBackwardWork& w, int64_t j0, int64_t st
           ++st.reused;
         } else {
           if (was_moved) undo_move(st, r);
-          else if (again) std::swap(x, st.before);
+          Rank& x = *st.rank[r];
+          if (!was_moved && again) std::swap(x, st.before);
           st.moved[r] = 0;
           compute_rank(st, x, in[r], actual(ur, st.actual_up), in[u], *st.costs[r], j0, steps, p, q);
           x.off = 0;
           ++st.computed;
           if (again && !was_moved && identical(x, st.before)) break;
         }
+        const Rank& x = *st.rank[r];
         if (static_cast<int64_t>(pieces(x.rs) + pieces(x.cs) + pieces(x.ds)) > max_pieces) return false;
       }
       ++w.passes;
@@ -433,15 +446,15 @@ bool solve(RingBackwardStore<S>& st, RingBackwardWork& w, int64_t j0, int64_t st
     for (int64_t k = 1;; ++k) {
       if (k >= max_passes) return false;
       {
-        const Rank& tl = actual(st.rank[static_cast<size_t>(tail)], st.actual_tail);
+        const Rank& tl = actual(*st.rank[static_cast<size_t>(tail)], st.actual_tail);
         st.check.re = tl.re, st.check.ce = tl.ce, st.check.de = tl.de;
       }
       if (!pass(st.check, true)) return false;
-      const Rank& tl = actual(st.rank[static_cast<size_t>(tail)], st.actual_tail);
+      const Rank& tl = actual(*st.rank[static_cast<size_t>(tail)], st.actual_tail);
       if (same(tl.re, st.check.re) && same(tl.ce, st.check.ce) && same(tl.de, st.check.de)) break;
     }
     Rank& kept = st.tail_before[static_cast<size_t>(tail)];
-    const Rank& tl = actual(st.rank[static_cast<size_t>(tail)], st.actual_tail);
+    const Rank& tl = actual(*st.rank[static_cast<size_t>(tail)], st.actual_tail);
     kept.re = tl.re, kept.ce = tl.ce, kept.de = tl.de;
     st.tail_have_before[static_cast<size_t>(tail)] = in[static_cast<size_t>(tail)].have_end;
     st.tail_known[static_cast<size_t>(tail)] = 1;
@@ -452,7 +465,7 @@ bool solve(RingBackwardStore<S>& st, RingBackwardWork& w, int64_t j0, int64_t st
   const int64_t last = steps - 1;
   for (size_t r = 0; r < n; ++r) {
     const RingBackwardRank& me = in[r];
-    const Rank& x = st.rank[r];
+    const Rank& x = *st.rank[r];
     const S& cost = *st.costs[r];
     RingBackwardResult& o = out[r];
     if (st.moved[r]) {  // the previous call's results moved (can_move, do_move), kept for the next call
@@ -571,6 +584,7 @@ bool ring_backward_closed_form(int64_t j0, int64_t steps, double p2p_s, double p
   }
   if (w.cost_j0 != j0 || w.cost_steps != steps) {
     w.lines.cost_seq.clear();
+    w.cost_runs.clear();
     w.stairs.cost_seq.clear();
     w.cost_j0 = j0;
     w.cost_steps = steps;

@@ -22,7 +22,9 @@
 #pragma once
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "costmodel/piecewise_linear.hpp"
@@ -69,7 +71,11 @@ struct RingBackwardStore {
     // last steps (what moved_by compares; lo > hi or NaN: not known), kept with the storage
     double lo = 1, hi = 0;
   };
-  std::vector<Rank> rank;
+  // Per rank, the rank object of this call (and below, of the previous one): a rank moved from the
+  // previous call takes that call's object, the two pointers swapped (its ~0.5 KB of sequence
+  // headers are not touched); the objects are owned by `ranks`.
+  std::vector<Rank*> rank;
+  std::vector<std::unique_ptr<Rank>> ranks;
   Rank lower, check, before;  // (before: a rank's sequences in the pass before, while it is computed again)
   // Each cycle's last rank as the previous call left it (by rank; the layers of a pass are alike):
   // its sequences and its block's arrival then. Moved by how much later its block arrives now, they
@@ -88,8 +94,10 @@ struct RingBackwardStore {
   // whose inputs and upstream's sequences are the previous call's moved by one constant has the
   // previous call's sequences and results moved by it (the recurrences are max and + only), so
   // it is not computed again (can_move, do_move in ring_backward.cpp).
-  std::vector<Rank> prev_rank;
-  std::vector<double> prev_off;  // a rank moved in this call: the previous call's off (its storage is rank[r]'s now)
+  std::vector<Rank*> prev_rank;
+  // a rank moved in this call: the previous call's off, rr0 and dr_last (its object is rank[r] now,
+  // moved along; put back where the move is undone)
+  std::vector<double> prev_off, prev_rr0, prev_dr_last;
   Rank actual_up, actual_tail;   // a moved upstream's or cycle's last rank's sequences with their off added
   std::vector<RingBackwardRank> prev_in;
   std::vector<RingBackwardResult> prev_out;
@@ -118,6 +126,10 @@ struct RingBackwardWork {
   std::vector<int> next, order;
   std::vector<char> seen;
   int64_t cost_j0 = -1, cost_steps = -1;
+  // per cost vector its runs of equal values (ring_backward.cpp, cost_runs), cleared with the
+  // representations' cost sequences (a caller reusing the work area for other vectors at the same
+  // addresses clears all three)
+  std::unordered_map<const std::vector<double>*, std::vector<std::pair<int64_t, double>>> cost_runs;
   int period = 1;      // 1: a few lines; 2: staircases (after lines took too many pieces once)
   int64_t passes = 0;  // passes taken by the last call (statistics)
 };

@@ -234,6 +234,7 @@ TEST(RingBackward, BothRepresentationsEqualTheSweepOnRandomRings) {
       kept.period = period;
       kept.lines.cost_seq.clear();  // (cached by the address of a cost vector: an earlier trial's are gone)
       kept.stairs.cost_seq.clear();
+      kept.cost_runs.clear();
       const auto& known = period == 1 ? kept.lines.tail_known : kept.stairs.tail_known;
       guessed += std::count(known.begin(), known.end(), 1) > 0;
       ASSERT_TRUE(ring_backward_closed_form(j0, steps, p, q, in, got, kept)) << what << ", warm";
