@@ -135,6 +135,28 @@ void random_rank_state(RingBackwardRank& x, double p, Uni& uni, Quarter& quarter
   x.best_end = uni(0, 2) == 0 ? -std::numeric_limits<double>::infinity() : quarter(14);
 }
 
+// A random plain ring of n ranks (rank r receives from r - 1) in a later layer's state: every rank
+// has sent a hop and has a ring and a compute task. Its cost vectors in `costs` (which `in` points
+// into), drawn as random_cost_runs and random_rank_state draw.
+template <class Uni, class Quarter>
+void random_later_layer_ring(int n, int64_t steps, double p, std::vector<std::vector<double>>& costs, std::vector<RingBackwardRank>& in,
+                             Uni& uni, Quarter& quarter) {
+  costs.assign(static_cast<size_t>(n), {});
+  in.assign(static_cast<size_t>(n), RingBackwardRank{});
+  for (int r = 0; r < n; ++r) {
+    auto& cv = costs[static_cast<size_t>(r)];
+    random_cost_runs(cv, steps, n, uni, quarter);
+    RingBackwardRank& x = in[static_cast<size_t>(r)];
+    x.cost = &cv;
+    x.prev = (r + n - 1) % n;
+    random_rank_state(x, p, uni, quarter, /*prev_end_drawn=*/false);
+    x.dkv_valid = true;
+    x.dkv_end = 0.25 + quarter(10);
+    x.ring_end = 0.25 + quarter(10);
+    x.compute_end = x.prev_end = 0.25 + quarter(10);
+  }
+}
+
 // ring_backward_sweep against the written-out sweep: plain rings (the shifted-copy gather at the first step, then the two fused loops), random
 // upstream permutations and ranks that are their own upstream (the indexed gather, the own-rank
 // readiness), odd and even rank counts (the padding lane), any first step, and rings too large
@@ -266,21 +288,9 @@ TEST(RingBackward, RanksMovedByAConstantFromThePreviousCallEqualTheSweep) {
     const int n = uni(3, 12);
     const int64_t steps = n, j0 = 1;
     const double p = uni(0, 4) / 4.0, q = uni(0, 4) / 4.0;
-    std::vector<std::vector<double>> costs(static_cast<size_t>(n));
-    std::vector<RingBackwardRank> in(static_cast<size_t>(n));
-    for (int r = 0; r < n; ++r) {
-      auto& cv = costs[static_cast<size_t>(r)];
-      random_cost_runs(cv, steps, n, uni, quarter);
-      RingBackwardRank& x = in[static_cast<size_t>(r)];
-      x.cost = &cv;
-      x.prev = (r + n - 1) % n;
-      random_rank_state(x, p, uni, quarter, /*prev_end_drawn=*/false);
-      // a later layer's state: every rank has sent a hop and has a ring and a compute task
-      x.dkv_valid = true;
-      x.dkv_end = 0.25 + quarter(10);
-      x.ring_end = 0.25 + quarter(10);
-      x.compute_end = x.prev_end = 0.25 + quarter(10);
-    }
+    std::vector<std::vector<double>> costs;
+    std::vector<RingBackwardRank> in;
+    random_later_layer_ring(n, steps, p, costs, in, uni, quarter);
     auto moved = [&](const std::vector<RingBackwardRank>& a, double d) {
       std::vector<RingBackwardRank> b = a;
       for (RingBackwardRank& x : b)
@@ -354,20 +364,9 @@ TEST(RingBackward, RanksWhoseEarlierEndDoesNotBindAreMoved) {
     const int n = uni(3, 12);
     const int64_t steps = n, j0 = 1;
     const double p = uni(0, 4) / 4.0, q = uni(0, 4) / 4.0;
-    std::vector<std::vector<double>> costs(static_cast<size_t>(n));
-    std::vector<RingBackwardRank> in(static_cast<size_t>(n));
-    for (int r = 0; r < n; ++r) {
-      auto& cv = costs[static_cast<size_t>(r)];
-      random_cost_runs(cv, steps, n, uni, quarter);
-      RingBackwardRank& x = in[static_cast<size_t>(r)];
-      x.cost = &cv;
-      x.prev = (r + n - 1) % n;
-      random_rank_state(x, p, uni, quarter, /*prev_end_drawn=*/false);
-      x.dkv_valid = true;
-      x.dkv_end = 0.25 + quarter(10);
-      x.ring_end = 0.25 + quarter(10);
-      x.compute_end = x.prev_end = 0.25 + quarter(10);
-    }
+    std::vector<std::vector<double>> costs;
+    std::vector<RingBackwardRank> in;
+    random_later_layer_ring(n, steps, p, costs, in, uni, quarter);
     const double d = 0.25 * uni(1, 40);
     std::vector<RingBackwardRank> in2 = in;
     std::vector<int> kind(static_cast<size_t>(n));
