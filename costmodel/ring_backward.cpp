@@ -29,11 +29,10 @@ void then_point(Seq& out, const Seq& x, int64_t j, double v) {
   out.last = j + 1;
 }
 
-// The rank's costs over [j0, steps) as runs of equal value (cached per cost vector); a step's cost
-// is max(0, the vector's value), 0 past its end.
 // A cost vector as its runs of bitwise-equal raw values (each run's first step and value, in
 // order; NaN a run of its own), found in one read of the vector per simulation (its ~R values at
-// R ranks, read once for both representations instead of three times).
+// R ranks, read once for both representations instead of three times). A step's cost is max(0,
+// the vector's value), 0 past its end (build_cost_steps).
 const std::vector<std::pair<int64_t, double>>& cost_runs(RingBackwardWork& w, const std::vector<double>* cv) {
   auto it = w.cost_runs.find(cv);
   if (it != w.cost_runs.end()) return it->second;
