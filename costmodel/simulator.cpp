@@ -1051,17 +1051,24 @@ class Builder {
       fail_at_ = kNever;
       probe_ = 2;
     }
-    // Whether every rank's compute stream moved by the same amount in the last observed step (to
-    // 1e-9 of it): no rank still catching up with the others. (Not the ranks' last ends: under
-    // ZeRO the gradient reduction, a collective, ends last on every rank alike.)
-    bool one_pace() const {
-      const std::vector<RepAcc> &y = s_[1].acc, &z = s_[2].acc;
-      double lambda = -std::numeric_limits<double>::infinity();
-      for (size_t r = 0; r < z.size(); ++r) lambda = std::max(lambda, z[r].prev_end - y[r].prev_end);
-      for (size_t r = 0; r < z.size(); ++r)
-        if (z[r].prev_end - y[r].prev_end < lambda * (1 - 1e-9)) return false;
-      return true;
+    // The ranks still catching up from state y to z: those whose time `f` (a time that never
+    // decreases) moved by less than the fastest-moving rank's, to 1e-9 of it. Marks them in `mark`
+    // (if given) and returns how many.
+    static int64_t catching_up(const Snapshot& y, const Snapshot& z, double RepAcc::*f, char* mark = nullptr) {
+      double lambda = 0;
+      for (size_t r = 0; r < z.acc.size(); ++r) lambda = std::max(lambda, z.acc[r].*f - y.acc[r].*f);
+      int64_t n = 0;
+      for (size_t r = 0; r < z.acc.size(); ++r)
+        if (z.acc[r].*f - y.acc[r].*f < lambda * (1 - 1e-9)) {
+          ++n;
+          if (mark) mark[r] = 1;
+        }
+      return n;
     }
+    // Whether every rank's compute stream moved by the same amount in the last observed step: no
+    // rank still catching up with the others. (Not the ranks' last ends: under ZeRO the gradient
+    // reduction, a collective, ends last on every rank alike.)
+    bool one_pace() const { return catching_up(s_[1], s_[2], &RepAcc::prev_end) == 0; }
     // Records the state after an iteration; true when the last three states lie on a line.
     bool observe(const Builder& b, std::initializer_list<std::vector<T>*> carried) {
       std::swap(s_[0], s_[1]);
@@ -1553,13 +1560,9 @@ class Builder {
     // B: the ranks off their lines, and those a B value reaches (D on both tapes)
     sweep_.assign(static_cast<size_t>(R), 0);
     Period::step_difference(s0, s1, s1, s2, false, nullptr, sweep_.data());
-    {  // the ranks still catching up (their end moves by less than the fastest-moving rank's): each
-       // will meet the pace of the others and leave its line; swept from the start
-      double lambda = 0;
-      for (int r = 0; r < R; ++r) lambda = std::max(lambda, s2.acc[static_cast<size_t>(r)].end - s1.acc[static_cast<size_t>(r)].end);
-      for (int r = 0; r < R; ++r)
-        if (s2.acc[static_cast<size_t>(r)].end - s1.acc[static_cast<size_t>(r)].end < lambda * (1 - 1e-9)) sweep_[static_cast<size_t>(r)] = 1;
-    }
+    // the ranks still catching up (their end moves by less than the fastest-moving rank's): each
+    // will meet the pace of the others and leave its line; swept from the start
+    Period::catching_up(s1, s2, &RepAcc::end, sweep_.data());
     for (;;) {
       const int64_t nb = std::count(sweep_.begin(), sweep_.end(), 1);
       // (-1: not tried, the state untouched.) Over R/8 swept ranks it waits: the band of ranks
