@@ -135,12 +135,25 @@ void random_rank_state(RingBackwardRank& x, double p, Uni& uni, Quarter& quarter
   x.best_end = uni(0, 2) == 0 ? -std::numeric_limits<double>::infinity() : quarter(14);
 }
 
-// A random plain ring of n ranks (rank r receives from r - 1) in a later layer's state: every rank
-// has sent a hop and has a ring and a compute task. Its cost vectors in `costs` (which `in` points
-// into), drawn as random_cost_runs and random_rank_state draw.
+// A random plain ring of 3-12 ranks (rank r receives from r - 1), as many steps, hop times p and q
+// on the quarter grid, in a later layer's state: every rank has sent a hop and has a ring and a
+// compute task (in; its cost pointers point into costs, drawn as random_cost_runs and
+// random_rank_state draw).
+struct LaterLayerRing {
+  int n = 0;
+  int64_t steps = 0;
+  double p = 0, q = 0;
+  std::vector<std::vector<double>> costs;
+  std::vector<RingBackwardRank> in;
+};
 template <class Uni, class Quarter>
-void random_later_layer_ring(int n, int64_t steps, double p, std::vector<std::vector<double>>& costs, std::vector<RingBackwardRank>& in,
-                             Uni& uni, Quarter& quarter) {
+void random_later_layer_ring(LaterLayerRing& g, Uni& uni, Quarter& quarter) {
+  const int n = g.n = uni(3, 12);
+  const int64_t steps = g.steps = n;
+  const double p = g.p = uni(0, 4) / 4.0;
+  g.q = uni(0, 4) / 4.0;
+  std::vector<std::vector<double>>& costs = g.costs;
+  std::vector<RingBackwardRank>& in = g.in;
   costs.assign(static_cast<size_t>(n), {});
   in.assign(static_cast<size_t>(n), RingBackwardRank{});
   for (int r = 0; r < n; ++r) {
@@ -285,12 +298,12 @@ TEST(RingBackward, RanksMovedByAConstantFromThePreviousCallEqualTheSweep) {
   auto quarter = [&](int hi) { return uni(0, 4 * hi) / 4.0; };
   int64_t moved_all = 0, moved_off = 0, computed_off = 0, changed_downstream = 0, undone = 0;
   for (int trial = 0; trial < 300; ++trial) {
-    const int n = uni(3, 12);
-    const int64_t steps = n, j0 = 1;
-    const double p = uni(0, 4) / 4.0, q = uni(0, 4) / 4.0;
-    std::vector<std::vector<double>> costs;
-    std::vector<RingBackwardRank> in;
-    random_later_layer_ring(n, steps, p, costs, in, uni, quarter);
+    LaterLayerRing g;
+    random_later_layer_ring(g, uni, quarter);
+    const int n = g.n;
+    const int64_t steps = g.steps, j0 = 1;
+    const double p = g.p, q = g.q;
+    const std::vector<RingBackwardRank>& in = g.in;
     auto moved = [&](const std::vector<RingBackwardRank>& a, double d) {
       std::vector<RingBackwardRank> b = a;
       for (RingBackwardRank& x : b)
@@ -361,12 +374,12 @@ TEST(RingBackward, RanksWhoseEarlierEndDoesNotBindAreMoved) {
   auto quarter = [&](int hi) { return uni(0, 4 * hi) / 4.0; };
   int64_t moved_unbound = 0, late = 0, calls_all_moved = 0;
   for (int trial = 0; trial < 200; ++trial) {
-    const int n = uni(3, 12);
-    const int64_t steps = n, j0 = 1;
-    const double p = uni(0, 4) / 4.0, q = uni(0, 4) / 4.0;
-    std::vector<std::vector<double>> costs;
-    std::vector<RingBackwardRank> in;
-    random_later_layer_ring(n, steps, p, costs, in, uni, quarter);
+    LaterLayerRing g;
+    random_later_layer_ring(g, uni, quarter);
+    const int n = g.n;
+    const int64_t steps = g.steps, j0 = 1;
+    const double p = g.p, q = g.q;
+    const std::vector<RingBackwardRank>& in = g.in;
     const double d = 0.25 * uni(1, 40);
     std::vector<RingBackwardRank> in2 = in;
     std::vector<int> kind(static_cast<size_t>(n));
