@@ -16,7 +16,8 @@
 // CTX_BENCH_SPACE_ROWS=FILE writes every plan's CPU ms, step time and plan, for bench/compare_space_rows.py to compare two
 // builds plan by plan; CTX_BENCH_SPACE_ONLY=1 skips the other rows).
 // Standalone (no Google Benchmark): build/bench/bench_simulator [--space | --one] [model cluster seq plan [reps]]
-// (--one: only the streaming sweep of that plan, with its periodicity statistics: for profiles;
+// (--one: only the streaming sweep of that plan, with its periodicity statistics, and the same
+// without the margins' guess of where a line ends, as a ratio: for profiles;
 // CTX_BENCH_CLOSED_FORM_MIN and CTX_BENCH_PARTIAL_MIN set simulate_step's two rank thresholds).
 #include <malloc.h>
 #include <sys/resource.h>
@@ -241,13 +242,20 @@ int main(int argc, char** argv) {
     const int partial_min = pm ? std::atoi(pm) : ctx::kPartialSweepMinRanks;
     Measure x = measure(reps, [&] { return ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min); });
     const ctx::SimResult r = ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min);
+    // the same without the margins' guess of where a line ends (Period's search alone), same run
+    Measure y = measure(reps, [&] { return ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min, false); });
+    const ctx::SimResult r0 = ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min, false);
     std::printf("  streaming: best %.2f ms CPU (median %.2f ms CPU, %.2f ms wall), step %.17g s; %lld tasks, %lld jumps, %lld layer iterations "
-                "extrapolated, %lld jump misses (%lld first at the farthest distance); %lld partial jumps over %lld layer iterations (%lld ranks swept in them), %lld undone\n",
+                "extrapolated, %lld jump misses (%lld first at the farthest distance, %lld jumps first where the margins put a line's end); %lld partial jumps over %lld layer iterations (%lld ranks swept in them), %lld undone\n",
                 x.best_cpu_ms, x.median_cpu_ms, x.median_ms, x.step, static_cast<long long>(x.tasks), static_cast<long long>(r.stats.periodic_jumps),
                 static_cast<long long>(r.stats.layers_extrapolated), static_cast<long long>(r.stats.jump_misses),
-                static_cast<long long>(r.stats.far_first_misses), static_cast<long long>(r.stats.partial_jumps), static_cast<long long>(r.stats.layers_partially_swept),
+                static_cast<long long>(r.stats.far_first_misses), static_cast<long long>(r.stats.kinks_predicted), static_cast<long long>(r.stats.partial_jumps), static_cast<long long>(r.stats.layers_partially_swept),
                 static_cast<long long>(r.stats.partial_rank_layers),
                 static_cast<long long>(r.stats.partial_misses));
+    std::printf("  without the margins' guess: best %.2f ms CPU (median %.2f ms CPU; guess/search %.2f), step %.17g s; %lld jumps, %lld layer iterations "
+                "extrapolated, %lld jump misses\n",
+                y.best_cpu_ms, y.median_cpu_ms, x.best_cpu_ms / y.best_cpu_ms, y.step, static_cast<long long>(r0.stats.periodic_jumps),
+                static_cast<long long>(r0.stats.layers_extrapolated), static_cast<long long>(r0.stats.jump_misses));
     const auto& b = r.time.breakdown;
     std::printf("  breakdown (rep %d): compute %.17g exposed %.17g offload %.17g imbalance %.17g optimizer %.17g; phases %.17g %.17g %.17g\n",
                 r.breakdown_rep, b.compute, b.exposed_comm, b.offload_stall, b.imbalance, b.optimizer, r.time.phase_seconds[0], r.time.phase_seconds[1],

@@ -95,9 +95,10 @@ constexpr double StepBreakdown::*kBreakdownNumbers[] = {&StepBreakdown::compute,
 // is created: its dependencies were all created (and timed) before it.
 class Builder {
  public:
-  Builder(const StepCosts& k, const Plan& p, SimResult& out, bool record, int ring_closed_form_min_ranks, int partial_sweep_min_ranks)
+  Builder(const StepCosts& k, const Plan& p, SimResult& out, bool record, int ring_closed_form_min_ranks, int partial_sweep_min_ranks,
+          bool predict_line_ends)
       : k_(k), p_(p), out_(out), record_(record), ring_closed_form_min_ranks_(ring_closed_form_min_ranks),
-        partial_min_ranks_(partial_sweep_min_ranks) {}
+        partial_min_ranks_(partial_sweep_min_ranks), predict_line_ends_(predict_line_ends) {}
 
   void build() {
     choose_reps();
@@ -189,6 +190,10 @@ class Builder {
         }
       }
       if (it == deps.end()) break;
+    }
+    if (margins_.on) {  // how far each dependency's end is below the start
+      margins_.put(prev_id >= 0 ? full_ready - prev.end : -1.0);
+      for (const T* x : deps) margins_.put(x->id >= 0 ? full_ready - x->end : -1.0);
     }
     if (record_) {
       SimTask st;
@@ -319,6 +324,9 @@ class Builder {
       if (c >= 0 && !(partial_ && !sweep_[static_cast<size_t>(r)]))
         arrival[static_cast<size_t>(key)] = std::max(arrival[static_cast<size_t>(key)], ids[static_cast<size_t>(r)].start);
     }
+    if (margins_.on)  // how far each member's readiness is below the collective's start
+      for (int r = 0; r < nreps(); ++r)
+        margins_.put(arrival[static_cast<size_t>(key_of[static_cast<size_t>(r)])] - ids[static_cast<size_t>(r)].start);
     if (taping_ || partial_) joined(g, ids, arrival);
     if (g != G::self)
       for (int r = 0; r < nreps(); ++r) {
@@ -1042,6 +1050,51 @@ class Builder {
     ntasks_ = s.ntasks;
   }
 
+  // ---- where a line ends: the margins of the sweep's maxima ----------------------------------------
+  // A task starts at the latest end of its dependencies (its stream's previous task first), and a
+  // collective's members at the latest readiness among them: on a line, every such maximum picks
+  // the same argument iteration after iteration, and the line ends at the first iteration where
+  // one picks another (or where a maximum the tape does not see does: the backward ring's closed
+  // form, the forward ring's running maxima, the accumulators' min and max). The tape holds, per
+  // such argument in creation order, how far it is below the maximum (-1: no task). Two swept
+  // iterations on a line give each margin's change per iteration; a margin that closes, m_t = m -
+  // r t, goes below 0 after t = m / r: its maximum picks another argument there. The least such t
+  // over the tape is where the line can end first, a guess Period::jump checks like any other
+  // distance (a probe that fails there leaves the usual search below it); exact where the first
+  // flip is one the tape sees. (The 1024-GPU space's banded rings with full recompute, cp=256 tp=4
+  // and cp=512 tp=2: in all 8 jumps looked at, the guess was the farthest distance that held.)
+  struct Margins {
+    std::vector<double> m[2];  // [1]: the last swept iteration's, [0]: the one before (n[i] values each)
+    size_t n[2] = {0, 0};
+    bool on = false;           // taping
+    int swept = 0;             // iterations swept and taped in a row (each one's state observed)
+    void start() {
+      std::swap(m[0], m[1]), std::swap(n[0], n[1]);
+      n[1] = 0, on = true;
+    }
+    void stop() { on = false, ++swept; }
+    [[gnu::always_inline]] void put(double v) {
+      if (n[1] == m[1].size()) m[1].resize(2 * m[1].size() + 1024);
+      m[1][n[1]++] = v;
+    }
+    // After two swept iterations on a line: how many more iterations the taped maxima keep their
+    // arguments for (infinity: none closes); -1: not known (fewer than two tapes, or unlike ones)
+    double iterations_left() const {
+      if (swept < 2 || n[0] != n[1]) return -1;
+      double scale = 0;
+      for (size_t k = 0; k < n[1]; ++k) scale = std::max(scale, std::abs(m[1][k]));
+      double left = std::numeric_limits<double>::infinity();
+      for (size_t k = 0; k < n[1]; ++k) {
+        const double a = m[0][k], b = m[1][k];
+        if (a < 0 || b < 0) continue;  // (no task)
+        const double closing = a - b;  // per iteration
+        // (a margin that moves by rounding only, ~1e-16 of the times, is constant)
+        if (closing > 1e-12 * std::max(scale, 1.0)) left = std::min(left, b / closing);
+      }
+      return left;
+    }
+  };
+
   class Period {
    public:
     explicit Period(bool micro_batches = false) : micro_batches_(micro_batches) {}
@@ -1096,11 +1149,17 @@ class Builder {
     // lines) and 0 at the observed state, so past a failed distance every distance fails, and past
     // the secant's zero too; a failed distance is remembered while the next observations stay on
     // its line (fail_at_). These only spare sweeps: every jump is still checked at its far end.
-    int64_t jump(Builder& b, std::initializer_list<std::vector<T>*> carried, int64_t n, const std::function<void(int64_t)>& iterate) {
+    // `flip_after` (Margins::iterations_left, -1: not known): the distance past which a taped
+    // maximum picks another argument; the farthest distance within it is checked first, and
+    // under 2 none.
+    int64_t jump(Builder& b, std::initializer_list<std::vector<T>*> carried, int64_t n, const std::function<void(int64_t)>& iterate,
+                 double flip_after = -1) {
       // a check of this line already failed at distance fail_at_ (from the observed state): every
       // farther one fails too (off is convex in the distance and was 0 at the observed state)
       int64_t cap = std::min(n, fail_at_ - 1);  // the farthest distance left possible
       if (cap < 2) return 0;
+      const bool flips = flip_after >= 0 && flip_after < static_cast<double>(cap);  // within reach
+      if (flip_after >= 0 && flip_after < 2) return 0;  // (a jump of 1 is the sweep it would check)
       int64_t lo = 0, hi = n + 1;  // the line holds up to lo; it fails at hi (n + 1: not seen)
       double off_hi = 0, off_mid = 0;
       int64_t mid_fail = -1;       // a second failed distance below hi (for the secant)
@@ -1125,7 +1184,7 @@ class Builder {
       // recompute: both passes' first line, 75 layers, ~1 ms a sweep at 1,024 ranks). It held in
       // all 52,990 such jumps of the space (bench_simulator --space); where it does not, the
       // search below goes on as before, below that distance.
-      if (cap > m && one_pace()) {
+      if (cap > m && one_pace() && !flips) {
         double off = 0;
         if (probe(cap, off)) {
           lo = cap, m = cap + 1;  // (no more probes)
@@ -1133,6 +1192,19 @@ class Builder {
           ++b.far_first_misses_;
           far_fail = cap;
           cap -= 1;
+        }
+      } else if (flips) {
+        // the farthest distance before a taped maximum picks another argument; where its check
+        // holds the next one is not tried (it would leave the line)
+        const int64_t guess = static_cast<int64_t>(std::floor(flip_after));
+        double off = 0;
+        ++b.kinks_predicted_;
+        if (probe(guess, off)) {
+          lo = guess, m = guess + 1;  // (no more probes)
+        } else {
+          hi = guess, off_hi = off;
+          cap = guess - 1;
+          m = std::min(cap, probe_);
         }
       }
       while (m >= lo + 2 && m < hi && m <= cap) {
@@ -1681,13 +1753,16 @@ class Builder {
     period.reset();
     const bool partial = partial_possible();
     tapes_ = 0;
+    margins_.swept = 0;
     for (int32_t l = 0; l < L; ++l) {
       const bool tape = partial && l + 2 < L;  // what the ranks lend each other, for partial_jump
       if (tape) {
         tape_new_.clear(static_cast<size_t>(nreps()));
         tape_out_ = &tape_new_, taping_ = true;
       }
+      if (!record_ && predict_line_ends_) margins_.start();
       iteration(l);
+      margins_.stop();
       taping_ = false;
       // iterations 1 .. L-2 are alike (the first starts from the embedding, the last prefetches
       // nothing): see Period
@@ -1700,7 +1775,8 @@ class Builder {
         const int64_t n = (L - 2) - l;  // alike iterations still to come
         int64_t done = 0;
         if (period.observe(*this, {&d, &gathered})) {
-          if (n >= 2) done = period.jump(*this, {&d, &gathered}, n, [&](int64_t m) { iteration(l + static_cast<int32_t>(m)); });
+          if (n >= 2)
+            done = period.jump(*this, {&d, &gathered}, n, [&](int64_t m) { iteration(l + static_cast<int32_t>(m)); }, margins_.iterations_left());
         } else if (tape && n >= 2 && tapes_ >= 2 && period.seen() == 3) {
           // the whole state is off its line: move the ranks still on theirs, sweep the others
           done = partial_jump(period, {&d, &gathered}, n, [&](int64_t m) { iteration(l + static_cast<int32_t>(m)); });
@@ -1708,7 +1784,7 @@ class Builder {
           else if (done == 0) tapes_ = 0;  // (undone: not again before two more sweeps)
           done = std::max<int64_t>(0, done);
         }
-        if (done > 0) tapes_ = 0;
+        if (done > 0) tapes_ = 0, margins_.swept = 0;
         l += static_cast<int32_t>(done);
       }
     }
@@ -1799,15 +1875,21 @@ class Builder {
     };
     Period& period = layer_period_;  // (one for every layer loop: its snapshots are allocated once)
     period.reset();
+    margins_.swept = 0;
     for (int32_t l = L - 1; l >= 0; --l) {
+      if (!record_ && predict_line_ends_) margins_.start();
       iteration(l);
+      margins_.stop();
       // iterations L-2 .. 1 are alike (the top one starts from the loss, the bottom one prefetches
       // nothing): see Period
       if (!record_ && l + 1 < L) {
         const int64_t n = l - 1;  // alike iterations still to come
-        if (period.observe(*this, {&d, &gathered, &ckpt_in, &last_reduce}) && n >= 2)
-          l -= static_cast<int32_t>(
-              period.jump(*this, {&d, &gathered, &ckpt_in, &last_reduce}, n, [&](int64_t m) { iteration(l - static_cast<int32_t>(m)); }));
+        if (period.observe(*this, {&d, &gathered, &ckpt_in, &last_reduce}) && n >= 2) {
+          const int64_t done = period.jump(*this, {&d, &gathered, &ckpt_in, &last_reduce}, n,
+                                           [&](int64_t m) { iteration(l - static_cast<int32_t>(m)); }, margins_.iterations_left());
+          if (done > 0) margins_.swept = 0;  // (the observed states are the jump's far end now, not taped)
+          l -= static_cast<int32_t>(done);
+        }
       }
     }
     d = tp_gather(SimPass::backward, -1, d);  // d(embedding output), whole sequence
@@ -1893,6 +1975,9 @@ class Builder {
   Snapshot pv_, wv_;
   int64_t partial_jumps_ = 0, partial_layers_ = 0, partial_misses_ = 0, partial_ranks_ = 0;
   int64_t rise_searches_ = 0;
+  bool predict_line_ends_ = true;
+  Margins margins_;  // taped by the layer loops' swept iterations, read by Period::jump
+  int64_t kinks_predicted_ = 0;
 
  public:
   int64_t partial_jumps() const { return partial_jumps_; }
@@ -1900,6 +1985,7 @@ class Builder {
   int64_t partial_misses() const { return partial_misses_; }
   int64_t partial_ranks() const { return partial_ranks_; }
   int64_t rise_searches() const { return rise_searches_; }
+  int64_t kinks_predicted() const { return kinks_predicted_; }
   int64_t collectives() const { return next_coll_; }
   int64_t tasks() const { return ntasks_; }
   int64_t jumps() const { return jumps_; }
@@ -1912,10 +1998,11 @@ class Builder {
 
 }  // namespace
 
-SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record, int ring_closed_form_min_ranks, int partial_sweep_min_ranks) {
+SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record, int ring_closed_form_min_ranks, int partial_sweep_min_ranks,
+                        bool predict_line_ends) {
   auto t0 = std::chrono::steady_clock::now();
   SimResult r;
-  Builder b(k, p, r, record == SimRecord::tasks, ring_closed_form_min_ranks, partial_sweep_min_ranks);
+  Builder b(k, p, r, record == SimRecord::tasks, ring_closed_form_min_ranks, partial_sweep_min_ranks, predict_line_ends);
   b.build();
   const auto& acc = b.reps();
   r.stats.tasks = b.tasks();
@@ -1930,6 +2017,7 @@ SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record, int
   r.stats.partial_misses = b.partial_misses();
   r.stats.partial_rank_layers = b.partial_ranks();
   r.stats.rise_searches = b.rise_searches();
+  r.stats.kinks_predicted = b.kinks_predicted();
   for (size_t i = 0; i < acc.size(); ++i) {
     r.reps[i].compute_stream_busy_s = acc[i].stream_busy;
     r.reps[i].end_s = acc[i].end;

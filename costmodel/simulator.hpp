@@ -63,6 +63,7 @@ struct SimStats {
   int64_t partial_misses = 0;    // such stretches undone by their far-end check
   int64_t partial_rank_layers = 0;  // ranks swept in them, summed over their layer iterations
   int64_t rise_searches = 0;     // stretches of a forward ring's rises taken at once (ring_forward_by_rank's compute-bound runs)
+  int64_t kinks_predicted = 0;   // jumps whose first check went where the margin tape put a line's end (Period::jump)
   double wall_seconds = 0;       // how long the simulation itself took
 };
 
@@ -105,7 +106,6 @@ int64_t ring_steps_per_layer(const StepCosts& k);
 // form 1.4x faster at 256, 2.6x at 512 and 3.6x at 1024; bench/bench_simulator.cpp). The tests pass
 // 2 to take the closed form on small rings too.
 //
-//
 // Without a recording, the forward layer loop of a plain ring of at least `partial_sweep_min_ranks`
 // unequal ranks sweeps only the ranks that leave their lines where the whole state does not move on
 // one: the others move along their lines, which a full sweep at the far end checks, as Period checks
@@ -113,10 +113,18 @@ int64_t ring_steps_per_layer(const StepCosts& k);
 // more than it saves (the space's plain rings, thread CPU, all plans of a class summed, partial
 // against whole-layer sweeps: cp=8 1.5x, cp=16 1.3x, cp=32 1.15x, cp=64 1.0x the time; cp=128
 // 0.92-0.96x, cp=256-512 0.88-0.98x). The tests pass 4 to take it on small rings too.
+//
+// Without a recording, `predict_line_ends` tapes how far each maximum's losing arguments are
+// below it in the swept layer iterations; where two of them lie on a line, the jump is checked
+// first at the last distance before a closing margin would flip its maximum (Margins in
+// simulator.cpp): a guess checked like any probe, so the results do not depend on it beyond
+// rounding, only the number of swept iterations does. false: the search without the guess
+// (bench_simulator --one measures both; a test needs the search's own far-first probe).
 constexpr int kRingClosedFormMinRanks = 256;
 constexpr int kPartialSweepMinRanks = 128;
 SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record = SimRecord::tasks,
-                        int ring_closed_form_min_ranks = kRingClosedFormMinRanks, int partial_sweep_min_ranks = kPartialSweepMinRanks);
+                        int ring_closed_form_min_ranks = kRingClosedFormMinRanks, int partial_sweep_min_ranks = kPartialSweepMinRanks,
+                        bool predict_line_ends = true);
 
 // The event-queue implementation it replaced (every task stored, a priority queue): the oracle of
 // tests/test_simulator_oracle.cpp and the baseline of bench/bench_simulator.cpp. Same results.

@@ -608,7 +608,8 @@ TEST(SimulatorOracle, LineBrokenBeforeTheLoopsEndAfterTheFarthestCheckMatchesThe
       const Plan p = parse_plan("cp=2,cp_kind=ring");
       const std::string w = "one rank, parameter and checkpoint offload, d2h " + std::to_string(d) + ", ga " + std::to_string(ga);
       const SimResult ref = simulate_step_reference(k, p);
-      const SimResult got = simulate_step(k, p, SimRecord::none);
+      // (without the margins' guess, which would check the kink's distance first: the next test)
+      const SimResult got = simulate_step(k, p, SimRecord::none, kRingClosedFormMinRanks, kPartialSweepMinRanks, false);
       expect_exactly_the_oracle(got, ref, w);
       EXPECT_EQ(got.reps.size(), 1u) << w;
       EXPECT_GT(got.stats.layers_extrapolated, 0) << w;
@@ -618,6 +619,49 @@ TEST(SimulatorOracle, LineBrokenBeforeTheLoopsEndAfterTheFarthestCheckMatchesThe
     }
   }
   EXPECT_EQ(tripped, 6) << "cases whose first check at the farthest distance failed";
+}
+
+// The same lines broken by the host, with the margins' guess (Margins in simulator.cpp): the
+// compute's wait for the next layer's parameters is a maximum whose margin (how far the
+// parameters' arrival is below the compute's own previous end) closes by h + d - C a layer, so
+// the two swept layers that put the state on its first line also say after how many layers the
+// compute starts to wait. The first probe goes to the last layer before it: it must hold (no
+// probe fails, where the search alone fails once per jump) and the jumps must reach as far as the
+// search's (a guess one layer too far fails its probe; one too short leaves layers the search
+// extrapolates: checked by breaking the guess by +1 and -1 temporarily). The kinks of d = 3.25 and
+// 3.5 are guessed (one per micro-batch's forward); at d = 4.5 the margin says the line ends within
+// a layer, so no probe is spent on it. Exact against the event queue, as above.
+TEST(SimulatorOracle, LineEndGuessedFromTheMarginsOfItsMaximaMatchesTheEventQueueExactly) {
+  int64_t guessed = 0;
+  for (double d : {3.25, 3.5, 4.5}) {
+    for (int64_t ga = 1; ga <= 2; ++ga) {
+      StepCosts k = plain_ring(2, 40);
+      k.ga = ga;
+      k.recompute = Recompute::none;
+      k.p2p_fwd = 0.25, k.p2p_dkv = 0.25;
+      k.pre_fwd = 1, k.post_fwd = 0.5, k.mlp_fwd = 1.5, k.pre_bwd = 1, k.post_bwd = 0.5, k.mlp_bwd = 3;
+      k.param_h2d = 1, k.ckpt_d2h = d, k.ckpt_h2d = d;
+      const std::vector<std::vector<double>> costs(2, std::vector<double>{0.5, 0.5});
+      k.attn_fwd.push_back(costs);
+      k.attn_bwd.push_back(costs);
+      const Plan p = parse_plan("cp=2,cp_kind=ring");
+      const std::string w = "one rank, parameter and checkpoint offload, d2h " + std::to_string(d) + ", ga " + std::to_string(ga);
+      const SimResult ref = simulate_step_reference(k, p);
+      const SimResult got = simulate_step(k, p, SimRecord::none);
+      const SimResult search = simulate_step(k, p, SimRecord::none, kRingClosedFormMinRanks, kPartialSweepMinRanks, false);
+      expect_exactly_the_oracle(got, ref, w);
+      std::printf("%s: guess %lld jumps (%lld guessed), %lld layers extrapolated, %lld misses; search %lld jumps, %lld layers, %lld misses\n", w.c_str(),
+                  static_cast<long long>(got.stats.periodic_jumps), static_cast<long long>(got.stats.kinks_predicted),
+                  static_cast<long long>(got.stats.layers_extrapolated), static_cast<long long>(got.stats.jump_misses),
+                  static_cast<long long>(search.stats.periodic_jumps), static_cast<long long>(search.stats.layers_extrapolated),
+                  static_cast<long long>(search.stats.jump_misses));
+      EXPECT_EQ(got.stats.jump_misses, 0) << w;
+      EXPECT_GT(search.stats.jump_misses, 0) << w << ": the search alone spends probes here";
+      EXPECT_GE(got.stats.layers_extrapolated, search.stats.layers_extrapolated) << w;
+      guessed += got.stats.kinks_predicted;
+    }
+  }
+  EXPECT_EQ(guessed, 6) << "jumps whose first probe went where the margins put the line's end";
 }
 
 // How many ranks leave their line in each alike backward layer, from the oracle's own tasks: per
