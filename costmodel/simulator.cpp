@@ -191,10 +191,7 @@ class Builder {
       }
       if (it == deps.end()) break;
     }
-    if (margins_.on) {  // how far each dependency's end is below the start
-      margins_.put(prev_id >= 0 ? full_ready - prev.end : -1.0);
-      for (const T* x : deps) margins_.put(x->id >= 0 ? full_ready - x->end : -1.0);
-    }
+    if (margins_.on) tape_margin(prev, deps);
     if (record_) {
       SimTask st;
       st.name = name;
@@ -221,6 +218,22 @@ class Builder {
     }
     const T b = *binding;  // (finish overwrites `prev`)
     finish(out, id, rep, full_ready, ready, duration, s, cat, pass, b);
+  }
+
+  // Tapes how far the runner-up among a task's dependencies' ends is below the latest (Margins);
+  // nothing where fewer than two different tasks (the stream's previous task is often the
+  // dependency too).
+  [[gnu::always_inline]] void tape_margin(const T& prev, std::initializer_list<const T*> deps) {
+    double first = -1, second = -1;  // (ends are >= 0)
+    int64_t first_id = -1;
+    for (const T *x = &prev, *const *it = deps.begin();; x = *it++) {
+      if (x->id >= 0 && x->id != first_id) {
+        if (x->end > first) second = first, first = x->end, first_id = x->id;
+        else second = std::max(second, x->end);
+      }
+      if (it == deps.end()) break;
+    }
+    if (second >= 0) margins_.put(first - second);
   }
 
   // Writes a task field by field (see add).
@@ -1068,11 +1081,23 @@ class Builder {
     size_t n[2] = {0, 0};
     bool on = false;           // taping
     int swept = 0;             // iterations swept and taped in a row (each one's state observed)
-    void start() {
+    bool missed = false;       // a guess failed in this layer loop: the search alone for the rest of it
+    int off_line = 0;          // observations off their line in a row
+    // A loop whose state stays off its line for long (the 1,024-rank plain ring's backward without
+    // recompute never finds one) tapes no more until it finds one: ~4% of such a sweep.
+    static constexpr int kPatience = 16;
+    void reset() { swept = 0, missed = false, off_line = 0; }
+    // before a swept iteration: tape it where it may be used
+    void start(bool wanted) {
+      if (!wanted || off_line >= kPatience) return;
       std::swap(m[0], m[1]), std::swap(n[0], n[1]);
       n[1] = 0, on = true;
     }
-    void stop() { on = false, ++swept; }
+    void stop() {
+      swept = on ? swept + 1 : 0;
+      on = false;
+    }
+    void observed(bool on_line) { off_line = on_line ? 0 : off_line + 1; }
     [[gnu::always_inline]] void put(double v) {
       if (n[1] == m[1].size()) m[1].resize(2 * m[1].size() + 1024);
       m[1][n[1]++] = v;
@@ -1080,7 +1105,7 @@ class Builder {
     // After two swept iterations on a line: how many more iterations the taped maxima keep their
     // arguments for (infinity: none closes); -1: not known (fewer than two tapes, or unlike ones)
     double iterations_left() const {
-      if (swept < 2 || n[0] != n[1]) return -1;
+      if (missed || swept < 2 || n[0] != n[1]) return -1;
       double scale = 0;
       for (size_t k = 0; k < n[1]; ++k) scale = std::max(scale, std::abs(m[1][k]));
       double left = std::numeric_limits<double>::infinity();
@@ -1203,6 +1228,7 @@ class Builder {
           lo = guess, m = guess + 1;  // (no more probes)
         } else {
           hi = guess, off_hi = off;
+          b.margins_.missed = true;  // (a maximum the tape does not see ended it: not again in this loop)
           cap = guess - 1;
           m = std::min(cap, probe_);
         }
@@ -1753,14 +1779,14 @@ class Builder {
     period.reset();
     const bool partial = partial_possible();
     tapes_ = 0;
-    margins_.swept = 0;
+    margins_.reset();
     for (int32_t l = 0; l < L; ++l) {
       const bool tape = partial && l + 2 < L;  // what the ranks lend each other, for partial_jump
       if (tape) {
         tape_new_.clear(static_cast<size_t>(nreps()));
         tape_out_ = &tape_new_, taping_ = true;
       }
-      if (!record_ && predict_line_ends_) margins_.start();
+      margins_.start(!record_ && predict_line_ends_);
       iteration(l);
       margins_.stop();
       taping_ = false;
@@ -1774,7 +1800,9 @@ class Builder {
         }
         const int64_t n = (L - 2) - l;  // alike iterations still to come
         int64_t done = 0;
-        if (period.observe(*this, {&d, &gathered})) {
+        const bool on_line = period.observe(*this, {&d, &gathered});
+        margins_.observed(on_line);
+        if (on_line) {
           if (n >= 2)
             done = period.jump(*this, {&d, &gathered}, n, [&](int64_t m) { iteration(l + static_cast<int32_t>(m)); }, margins_.iterations_left());
         } else if (tape && n >= 2 && tapes_ >= 2 && period.seen() == 3) {
@@ -1875,16 +1903,18 @@ class Builder {
     };
     Period& period = layer_period_;  // (one for every layer loop: its snapshots are allocated once)
     period.reset();
-    margins_.swept = 0;
+    margins_.reset();
     for (int32_t l = L - 1; l >= 0; --l) {
-      if (!record_ && predict_line_ends_) margins_.start();
+      margins_.start(!record_ && predict_line_ends_);
       iteration(l);
       margins_.stop();
       // iterations L-2 .. 1 are alike (the top one starts from the loss, the bottom one prefetches
       // nothing): see Period
       if (!record_ && l + 1 < L) {
         const int64_t n = l - 1;  // alike iterations still to come
-        if (period.observe(*this, {&d, &gathered, &ckpt_in, &last_reduce}) && n >= 2) {
+        const bool on_line = period.observe(*this, {&d, &gathered, &ckpt_in, &last_reduce});
+        margins_.observed(on_line);
+        if (on_line && n >= 2) {
           const int64_t done = period.jump(*this, {&d, &gathered, &ckpt_in, &last_reduce}, n,
                                            [&](int64_t m) { iteration(l - static_cast<int32_t>(m)); }, margins_.iterations_left());
           if (done > 0) margins_.swept = 0;  // (the observed states are the jump's far end now, not taped)
