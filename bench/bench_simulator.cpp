@@ -159,6 +159,7 @@ void space_rows(const ctx::SearchRequest& req) {
   };
   std::vector<Row> rows;
   double total = 0;
+  int64_t probes_failed = 0, guessed = 0, guesses_failed = 0;  // Period::jump's, summed
   for (ctx::Plan p : ctx::enumerate_plans(req)) {
     if (!ctx::check_plan(p, req.model, req.cluster, req.seq).ok()) continue;
     if (!ctx::predict_memory(req.model, req.cluster, req.runtime, p, req.seq).fits()) continue;
@@ -169,6 +170,7 @@ void space_rows(const ctx::SearchRequest& req) {
     const double ms = thread_cpu_ms() - c0;
     const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     total += ms;
+    probes_failed += r.stats.jump_misses, guessed += r.stats.kinks_predicted, guesses_failed += r.stats.kink_misses;
     rows.push_back({ms, wall_ms, ctx::plan_to_string(p), r.stats.tasks, r.stats.layers_extrapolated, r.time.step_seconds});
     if (rows.size() % 2000 == 0) std::fprintf(stderr, "  ... %zu plans simulated, %.1f s\n", rows.size(), total / 1e3);
   }
@@ -185,6 +187,8 @@ void space_rows(const ctx::SearchRequest& req) {
   for (const Row& r : rows) over += r.ms > 10.0;
   std::printf("  search space: %zu fitting plans simulated once each in %.2f s of CPU time; CPU median %.3f ms, p99 %.2f ms, max %.1f ms; %zu over 10 ms\n",
               rows.size(), total / 1e3, rows[rows.size() / 2].ms, rows[rows.size() / 100].ms, rows[0].ms, over);
+  std::printf("  jumps: %lld checks failed; %lld jumps checked first where the margins put a line's end, %lld of those failed\n",
+              static_cast<long long>(probes_failed), static_cast<long long>(guessed), static_cast<long long>(guesses_failed));
   const char* top = std::getenv("CTX_BENCH_SPACE_TOP");  // how many of the slowest plans to list (default 8)
   const size_t shown = top ? static_cast<size_t>(std::max(0, std::atoi(top))) : 8;
   for (size_t i = 0; i < rows.size() && i < shown; ++i)
@@ -246,10 +250,11 @@ int main(int argc, char** argv) {
     Measure y = measure(reps, [&] { return ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min, false); });
     const ctx::SimResult r0 = ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min, false);
     std::printf("  streaming: best %.2f ms CPU (median %.2f ms CPU, %.2f ms wall), step %.17g s; %lld tasks, %lld jumps, %lld layer iterations "
-                "extrapolated, %lld jump misses (%lld first at the farthest distance, %lld jumps first where the margins put a line's end); %lld partial jumps over %lld layer iterations (%lld ranks swept in them), %lld undone\n",
+                "extrapolated, %lld jump misses (%lld first at the farthest distance, %lld jumps first where the margins put a line's end, %lld of them missed); %lld partial jumps over %lld layer iterations (%lld ranks swept in them), %lld undone\n",
                 x.best_cpu_ms, x.median_cpu_ms, x.median_ms, x.step, static_cast<long long>(x.tasks), static_cast<long long>(r.stats.periodic_jumps),
                 static_cast<long long>(r.stats.layers_extrapolated), static_cast<long long>(r.stats.jump_misses),
-                static_cast<long long>(r.stats.far_first_misses), static_cast<long long>(r.stats.kinks_predicted), static_cast<long long>(r.stats.partial_jumps), static_cast<long long>(r.stats.layers_partially_swept),
+                static_cast<long long>(r.stats.far_first_misses), static_cast<long long>(r.stats.kinks_predicted),
+                static_cast<long long>(r.stats.kink_misses), static_cast<long long>(r.stats.partial_jumps), static_cast<long long>(r.stats.layers_partially_swept),
                 static_cast<long long>(r.stats.partial_rank_layers),
                 static_cast<long long>(r.stats.partial_misses));
     std::printf("  without the margins' guess: best %.2f ms CPU (median %.2f ms CPU; guess/search %.2f), step %.17g s; %lld jumps, %lld layer iterations "

@@ -1228,7 +1228,7 @@ class Builder {
           lo = guess, m = guess + 1;  // (no more probes)
         } else {
           hi = guess, off_hi = off;
-          b.margins_.missed = true;  // (a maximum the tape does not see ended it: not again in this loop)
+          b.margins_.missed = true, ++b.kink_misses_;  // (a maximum the tape does not see ended it: not again in this loop)
           cap = guess - 1;
           m = std::min(cap, probe_);
         }
@@ -2007,7 +2007,7 @@ class Builder {
   int64_t rise_searches_ = 0;
   bool predict_line_ends_ = true;
   Margins margins_;  // taped by the layer loops' swept iterations, read by Period::jump
-  int64_t kinks_predicted_ = 0;
+  int64_t kinks_predicted_ = 0, kink_misses_ = 0;
 
  public:
   int64_t partial_jumps() const { return partial_jumps_; }
@@ -2016,6 +2016,7 @@ class Builder {
   int64_t partial_ranks() const { return partial_ranks_; }
   int64_t rise_searches() const { return rise_searches_; }
   int64_t kinks_predicted() const { return kinks_predicted_; }
+  int64_t kink_misses() const { return kink_misses_; }
   int64_t collectives() const { return next_coll_; }
   int64_t tasks() const { return ntasks_; }
   int64_t jumps() const { return jumps_; }
@@ -2048,6 +2049,7 @@ SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record, int
   r.stats.partial_rank_layers = b.partial_ranks();
   r.stats.rise_searches = b.rise_searches();
   r.stats.kinks_predicted = b.kinks_predicted();
+  r.stats.kink_misses = b.kink_misses();
   for (size_t i = 0; i < acc.size(); ++i) {
     r.reps[i].compute_stream_busy_s = acc[i].stream_busy;
     r.reps[i].end_s = acc[i].end;

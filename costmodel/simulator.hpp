@@ -64,6 +64,7 @@ struct SimStats {
   int64_t partial_rank_layers = 0;  // ranks swept in them, summed over their layer iterations
   int64_t rise_searches = 0;     // stretches of a forward ring's rises taken at once (ring_forward_by_rank's compute-bound runs)
   int64_t kinks_predicted = 0;   // jumps whose first check went where the margin tape put a line's end (Period::jump)
+  int64_t kink_misses = 0;       // of those, checks that failed (a maximum the tape does not see flipped first)
   double wall_seconds = 0;       // how long the simulation itself took
 };
 
