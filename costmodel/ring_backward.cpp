@@ -37,9 +37,8 @@ const std::vector<std::pair<int64_t, double>>& cost_runs(RingBackwardWork& w, co
   auto it = w.cost_runs.find(cv);
   if (it != w.cost_runs.end()) return it->second;
   std::vector<std::pair<int64_t, double>> runs;
-  const double* c = cv->data();
-  for (size_t j = 0; j < cv->size(); ++j)
-    if (j == 0 || !(c[j] == c[j - 1])) runs.emplace_back(static_cast<int64_t>(j), c[j]);
+  run_starts(*cv, w.starts);
+  for (int64_t j : w.starts) runs.emplace_back(j, (*cv)[static_cast<size_t>(j)]);
   return w.cost_runs.emplace(cv, std::move(runs)).first->second;
 }
 // The steps j = first, first + stride, ... < steps of cv pushed at index j / stride, one by one as
@@ -248,6 +247,30 @@ bool moved_by(const Seq2& a, double oa, const Seq2& b, double ob, double d) {
 // g, |oa - ob - d| computed in two roundings, is off by at most 2u (|oa| + |ob| + |d|); and
 // pl::near accepts once that is at most 1e-12 |fl(v + oa)| >= 1e-12 (lo + oa) (1 - u) (1e-12 and
 // its product rounded: 0.999e-12). False (then the values are compared one by one) where it cannot tell.
+void run_starts(const std::vector<double>& v, std::vector<int64_t>& starts) {
+  starts.clear();
+  const size_t n = v.size();
+  if (n == 0) return;
+  const double* c = v.data();
+  starts.push_back(0);
+  double x = c[0];  // the run's value
+  size_t j = 1;
+  while (j < n) {
+    for (; j + 8 <= n; j += 8) {  // whole blocks equal to x
+      bool same = true;
+      for (size_t k = 0; k < 8; ++k) same &= c[j + k] == x;
+      if (!same) break;
+    }
+    const size_t stop = std::min(n, j + 8);
+    for (; j < stop && c[j] == x; ++j) {
+    }
+    if (j < stop) {  // a new run
+      starts.push_back(static_cast<int64_t>(j));
+      x = c[j++];
+    }
+  }
+}
+
 bool ring_moved_by_bound(double lo, double hi, double oa, double ob, double d) {
   if (!(lo <= hi) || !(lo + oa > 0)) return false;  // (also NaN, and no values)
   const double u = std::ldexp(1.0, -53);

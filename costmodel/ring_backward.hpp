@@ -130,6 +130,7 @@ struct RingBackwardWork {
   // representations' cost sequences (a caller reusing the work area for other vectors at the same
   // addresses clears all three)
   std::unordered_map<const std::vector<double>*, std::vector<std::pair<int64_t, double>>> cost_runs;
+  std::vector<int64_t> starts;  // (run_starts' scratch)
   int period = 1;      // 1: a few lines; 2: staircases (after lines took too many pieces once)
   int64_t passes = 0;  // passes taken by the last call (statistics)
 };
@@ -147,6 +148,12 @@ struct RingBackwardWork {
 // stream's ends never decrease). The exact recurrences; the closed form equals it up to rounding.
 void ring_backward_sweep(int64_t j0, int64_t steps, double p2p_s, double p2p_dkv_s, const std::vector<RingBackwardRank>& in,
                          std::vector<RingBackwardResult>& out, RingSweepWork& w);
+
+// Where a vector's value changes: the indices j > 0 with !(v[j] == v[j - 1]), after 0 (none for an
+// empty vector; a NaN is a run of its own, 0.0 and -0.0 one run), into `starts`. Runs of equal
+// values are compared 8 at a time against their first value, without a branch per value: a cost
+// vector of a plain ring is a few runs over R steps, read once per simulation (R^2 values).
+void run_starts(const std::vector<double>& v, std::vector<int64_t>& starts);
 
 // Whether every value v in [lo, hi] satisfies pl::near(v + oa, (v + ob) + d), as computed in
 // doubles, decided from the bounds alone (false where they do not suffice): a moved rank's check

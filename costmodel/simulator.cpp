@@ -558,13 +558,18 @@ class Builder {
   const std::vector<int64_t>& cost_runs(const std::vector<double>* cv, int64_t steps) {
     auto it = cost_runs_.find(cv);
     if (it != cost_runs_.end()) return it->second;
+    // (the raw values' runs, merged where their costs max(0, value) are equal; 0 past the vector)
+    run_starts(*cv, raw_starts_);
     std::vector<int64_t> starts;
     double before = 0;
-    for (int64_t j = 0; j < steps; ++j) {
+    auto at = [&](int64_t j) {
       const double c = std::max(0.0, static_cast<size_t>(j) < cv->size() ? (*cv)[static_cast<size_t>(j)] : 0.0);
       if (j == 0 || c != before) starts.push_back(j);
       before = c;
-    }
+    };
+    for (int64_t j : raw_starts_)
+      if (j < steps) at(j);
+    if (static_cast<int64_t>(cv->size()) < steps) at(std::max<int64_t>(0, static_cast<int64_t>(cv->size())));
     return cost_runs_.emplace(cv, std::move(starts)).first->second;
   }
 
@@ -1974,6 +1979,7 @@ class Builder {
   std::vector<T> fwd_tail_, loss_end_, mb_end_, reduce_end_;
   Period layer_period_;  // the layer loops'
   std::unordered_map<const std::vector<double>*, std::vector<int64_t>> cost_runs_;  // ring_forward_by_rank's
+  std::vector<int64_t> raw_starts_;                                                 // (cost_runs' scratch)
   std::vector<std::pair<const std::vector<double>*, const std::vector<int64_t>*>> runs_of_rep_;  // per rank: its cost vector's runs
   std::vector<double> first_end_;
   std::vector<int> ng_, ng_cycle_;

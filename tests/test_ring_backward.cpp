@@ -452,6 +452,32 @@ TEST(RingBackward, MovedByBoundImpliesTheComparison) {
   EXPECT_FALSE(ring_moved_by_bound(std::nan(""), 36.6, ob + d, ob, d));
 }
 
+// run_starts (8 values at a time against the run's first) against the one-at-a-time definition:
+// random vectors of 0-200 values in runs of 1-20 drawn from a few values, NaN (a run of its own
+// per value), 0.0 and -0.0 (one run) among them, so blocks of 8 straddle run ends everywhere.
+TEST(RingBackward, RunStartsAreWhereTheValueChanges) {
+  std::mt19937 rng(20261128);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> values{0.5, 0.25, 0.0, -0.0, nan, -1.0, 3.0};
+  std::vector<int64_t> got;
+  int64_t runs = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<double> v;
+    const size_t n = std::uniform_int_distribution<size_t>(0, 200)(rng);
+    while (v.size() < n) {
+      const double x = values[std::uniform_int_distribution<size_t>(0, values.size() - 1)(rng)];
+      for (int k = std::uniform_int_distribution<int>(1, 20)(rng); k > 0 && v.size() < n; --k) v.push_back(x);
+    }
+    std::vector<int64_t> want;
+    for (size_t j = 0; j < v.size(); ++j)
+      if (j == 0 || !(v[j] == v[j - 1])) want.push_back(static_cast<int64_t>(j));
+    run_starts(v, got);
+    ASSERT_EQ(got, want) << "trial " << trial << ", " << n << " values";
+    runs += static_cast<int64_t>(want.size());
+  }
+  EXPECT_GT(runs, 10000);
+}
+
 TEST(RingBackward, RefusesWhatItCannotTime) {
   std::vector<double> cost{1, 1, 1};
   std::vector<RingBackwardRank> in(3);
