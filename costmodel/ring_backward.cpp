@@ -253,13 +253,21 @@ void run_starts(const std::vector<double>& v, std::vector<int64_t>& starts) {
   if (n == 0) return;
   const double* c = v.data();
   starts.push_back(0);
+  // two doubles per compare (GCC's vector extension: SSE2's cmpeqpd on x86-64, NEON elsewhere)
+  using v2d = double __attribute__((vector_size(16)));
+  using v2m = long long __attribute__((vector_size(16)));  // a compare's lanes: -1 true, 0 false
+  auto load = [c](size_t i) {
+    v2d v;
+    std::memcpy(&v, c + i, sizeof v);
+    return v;
+  };
   double x = c[0];  // the run's value
   size_t j = 1;
   while (j < n) {
+    const v2d xx = {x, x};
     for (; j + 8 <= n; j += 8) {  // whole blocks equal to x
-      bool same = true;
-      for (size_t k = 0; k < 8; ++k) same &= c[j + k] == x;
-      if (!same) break;
+      const v2m same = (load(j) == xx) & (load(j + 2) == xx) & (load(j + 4) == xx) & (load(j + 6) == xx);
+      if (!(same[0] & same[1])) break;
     }
     const size_t stop = std::min(n, j + 8);
     for (; j < stop && c[j] == x; ++j) {
