@@ -664,6 +664,68 @@ TEST(SimulatorOracle, LineEndGuessedFromTheMarginsOfItsMaximaMatchesTheEventQueu
   EXPECT_EQ(guessed, 6) << "jumps whose first probe went where the margins put the line's end";
 }
 
+// Lines of the 1024-GPU job's rings with recompute end where a rank behind the heaviest one meets
+// the others' pace (a maximum changing its argument): Period checks first where the swept layers'
+// margins put each line's end (Margins in simulator.cpp). The cp=64 ring is small enough for the
+// event queue (2.4M tasks): against it, to the matrix's 1e-9 (jumps round differently), with one
+// guess that held and one that failed (a maximum inside the rings, which the tape does not see).
+// The cp=256 and cp=512 rings (37M and 148M tasks) against the search alone (predict_line_ends =
+// false, itself held to the event queue above), to 1e-9: there every guess must hold, and the
+// jumps must extrapolate as many layers as the search's.
+TEST(SimulatorOracle, LinesOfLargeRingsEndedWhereTheMarginsSayMatchTheSearch) {
+  ModelSpec m = resolve_model(profiles(), "Llama-3.1-70B");
+  ClusterSpec cl = resolve_cluster(profiles(), "h100-superpod-1024");
+  const RuntimeProfile& rt = resolve_runtime(profiles(), "ctxrun-cuda");
+  auto same = [](const SimResult& got, const SimResult& ref, const std::string& w) {
+    expect_step_within_1e9(got.time, ref.time, w);
+    EXPECT_EQ(got.critical_rep, ref.critical_rep) << w;
+    EXPECT_EQ(got.breakdown_rep, ref.breakdown_rep) << w;
+    EXPECT_EQ(got.stats.tasks, ref.stats.tasks) << w;
+    ASSERT_EQ(got.reps.size(), ref.reps.size()) << w;
+    std::vector<double> end(ref.reps.size(), 0.0), busy(ref.reps.size(), 0.0);  // (the event queue's from its tasks)
+    for (size_t i = 0; i < ref.reps.size(); ++i) end[i] = ref.reps[i].end_s, busy[i] = ref.reps[i].compute_stream_busy_s;
+    if (!ref.tasks.empty()) {
+      std::fill(end.begin(), end.end(), 0.0), std::fill(busy.begin(), busy.end(), 0.0);
+      for (const SimTask& t : ref.tasks) {
+        end[static_cast<size_t>(t.rep)] = std::max(end[static_cast<size_t>(t.rep)], t.end);
+        if (t.stream == SimStream::compute) busy[static_cast<size_t>(t.rep)] += t.duration;
+      }
+    }
+    for (size_t i = 0; i < got.reps.size(); ++i) {
+      EXPECT_LE(rel(got.reps[i].end_s, end[i]), 1e-9) << w << ": rank end";
+      EXPECT_LE(rel(got.reps[i].compute_stream_busy_s, busy[i]), 1e-9) << w << ": rank compute-stream busy";
+    }
+  };
+  auto costs = [&](Plan& p) {
+    EXPECT_TRUE(check_plan(p, m, cl, 1048576).ok()) << plan_to_string(p);
+    return step_costs(m, cl, rt, p, 1048576, true);
+  };
+  {
+    Plan p = parse_plan("dp=2,tp=8,cp=64,cp_kind=ring,zero=3,recompute=full");
+    const StepCosts k = costs(p);
+    const SimResult ref = simulate_step_reference(k, p);
+    const SimResult got = simulate_step(k, p, SimRecord::none);
+    same(got, ref, "cp=64 (vs the event queue)");
+    EXPECT_EQ(got.stats.kinks_predicted, 2);
+    EXPECT_EQ(got.stats.kink_misses, 1);
+  }
+  for (const char* text : {"dp=1,tp=4,cp=256,cp_kind=ring,zero=3,recompute=full", "dp=1,tp=2,cp=512,cp_kind=ring,zero=3,recompute=full"}) {
+    Plan p = parse_plan(text);
+    const StepCosts k = costs(p);
+    const SimResult search = simulate_step(k, p, SimRecord::none, kRingClosedFormMinRanks, kPartialSweepMinRanks, false);
+    const SimResult got = simulate_step(k, p, SimRecord::none);
+    same(got, search, std::string(text) + " (vs the search alone)");
+    EXPECT_GE(got.stats.kinks_predicted, 2) << text;
+    EXPECT_EQ(got.stats.kink_misses, 0) << text;
+    EXPECT_EQ(got.stats.jump_misses, 0) << text << ": no check failed";
+    EXPECT_GT(search.stats.jump_misses, 0) << text << ": the search alone fails some";
+    EXPECT_GE(got.stats.layers_extrapolated, search.stats.layers_extrapolated) << text;
+    std::printf("%s: %lld jumps guessed, %lld layers extrapolated (search alone: %lld failed checks, %lld layers)\n", text,
+                static_cast<long long>(got.stats.kinks_predicted), static_cast<long long>(got.stats.layers_extrapolated),
+                static_cast<long long>(search.stats.jump_misses), static_cast<long long>(search.stats.layers_extrapolated));
+  }
+}
+
 // How many ranks leave their line in each alike backward layer, from the oracle's own tasks: per
 // rank and layer the latest end on its compute, ring and dp streams; a rank is off its line at
 // layer l when one of them moves from l + 1 to l by another amount than from l + 2 to l + 1 (the
@@ -710,6 +772,7 @@ TEST(SimulatorOracle, BackwardLayersOfLongRingsLeavingTheirLinesMatchTheEventQue
   auto pick = [&](std::initializer_list<double> v) { return *(v.begin() + std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)); };
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   int cases = 0, few_off = 0, few_off_gathered = 0, few_off_reduced = 0;
+  int64_t guessed = 0, guesses_failed = 0;  // Period's jumps checked first at the margins' guess
   for (int trial = 0; trial < 120; ++trial) {
     const int64_t cp = uni(16, 40);
     StepCosts k = plain_ring(cp, uni(12, 24));
@@ -748,6 +811,7 @@ TEST(SimulatorOracle, BackwardLayersOfLongRingsLeavingTheirLinesMatchTheEventQue
     for (int closed_form = 0; closed_form < 2; ++closed_form) {  // the backward ring swept, then rank by rank in closed form
       const SimResult got = simulate_step(k, p, SimRecord::none, closed_form ? 2 : 1 << 30, 4);
       expect_exactly_the_oracle(got, ref, w0 + (closed_form ? " (closed-form backward ring)" : ""));
+      guessed += got.stats.kinks_predicted, guesses_failed += got.stats.kink_misses;
     }
     bool few = false;
     for (int n : backward_ranks_off_their_lines(ref, k.layers)) few = few || (n >= 1 && 8 * n <= cp);
@@ -757,6 +821,8 @@ TEST(SimulatorOracle, BackwardLayersOfLongRingsLeavingTheirLinesMatchTheEventQue
   EXPECT_EQ(cases, 120);
   std::printf("%d of %d rings have alike backward layers with 1 to R/8 ranks off their lines (%d with the gather, %d with the reduction)\n", few_off,
               cases, few_off_gathered, few_off_reduced);
+  std::printf("%lld jumps checked first at the margins' guess, %lld of those checks failed\n", static_cast<long long>(guessed),
+              static_cast<long long>(guesses_failed));
   EXPECT_GE(few_off, 10) << "rings with backward layers a partial sweep would take";
   EXPECT_GE(few_off_gathered, 4) << "of them with the ZeRO-3 gather";
   EXPECT_GE(few_off_reduced, 4) << "of them with the gradient reduction";
