@@ -1073,8 +1073,10 @@ class Builder {
   // collective's members at the latest readiness among them: on a line, every such maximum picks
   // the same argument iteration after iteration, and the line ends at the first iteration where
   // one picks another (or where a maximum the tape does not see does: the backward ring's closed
-  // form, the forward ring's running maxima, the accumulators' min and max). The tape holds, per
-  // such argument in creation order, how far it is below the maximum (-1: no task). Two swept
+  // form, the forward ring's running maxima, the accumulators' min and max). The tape holds, in
+  // creation order, per task with two or more distinct dependencies how far the runner-up's end is
+  // below the latest (a third one overtaking the first unseen), and per member of a joining
+  // collective how far its readiness is below the last member's. Two swept
   // iterations on a line give each margin's change per iteration; a margin that closes, m_t = m -
   // r t, goes below 0 after t = m / r: its maximum picks another argument there. The least such t
   // over the tape is where the line can end first, a guess Period::jump checks like any other
@@ -1116,7 +1118,6 @@ class Builder {
       double left = std::numeric_limits<double>::infinity();
       for (size_t k = 0; k < n[1]; ++k) {
         const double a = m[0][k], b = m[1][k];
-        if (a < 0 || b < 0) continue;  // (no task)
         const double closing = a - b;  // per iteration
         // (a margin that moves by rounding only, ~1e-16 of the times, is constant)
         if (closing > 1e-12 * std::max(scale, 1.0)) left = std::min(left, b / closing);
