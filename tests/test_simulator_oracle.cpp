@@ -592,19 +592,23 @@ TEST(SimulatorOracle, PartialSweepStretchEndedByItsChecksMatchesTheEventQueueExa
 // the compute waits for the host, so the wrong compute times are forgotten, and the stalls the far
 // step adds at once sum to the ones the layers add one by one; the check itself is the one every
 // probe makes.)
+StepCosts host_bound_ring(double d, int64_t ga) {
+  StepCosts k = plain_ring(2, 40);
+  k.ga = ga;
+  k.recompute = Recompute::none;
+  k.p2p_fwd = 0.25, k.p2p_dkv = 0.25;
+  k.pre_fwd = 1, k.post_fwd = 0.5, k.mlp_fwd = 1.5, k.pre_bwd = 1, k.post_bwd = 0.5, k.mlp_bwd = 3;
+  k.param_h2d = 1, k.ckpt_d2h = d, k.ckpt_h2d = d;
+  const std::vector<std::vector<double>> costs(2, std::vector<double>{0.5, 0.5});  // two alike ranks: one simulated
+  k.attn_fwd.push_back(costs);
+  k.attn_bwd.push_back(costs);
+  return k;
+}
 TEST(SimulatorOracle, LineBrokenBeforeTheLoopsEndAfterTheFarthestCheckMatchesTheEventQueueExactly) {
   int tripped = 0;
   for (double d : {3.25, 3.5, 4.5}) {
     for (int64_t ga = 1; ga <= 2; ++ga) {
-      StepCosts k = plain_ring(2, 40);
-      k.ga = ga;
-      k.recompute = Recompute::none;
-      k.p2p_fwd = 0.25, k.p2p_dkv = 0.25;
-      k.pre_fwd = 1, k.post_fwd = 0.5, k.mlp_fwd = 1.5, k.pre_bwd = 1, k.post_bwd = 0.5, k.mlp_bwd = 3;
-      k.param_h2d = 1, k.ckpt_d2h = d, k.ckpt_h2d = d;
-      const std::vector<std::vector<double>> costs(2, std::vector<double>{0.5, 0.5});  // two alike ranks: one simulated
-      k.attn_fwd.push_back(costs);
-      k.attn_bwd.push_back(costs);
+      const StepCosts k = host_bound_ring(d, ga);
       const Plan p = parse_plan("cp=2,cp_kind=ring");
       const std::string w = "one rank, parameter and checkpoint offload, d2h " + std::to_string(d) + ", ga " + std::to_string(ga);
       const SimResult ref = simulate_step_reference(k, p);
@@ -635,15 +639,7 @@ TEST(SimulatorOracle, LineEndGuessedFromTheMarginsOfItsMaximaMatchesTheEventQueu
   int64_t guessed = 0;
   for (double d : {3.25, 3.5, 4.5}) {
     for (int64_t ga = 1; ga <= 2; ++ga) {
-      StepCosts k = plain_ring(2, 40);
-      k.ga = ga;
-      k.recompute = Recompute::none;
-      k.p2p_fwd = 0.25, k.p2p_dkv = 0.25;
-      k.pre_fwd = 1, k.post_fwd = 0.5, k.mlp_fwd = 1.5, k.pre_bwd = 1, k.post_bwd = 0.5, k.mlp_bwd = 3;
-      k.param_h2d = 1, k.ckpt_d2h = d, k.ckpt_h2d = d;
-      const std::vector<std::vector<double>> costs(2, std::vector<double>{0.5, 0.5});
-      k.attn_fwd.push_back(costs);
-      k.attn_bwd.push_back(costs);
+      const StepCosts k = host_bound_ring(d, ga);
       const Plan p = parse_plan("cp=2,cp_kind=ring");
       const std::string w = "one rank, parameter and checkpoint offload, d2h " + std::to_string(d) + ", ga " + std::to_string(ga);
       const SimResult ref = simulate_step_reference(k, p);
