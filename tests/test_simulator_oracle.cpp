@@ -592,6 +592,7 @@ TEST(SimulatorOracle, PartialSweepStretchEndedByItsChecksMatchesTheEventQueueExa
 // the compute waits for the host, so the wrong compute times are forgotten, and the stalls the far
 // step adds at once sum to the ones the layers add one by one; the check itself is the one every
 // probe makes.)
+// the one-rank ring above: compute C = 4 a layer, the host h + d (parameters 1, checkpoint d)
 StepCosts host_bound_ring(double d, int64_t ga) {
   StepCosts k = plain_ring(2, 40);
   k.ga = ga;
@@ -604,6 +605,7 @@ StepCosts host_bound_ring(double d, int64_t ga) {
   k.attn_bwd.push_back(costs);
   return k;
 }
+
 TEST(SimulatorOracle, LineBrokenBeforeTheLoopsEndAfterTheFarthestCheckMatchesTheEventQueueExactly) {
   int tripped = 0;
   for (double d : {3.25, 3.5, 4.5}) {
