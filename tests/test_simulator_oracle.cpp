@@ -574,6 +574,29 @@ TEST(SimulatorOracle, PartialSweepStretchEndedByItsChecksMatchesTheEventQueueExa
   }
 }
 
+// The two tests below' cases: one simulated rank (a plain ring of two alike ranks) with parameter
+// and checkpoint offload on one host stream, compute C = 4 a layer, the host h + d = 1 + d, for d in
+// {3.25, 3.5, 4.5} and ga 1, 2; `check(k, p, w, ref)` with the event queue's result.
+template <class F>
+void for_each_host_bound_ring(F check) {
+  for (double d : {3.25, 3.5, 4.5}) {
+    for (int64_t ga = 1; ga <= 2; ++ga) {
+      StepCosts k = plain_ring(2, 40);
+      k.ga = ga;
+      k.recompute = Recompute::none;
+      k.p2p_fwd = 0.25, k.p2p_dkv = 0.25;
+      k.pre_fwd = 1, k.post_fwd = 0.5, k.mlp_fwd = 1.5, k.pre_bwd = 1, k.post_bwd = 0.5, k.mlp_bwd = 3;
+      k.param_h2d = 1, k.ckpt_d2h = d, k.ckpt_h2d = d;
+      const std::vector<std::vector<double>> costs(2, std::vector<double>{0.5, 0.5});
+      k.attn_fwd.push_back(costs);
+      k.attn_bwd.push_back(costs);
+      const Plan p = parse_plan("cp=2,cp_kind=ring");
+      const std::string w = "one rank, parameter and checkpoint offload, d2h " + std::to_string(d) + ", ga " + std::to_string(ga);
+      check(k, p, w, simulate_step_reference(k, p));
+    }
+  }
+}
+
 // Period::jump checks the farthest distance first where every rank keeps one pace (here one rank:
 // a plain ring of two alike ranks). A line that breaks before the loop's end makes that probe
 // fail, and the search must go on below it exactly. The forward of a rank with parameter and
@@ -592,38 +615,18 @@ TEST(SimulatorOracle, PartialSweepStretchEndedByItsChecksMatchesTheEventQueueExa
 // the compute waits for the host, so the wrong compute times are forgotten, and the stalls the far
 // step adds at once sum to the ones the layers add one by one; the check itself is the one every
 // probe makes.)
-// the one-rank ring above: compute C = 4 a layer, the host h + d (parameters 1, checkpoint d)
-StepCosts host_bound_ring(double d, int64_t ga) {
-  StepCosts k = plain_ring(2, 40);
-  k.ga = ga;
-  k.recompute = Recompute::none;
-  k.p2p_fwd = 0.25, k.p2p_dkv = 0.25;
-  k.pre_fwd = 1, k.post_fwd = 0.5, k.mlp_fwd = 1.5, k.pre_bwd = 1, k.post_bwd = 0.5, k.mlp_bwd = 3;
-  k.param_h2d = 1, k.ckpt_d2h = d, k.ckpt_h2d = d;
-  const std::vector<std::vector<double>> costs(2, std::vector<double>{0.5, 0.5});  // two alike ranks: one simulated
-  k.attn_fwd.push_back(costs);
-  k.attn_bwd.push_back(costs);
-  return k;
-}
-
 TEST(SimulatorOracle, LineBrokenBeforeTheLoopsEndAfterTheFarthestCheckMatchesTheEventQueueExactly) {
   int tripped = 0;
-  for (double d : {3.25, 3.5, 4.5}) {
-    for (int64_t ga = 1; ga <= 2; ++ga) {
-      const StepCosts k = host_bound_ring(d, ga);
-      const Plan p = parse_plan("cp=2,cp_kind=ring");
-      const std::string w = "one rank, parameter and checkpoint offload, d2h " + std::to_string(d) + ", ga " + std::to_string(ga);
-      const SimResult ref = simulate_step_reference(k, p);
-      // (without the margins' guess, which would check the kink's distance first: the next test)
-      const SimResult got = simulate_step(k, p, SimRecord::none, kRingClosedFormMinRanks, kPartialSweepMinRanks, false);
-      expect_exactly_the_oracle(got, ref, w);
-      EXPECT_EQ(got.reps.size(), 1u) << w;
-      EXPECT_GT(got.stats.layers_extrapolated, 0) << w;
-      std::printf("%s: %lld layers extrapolated, %lld far-first misses of %lld\n", w.c_str(), static_cast<long long>(got.stats.layers_extrapolated),
-                  static_cast<long long>(got.stats.far_first_misses), static_cast<long long>(got.stats.jump_misses));
-      tripped += got.stats.far_first_misses > 0;
-    }
-  }
+  for_each_host_bound_ring([&](const StepCosts& k, const Plan& p, const std::string& w, const SimResult& ref) {
+    // (without the margins' guess, which would check the kink's distance first: the next test)
+    const SimResult got = simulate_step(k, p, SimRecord::none, kRingClosedFormMinRanks, kPartialSweepMinRanks, false);
+    expect_exactly_the_oracle(got, ref, w);
+    EXPECT_EQ(got.reps.size(), 1u) << w;
+    EXPECT_GT(got.stats.layers_extrapolated, 0) << w;
+    std::printf("%s: %lld layers extrapolated, %lld far-first misses of %lld\n", w.c_str(), static_cast<long long>(got.stats.layers_extrapolated),
+                static_cast<long long>(got.stats.far_first_misses), static_cast<long long>(got.stats.jump_misses));
+    tripped += got.stats.far_first_misses > 0;
+  });
   EXPECT_EQ(tripped, 6) << "cases whose first check at the farthest distance failed";
 }
 
@@ -639,26 +642,20 @@ TEST(SimulatorOracle, LineBrokenBeforeTheLoopsEndAfterTheFarthestCheckMatchesThe
 // a layer, so no probe is spent on it. Exact against the event queue, as above.
 TEST(SimulatorOracle, LineEndGuessedFromTheMarginsOfItsMaximaMatchesTheEventQueueExactly) {
   int64_t guessed = 0;
-  for (double d : {3.25, 3.5, 4.5}) {
-    for (int64_t ga = 1; ga <= 2; ++ga) {
-      const StepCosts k = host_bound_ring(d, ga);
-      const Plan p = parse_plan("cp=2,cp_kind=ring");
-      const std::string w = "one rank, parameter and checkpoint offload, d2h " + std::to_string(d) + ", ga " + std::to_string(ga);
-      const SimResult ref = simulate_step_reference(k, p);
-      const SimResult got = simulate_step(k, p, SimRecord::none);
-      const SimResult search = simulate_step(k, p, SimRecord::none, kRingClosedFormMinRanks, kPartialSweepMinRanks, false);
-      expect_exactly_the_oracle(got, ref, w);
-      std::printf("%s: guess %lld jumps (%lld guessed), %lld layers extrapolated, %lld misses; search %lld jumps, %lld layers, %lld misses\n", w.c_str(),
-                  static_cast<long long>(got.stats.periodic_jumps), static_cast<long long>(got.stats.kinks_predicted),
-                  static_cast<long long>(got.stats.layers_extrapolated), static_cast<long long>(got.stats.jump_misses),
-                  static_cast<long long>(search.stats.periodic_jumps), static_cast<long long>(search.stats.layers_extrapolated),
-                  static_cast<long long>(search.stats.jump_misses));
-      EXPECT_EQ(got.stats.jump_misses, 0) << w;
-      EXPECT_GT(search.stats.jump_misses, 0) << w << ": the search alone spends probes here";
-      EXPECT_GE(got.stats.layers_extrapolated, search.stats.layers_extrapolated) << w;
-      guessed += got.stats.kinks_predicted;
-    }
-  }
+  for_each_host_bound_ring([&](const StepCosts& k, const Plan& p, const std::string& w, const SimResult& ref) {
+    const SimResult got = simulate_step(k, p, SimRecord::none);
+    const SimResult search = simulate_step(k, p, SimRecord::none, kRingClosedFormMinRanks, kPartialSweepMinRanks, false);
+    expect_exactly_the_oracle(got, ref, w);
+    std::printf("%s: guess %lld jumps (%lld guessed), %lld layers extrapolated, %lld misses; search %lld jumps, %lld layers, %lld misses\n", w.c_str(),
+                static_cast<long long>(got.stats.periodic_jumps), static_cast<long long>(got.stats.kinks_predicted),
+                static_cast<long long>(got.stats.layers_extrapolated), static_cast<long long>(got.stats.jump_misses),
+                static_cast<long long>(search.stats.periodic_jumps), static_cast<long long>(search.stats.layers_extrapolated),
+                static_cast<long long>(search.stats.jump_misses));
+    EXPECT_EQ(got.stats.jump_misses, 0) << w;
+    EXPECT_GT(search.stats.jump_misses, 0) << w << ": the search alone spends probes here";
+    EXPECT_GE(got.stats.layers_extrapolated, search.stats.layers_extrapolated) << w;
+    guessed += got.stats.kinks_predicted;
+  });
   EXPECT_EQ(guessed, 6) << "jumps whose first probe went where the margins put the line's end";
 }
 
