@@ -359,8 +359,8 @@ class Builder {
   }
   std::vector<T> host(const char* name, double dur, SimPass pass, int32_t layer, const std::vector<T>& dep,
                             SimCategory cat = SimCategory::host) {
-    std::vector<T> ids = none();
     if (dur <= 0) return dep;
+    std::vector<T> ids = none();
     for (int r = 0; r < nreps(); ++r)
       add(ids[static_cast<size_t>(r)], r, SimStream::host, name, dur, pass, cat, layer, {&dep[static_cast<size_t>(r)]});
     return ids;
