@@ -302,13 +302,13 @@ class Builder {
   // A collective over a group: members are the simulated reps with the same group key. They start
   // together, when the last of them is ready.
   enum class G { self, ulysses, cp, zero };
-  std::vector<T> collective(G g, SimStream s, const char* name, double dur, SimPass pass, int32_t layer,
-                            const std::vector<T>& dep_per_rep) {
-    if (dur <= 0) return dep_per_rep;  // nothing to wait for: later tasks depend on what this would have
-    std::vector<T> ids = none();
+  // (Each rank's task is written over its dependency in `ids`, which the caller hands over: pass it
+  // with std::move where it is not needed again, and no row is copied.)
+  std::vector<T> collective(G g, SimStream s, const char* name, double dur, SimPass pass, int32_t layer, std::vector<T> ids) {
+    if (dur <= 0) return ids;  // nothing to wait for: later tasks depend on what this would have
     if (g == G::self) {  // one member each (TP ranks are collapsed): timed at once
       for (int r = 0; r < nreps(); ++r)
-        add(ids[static_cast<size_t>(r)], r, s, name, dur, pass, SimCategory::comm, layer, {&dep_per_rep[static_cast<size_t>(r)]});
+        add(ids[static_cast<size_t>(r)], r, s, name, dur, pass, SimCategory::comm, layer, {&ids[static_cast<size_t>(r)]});
       return ids;
     }
     std::vector<int32_t>& coll_of_key = coll_of_key_;
@@ -333,7 +333,7 @@ class Builder {
         if (coll_of_key[static_cast<size_t>(key)] < 0) coll_of_key[static_cast<size_t>(key)] = new_collective();
         c = coll_of_key[static_cast<size_t>(key)];
       }
-      add(ids[static_cast<size_t>(r)], r, s, name, dur, pass, SimCategory::comm, layer, {&dep_per_rep[static_cast<size_t>(r)]}, c);
+      add(ids[static_cast<size_t>(r)], r, s, name, dur, pass, SimCategory::comm, layer, {&ids[static_cast<size_t>(r)]}, c);
       if (c >= 0 && !(partial_ && !sweep_[static_cast<size_t>(r)]))
         arrival[static_cast<size_t>(key)] = std::max(arrival[static_cast<size_t>(key)], ids[static_cast<size_t>(r)].start);
     }
@@ -349,20 +349,20 @@ class Builder {
       }
     return ids;
   }
-  std::vector<T> compute(const char* name, double dur, SimPass pass, int32_t layer, const std::vector<T>& dep_a,
+  // (compute and host write over their first dependency's row too, as collective; `dep_b` must be
+  // another row)
+  std::vector<T> compute(const char* name, double dur, SimPass pass, int32_t layer, std::vector<T> ids,
                                const std::vector<T>* dep_b = nullptr, SimCategory cat = SimCategory::compute) {
-    std::vector<T> ids = none();
     for (int r = 0; r < nreps(); ++r)
       add(ids[static_cast<size_t>(r)], r, SimStream::compute, name, dur, pass, cat, layer,
-                                        {&dep_a[static_cast<size_t>(r)], dep_b ? &(*dep_b)[static_cast<size_t>(r)] : &kNoTask});
+                                        {&ids[static_cast<size_t>(r)], dep_b ? &(*dep_b)[static_cast<size_t>(r)] : &kNoTask});
     return ids;
   }
-  std::vector<T> host(const char* name, double dur, SimPass pass, int32_t layer, const std::vector<T>& dep,
+  std::vector<T> host(const char* name, double dur, SimPass pass, int32_t layer, std::vector<T> ids,
                             SimCategory cat = SimCategory::host) {
-    if (dur <= 0) return dep;
-    std::vector<T> ids = none();
+    if (dur <= 0) return ids;
     for (int r = 0; r < nreps(); ++r)
-      add(ids[static_cast<size_t>(r)], r, SimStream::host, name, dur, pass, cat, layer, {&dep[static_cast<size_t>(r)]});
+      add(ids[static_cast<size_t>(r)], r, SimStream::host, name, dur, pass, cat, layer, {&ids[static_cast<size_t>(r)]});
     return ids;
   }
   // a vector of no tasks, one per rep (copied from one built once: a copy is a block move, where
@@ -373,26 +373,26 @@ class Builder {
   }
 
   // the partial sums of a row-parallel output over TP: reduce-scatter under SP, else all-reduce
-  std::vector<T> tp_reduce(SimPass pass, int32_t layer, const std::vector<T>& after) {
+  std::vector<T> tp_reduce(SimPass pass, int32_t layer, std::vector<T> after) {
     // (layer < 0: around the layers, the *_ends values, which tp_overlap leaves on the TP stream)
-    return k_.sp ? collective(G::self, SimStream::tp, "tp_reduce_scatter", layer < 0 ? k_.tp_rs_ends : k_.tp_rs, pass, layer, after)
-                 : collective(G::self, SimStream::tp, "tp_all_reduce", layer < 0 ? k_.tp_ar_ends : k_.tp_ar, pass, layer, after);
+    return k_.sp ? collective(G::self, SimStream::tp, "tp_reduce_scatter", layer < 0 ? k_.tp_rs_ends : k_.tp_rs, pass, layer, std::move(after))
+                 : collective(G::self, SimStream::tp, "tp_all_reduce", layer < 0 ? k_.tp_ar_ends : k_.tp_ar, pass, layer, std::move(after));
   }
-  std::vector<T> tp_gather(SimPass pass, int32_t layer, const std::vector<T>& after) {
-    return k_.sp ? collective(G::self, SimStream::tp, "tp_all_gather", layer < 0 ? k_.tp_ag_ends : k_.tp_ag, pass, layer, after) : after;
+  std::vector<T> tp_gather(SimPass pass, int32_t layer, std::vector<T> after) {
+    return k_.sp ? collective(G::self, SimStream::tp, "tp_all_gather", layer < 0 ? k_.tp_ag_ends : k_.tp_ag, pass, layer, std::move(after))
+                 : after;
   }
   // gradients TP ranks hold partial sums of, summed before the unit's reduction
-  std::vector<T> tp_fixups(int32_t layer, int norms, int kvs, const std::vector<T>& after) {
-    auto d = after;
+  std::vector<T> tp_fixups(int32_t layer, int norms, int kvs, std::vector<T> d) {
     for (int i = 0; i < norms; ++i)
-      d = collective(G::self, SimStream::tp, "tp_grad_fixup", k_.tp_fixup_norm, SimPass::backward, layer, d);
+      d = collective(G::self, SimStream::tp, "tp_grad_fixup", k_.tp_fixup_norm, SimPass::backward, layer, std::move(d));
     for (int i = 0; i < kvs; ++i)
-      d = collective(G::self, SimStream::tp, "tp_grad_fixup", k_.tp_fixup_kv, SimPass::backward, layer, d);
+      d = collective(G::self, SimStream::tp, "tp_grad_fixup", k_.tp_fixup_kv, SimPass::backward, layer, std::move(d));
     return d;
   }
 
   // ---- attention core ---------------------------------------------------------------------------
-  std::vector<T> attention(SimPass pass, int32_t layer, const std::vector<T>& after, bool backward) {
+  std::vector<T> attention(SimPass pass, int32_t layer, std::vector<T> after, bool backward) {
     const char* name = backward ? "attention_bwd" : pass == SimPass::recompute ? "attention_recompute" : "attention";
     const bool ring_kind = (k_.cp_kind == CpKind::ring || k_.cp_kind == CpKind::zigzag || k_.cp_kind == CpKind::usp) && k_.ring > 1;
     const std::vector<const std::vector<double>*>& cost_of = ring_costs(backward);  // per rep
@@ -401,14 +401,13 @@ class Builder {
       return step < v.size() ? v[step] : 0.0;
     };
     if (!ring_kind) {
-      std::vector<T> dep = after;
+      std::vector<T> ids = std::move(after);
       if (k_.cp_kind == CpKind::allgather && k_.kv_ag > 0)
-        dep = collective(G::cp, SimStream::tp, "kv_all_gather", k_.kv_ag, pass, layer, after);
-      std::vector<T> ids = none();
+        ids = collective(G::cp, SimStream::tp, "kv_all_gather", k_.kv_ag, pass, layer, std::move(ids));
       for (int r = 0; r < nreps(); ++r)
-        add(ids[static_cast<size_t>(r)], r, SimStream::compute, name, cost(r, 0), pass, SimCategory::compute, layer, {&dep[static_cast<size_t>(r)]});
+        add(ids[static_cast<size_t>(r)], r, SimStream::compute, name, cost(r, 0), pass, SimCategory::compute, layer, {&ids[static_cast<size_t>(r)]});
       if (backward && k_.cp_kind == CpKind::allgather && k_.dkv_rs > 0)
-        ids = collective(G::cp, SimStream::tp, "dkv_reduce_scatter", k_.dkv_rs, pass, layer, ids);
+        ids = collective(G::cp, SimStream::tp, "dkv_reduce_scatter", k_.dkv_rs, pass, layer, std::move(ids));
       return ids;
     }
     // K,V of the next step travel while this step computes. In the backward each block's dK,dV
@@ -416,7 +415,7 @@ class Builder {
     // neighbour has computed its step and summed what it had received itself; r adds it after its
     // own compute of the block (the hop overlaps that compute), and after the last step each
     // block's total hops home to its owner.
-    std::vector<T> have = after;  // when each rank holds the block it will send next
+    std::vector<T> have = std::move(after);  // when each rank holds the block it will send next
     std::vector<T> have_dkv = none();
     std::vector<T> last_compute = none();
     const std::vector<int>& prev = ring_senders();
@@ -1737,20 +1736,20 @@ class Builder {
   }
 
   // ---- one layer forward (also the recompute pass) ----------------------------------------------
-  std::vector<T> layer_forward(int32_t l, SimPass pass, const std::vector<T>& after, const std::vector<T>& params) {
-    std::vector<T> d;
-    if (k_.sp) d = collective(G::self, SimStream::tp, "tp_all_gather", k_.tp_ag, pass, l, after);
-    d = compute("norm_qkv_rope", k_.pre_fwd, pass, l, k_.sp ? d : after, &params);
-    if (k_.ulysses > 1) d = collective(G::ulysses, SimStream::tp, "ulysses_a2a_qkv", k_.a2a_qkv, pass, l, d);
-    d = attention(pass, l, d, false);
-    if (k_.ulysses > 1) d = collective(G::ulysses, SimStream::tp, "ulysses_a2a_out", k_.a2a_out, pass, l, d);
-    d = compute("o_proj_residual_norm", k_.post_fwd, pass, l, d);
-    d = k_.sp ? collective(G::self, SimStream::tp, "tp_reduce_scatter", k_.tp_rs, pass, l, d)
-              : collective(G::self, SimStream::tp, "tp_all_reduce", k_.tp_ar, pass, l, d);
-    if (k_.sp) d = collective(G::self, SimStream::tp, "tp_all_gather", k_.tp_ag, pass, l, d);
-    d = compute("mlp", k_.mlp_fwd, pass, l, d);
-    d = k_.sp ? collective(G::self, SimStream::tp, "tp_reduce_scatter", k_.tp_rs, pass, l, d)
-              : collective(G::self, SimStream::tp, "tp_all_reduce", k_.tp_ar, pass, l, d);
+  // (`d`, the layer's input, is written over: see collective)
+  std::vector<T> layer_forward(int32_t l, SimPass pass, std::vector<T> d, const std::vector<T>& params) {
+    if (k_.sp) d = collective(G::self, SimStream::tp, "tp_all_gather", k_.tp_ag, pass, l, std::move(d));
+    d = compute("norm_qkv_rope", k_.pre_fwd, pass, l, std::move(d), &params);
+    if (k_.ulysses > 1) d = collective(G::ulysses, SimStream::tp, "ulysses_a2a_qkv", k_.a2a_qkv, pass, l, std::move(d));
+    d = attention(pass, l, std::move(d), false);
+    if (k_.ulysses > 1) d = collective(G::ulysses, SimStream::tp, "ulysses_a2a_out", k_.a2a_out, pass, l, std::move(d));
+    d = compute("o_proj_residual_norm", k_.post_fwd, pass, l, std::move(d));
+    d = k_.sp ? collective(G::self, SimStream::tp, "tp_reduce_scatter", k_.tp_rs, pass, l, std::move(d))
+              : collective(G::self, SimStream::tp, "tp_all_reduce", k_.tp_ar, pass, l, std::move(d));
+    if (k_.sp) d = collective(G::self, SimStream::tp, "tp_all_gather", k_.tp_ag, pass, l, std::move(d));
+    d = compute("mlp", k_.mlp_fwd, pass, l, std::move(d));
+    d = k_.sp ? collective(G::self, SimStream::tp, "tp_reduce_scatter", k_.tp_rs, pass, l, std::move(d))
+              : collective(G::self, SimStream::tp, "tp_all_reduce", k_.tp_ar, pass, l, std::move(d));
     return d;
   }
 
@@ -1758,15 +1757,15 @@ class Builder {
     const int32_t L = static_cast<int32_t>(k_.layers);
     auto gather = [&](int32_t l, SimPass pass, const std::vector<T>& buffer_free) {
       auto h = host("param_h2d", k_.param_h2d, pass, l, buffer_free);
-      return collective(G::zero, SimStream::dp, "zero3_all_gather", k_.zero3_ag, pass, l, h);
+      return collective(G::zero, SimStream::dp, "zero3_all_gather", k_.zero3_ag, pass, l, std::move(h));
     };
     std::vector<T> d = mb_end_;
     if (d.empty()) d = none();
     // the embedding lookup (its gather under ZeRO-3 first); the lookup copies [T, h] rows and is
     // not priced (memory-bound, far below a layer)
     const auto embed = collective(G::zero, SimStream::dp, "zero3_gather_embedding", k_.zero3_embed_ag, SimPass::forward, -1, d);
-    d = compute("embedding", 0.0, SimPass::forward, -1, d, &embed);
-    d = tp_reduce(SimPass::forward, -1, d);  // the vocab-parallel embedding's partial rows
+    d = compute("embedding", 0.0, SimPass::forward, -1, std::move(d), &embed);
+    d = tp_reduce(SimPass::forward, -1, std::move(d));  // the vocab-parallel embedding's partial rows
     std::vector<T> gathered = gather(0, SimPass::forward, d), next;  // this layer's parameters, the next one's
     auto iteration = [&](int32_t l) {
       // prefetch the next layer's parameters while this one runs (two layers' buffers: the buffer
@@ -1777,7 +1776,7 @@ class Builder {
         host("ckpt_d2h", k_.ckpt_d2h, SimPass::forward, l, d);  // after the layer's input (d, its start)
         d = std::move(out);
       } else {
-        d = layer_forward(l, SimPass::forward, d, gathered);
+        d = layer_forward(l, SimPass::forward, std::move(d), gathered);
       }
       gathered.swap(next);
     };
@@ -1829,22 +1828,22 @@ class Builder {
     // ZeRO-3 gathers the final norm (and untied head); a tied head is the embedding, gathered again
     auto params = collective(G::zero, SimStream::dp, "zero3_gather_head", k_.zero3_head_ag, SimPass::forward, -1, fwd_tail_);
     if (k_.tied_embeddings)
-      params = collective(G::zero, SimStream::dp, "zero3_gather_embedding", k_.zero3_embed_ag, SimPass::forward, -1, params);
+      params = collective(G::zero, SimStream::dp, "zero3_gather_embedding", k_.zero3_embed_ag, SimPass::forward, -1, std::move(params));
     auto x = tp_gather(SimPass::forward, -1, fwd_tail_);  // the final norm's output
-    auto d = compute("head_loss", k_.head_fwd, SimPass::forward, -1, x, &params);
+    auto d = compute("head_loss", k_.head_fwd, SimPass::forward, -1, std::move(x), &params);
     // per logits tile, the vocab-parallel statistics (row max, then sum of exp and target logit);
     // the first tile's gradient follows its statistics, the other tiles' after theirs
-    auto stats = [&](SimPass pass, const std::vector<T>& after) {
-      auto y = collective(G::self, SimStream::tp, "loss_tp_all_reduce", k_.loss_max_ar, pass, -1, after);
-      return collective(G::self, SimStream::tp, "loss_tp_all_reduce", k_.loss_sum_ar, pass, -1, y);
+    auto stats = [&](SimPass pass, std::vector<T> y) {
+      y = collective(G::self, SimStream::tp, "loss_tp_all_reduce", k_.loss_max_ar, pass, -1, std::move(y));
+      return collective(G::self, SimStream::tp, "loss_tp_all_reduce", k_.loss_sum_ar, pass, -1, std::move(y));
     };
-    d = stats(SimPass::forward, d);
-    d = compute("head_loss_bwd", k_.head_bwd, SimPass::backward, -1, d);
-    for (int64_t t = 1; t < k_.loss_tiles; ++t) d = stats(SimPass::backward, d);
-    loss_end_ = tp_reduce(SimPass::backward, -1, d);  // d(final norm output) over TP
+    d = stats(SimPass::forward, std::move(d));
+    d = compute("head_loss_bwd", k_.head_bwd, SimPass::backward, -1, std::move(d));
+    for (int64_t t = 1; t < k_.loss_tiles; ++t) d = stats(SimPass::backward, std::move(d));
+    loss_end_ = tp_reduce(SimPass::backward, -1, std::move(d));  // d(final norm output) over TP
     if (reduce) {
       auto f = tp_fixups(-1, k_.tp_fixups_norm_final, 0, loss_end_);
-      collective(G::zero, SimStream::dp, "head_grad_reduce", k_.head_grad_reduce, SimPass::backward, -1, f);
+      collective(G::zero, SimStream::dp, "head_grad_reduce", k_.head_grad_reduce, SimPass::backward, -1, std::move(f));
     }
   }
 
@@ -1853,7 +1852,7 @@ class Builder {
     std::vector<T> d = loss_end_;
     auto gather = [&](int32_t l, const std::vector<T>& buffer_free) {
       auto h = host("param_h2d", k_.param_h2d, SimPass::backward, l, buffer_free);
-      return collective(G::zero, SimStream::dp, "zero3_all_gather", k_.zero3_ag, SimPass::backward, l, h);
+      return collective(G::zero, SimStream::dp, "zero3_all_gather", k_.zero3_ag, SimPass::backward, l, std::move(h));
     };
     auto fetch_ckpt = [&](int32_t l, const std::vector<T>& buffer_free) {
       return host("ckpt_h2d", k_.ckpt_h2d, SimPass::backward, l, buffer_free);
@@ -1871,37 +1870,37 @@ class Builder {
       const auto& params = gathered;
       std::vector<T> x = std::move(d);  // (d is this iteration's output again at its end)
       if (k_.ckpt_h2d > 0)  // the layer's checkpoint must be back on the device (a join, no work)
-        x = compute("checkpoint_ready", 0.0, SimPass::backward, l, x, &ckpt_in);
-      if (k_.recompute == Recompute::full) x = layer_forward(l, SimPass::recompute, x, params);
+        x = compute("checkpoint_ready", 0.0, SimPass::backward, l, std::move(x), &ckpt_in);
+      if (k_.recompute == Recompute::full) x = layer_forward(l, SimPass::recompute, std::move(x), params);
       // backward of the MLP half: d(out) gathered, and the recomputed norm output again (under SP
       // the weight gradient needs the whole sequence's input)
-      x = tp_gather(SimPass::backward, l, x);
-      x = tp_gather(SimPass::backward, l, x);
-      x = compute("mlp_bwd", k_.mlp_bwd, SimPass::backward, l, x, &params);
-      x = k_.sp ? collective(G::self, SimStream::tp, "tp_reduce_scatter", k_.tp_rs, SimPass::backward, l, x)
-                : collective(G::self, SimStream::tp, "tp_all_reduce", k_.tp_ar, SimPass::backward, l, x);
+      x = tp_gather(SimPass::backward, l, std::move(x));
+      x = tp_gather(SimPass::backward, l, std::move(x));
+      x = compute("mlp_bwd", k_.mlp_bwd, SimPass::backward, l, std::move(x), &params);
+      x = k_.sp ? collective(G::self, SimStream::tp, "tp_reduce_scatter", k_.tp_rs, SimPass::backward, l, std::move(x))
+                : collective(G::self, SimStream::tp, "tp_all_reduce", k_.tp_ar, SimPass::backward, l, std::move(x));
       // backward of the attention half
-      if (k_.sp) x = collective(G::self, SimStream::tp, "tp_all_gather", k_.tp_ag, SimPass::backward, l, x);
+      if (k_.sp) x = collective(G::self, SimStream::tp, "tp_all_gather", k_.tp_ag, SimPass::backward, l, std::move(x));
       // selective recompute rematerialises the attention core where its backward needs it, after
       // the MLP's backward (as Megatron's and ctxrun's do)
       // (under Ulysses from the saved sequence layout: q, k, v to the head layout and o back)
       if (k_.recompute == Recompute::selective) {
-        if (k_.ulysses > 1) x = collective(G::ulysses, SimStream::tp, "ulysses_a2a_qkv", k_.a2a_qkv, SimPass::recompute, l, x);
-        x = attention(SimPass::recompute, l, x, false);
-        if (k_.ulysses > 1) x = collective(G::ulysses, SimStream::tp, "ulysses_a2a_out", k_.a2a_out, SimPass::recompute, l, x);
+        if (k_.ulysses > 1) x = collective(G::ulysses, SimStream::tp, "ulysses_a2a_qkv", k_.a2a_qkv, SimPass::recompute, l, std::move(x));
+        x = attention(SimPass::recompute, l, std::move(x), false);
+        if (k_.ulysses > 1) x = collective(G::ulysses, SimStream::tp, "ulysses_a2a_out", k_.a2a_out, SimPass::recompute, l, std::move(x));
       }
-      x = compute("o_proj_residual_norm_bwd", k_.post_bwd, SimPass::backward, l, x);
+      x = compute("o_proj_residual_norm_bwd", k_.post_bwd, SimPass::backward, l, std::move(x));
       // Ulysses: q, k, v, o (saved in the sequence layout) and d(out) to the head layout
-      if (k_.ulysses > 1) x = collective(G::ulysses, SimStream::tp, "ulysses_a2a_out", k_.a2a_bwd_in, SimPass::backward, l, x);
-      x = attention(SimPass::backward, l, x, true);
-      if (k_.ulysses > 1) x = collective(G::ulysses, SimStream::tp, "ulysses_a2a_qkv", k_.a2a_qkv, SimPass::backward, l, x);
-      x = tp_gather(SimPass::backward, l, x);  // the recomputed norm output, for the QKV weight gradients
-      x = compute("norm_qkv_rope_bwd", k_.pre_bwd, SimPass::backward, l, x);
-      x = k_.sp ? collective(G::self, SimStream::tp, "tp_reduce_scatter", k_.tp_rs, SimPass::backward, l, x)
-                : collective(G::self, SimStream::tp, "tp_all_reduce", k_.tp_ar, SimPass::backward, l, x);
+      if (k_.ulysses > 1) x = collective(G::ulysses, SimStream::tp, "ulysses_a2a_out", k_.a2a_bwd_in, SimPass::backward, l, std::move(x));
+      x = attention(SimPass::backward, l, std::move(x), true);
+      if (k_.ulysses > 1) x = collective(G::ulysses, SimStream::tp, "ulysses_a2a_qkv", k_.a2a_qkv, SimPass::backward, l, std::move(x));
+      x = tp_gather(SimPass::backward, l, std::move(x));  // the recomputed norm output, for the QKV weight gradients
+      x = compute("norm_qkv_rope_bwd", k_.pre_bwd, SimPass::backward, l, std::move(x));
+      x = k_.sp ? collective(G::self, SimStream::tp, "tp_reduce_scatter", k_.tp_rs, SimPass::backward, l, std::move(x))
+                : collective(G::self, SimStream::tp, "tp_all_reduce", k_.tp_ar, SimPass::backward, l, std::move(x));
       if (reduce) {
         auto f = tp_fixups(l, k_.tp_fixups_norm_per_layer, k_.tp_fixups_kv_per_layer, x);
-        last_reduce = collective(G::zero, SimStream::dp, "grad_reduce", k_.grad_reduce, SimPass::backward, l, f);
+        last_reduce = collective(G::zero, SimStream::dp, "grad_reduce", k_.grad_reduce, SimPass::backward, l, std::move(f));
       }
       d = std::move(x);
       gathered.swap(next_gathered);
@@ -1928,8 +1927,8 @@ class Builder {
         }
       }
     }
-    d = tp_gather(SimPass::backward, -1, d);  // d(embedding output), whole sequence
-    d = compute("embedding_bwd", 0.0, SimPass::backward, -1, d);  // scatter-add into the table, not priced (as its forward)
+    d = tp_gather(SimPass::backward, -1, std::move(d));  // d(embedding output), whole sequence
+    d = compute("embedding_bwd", 0.0, SimPass::backward, -1, std::move(d));  // scatter-add into the table, not priced (as its forward)
     if (reduce) last_reduce = collective(G::zero, SimStream::dp, "embed_grad_reduce", k_.embed_grad_reduce, SimPass::backward, -1, d);
     // the next micro-batch starts when this one's compute is done; reductions drain behind it
     mb_end_ = d;
@@ -1949,9 +1948,9 @@ class Builder {
         const T& b = after_compute[static_cast<size_t>(r)];
         x[static_cast<size_t>(r)] = a.id < b.id ? b : a;  // the later-created of the two (as the task ids' max)
       }
-      x = host("grads_d2h", k_.opt_d2h, SimPass::optimizer, -1, x, SimCategory::optimizer);
-      x = host("cpu_adamw", k_.opt_host, SimPass::optimizer, -1, x, SimCategory::optimizer);
-      x = host("params_h2d", k_.opt_h2d, SimPass::optimizer, -1, x, SimCategory::optimizer);
+      x = host("grads_d2h", k_.opt_d2h, SimPass::optimizer, -1, std::move(x), SimCategory::optimizer);
+      x = host("cpu_adamw", k_.opt_host, SimPass::optimizer, -1, std::move(x), SimCategory::optimizer);
+      x = host("params_h2d", k_.opt_h2d, SimPass::optimizer, -1, std::move(x), SimCategory::optimizer);
       d = x;
     } else {
       d = compute("adamw", k_.opt_device, SimPass::optimizer, -1, after_compute, &d, SimCategory::optimizer);
