@@ -396,7 +396,9 @@ class Builder {
     const char* name = backward ? "attention_bwd" : pass == SimPass::recompute ? "attention_recompute" : "attention";
     const bool ring_kind = (k_.cp_kind == CpKind::ring || k_.cp_kind == CpKind::zigzag || k_.cp_kind == CpKind::usp) && k_.ring > 1;
     const std::vector<const std::vector<double>*>& cost_of = ring_costs(backward);  // per rep
+    const std::vector<double>& first_cost = ring_first_cost_[backward ? 1 : 0];       // (their step 0)
     auto cost = [&](int r, size_t step) {
+      if (step == 0) return first_cost[static_cast<size_t>(r)];
       const auto& v = *cost_of[static_cast<size_t>(r)];
       return step < v.size() ? v[step] : 0.0;
     };
@@ -463,11 +465,17 @@ class Builder {
   // Per rep, its attention cost per ring step (the forward's or the backward's) and the ring
   // neighbour that sends to it: fixed for the step, worked out once (a modulo per rank and ring
   // step was ~2% of a 256-rank ring's simulation).
+  // (Also each rep's step-0 cost in one array, ring_first_cost_: read from the vectors, one page
+  // each, it was a cache and TLB miss per rank and layer.)
   const std::vector<const std::vector<double>*>& ring_costs(bool backward) {
     std::vector<const std::vector<double>*>& v = ring_cost_of_[backward ? 1 : 0];
     if (v.empty()) {
       const auto& costs = backward ? k_.attn_bwd : k_.attn_fwd;
-      for (const SimRep& rep : out_.reps) v.push_back(&costs[static_cast<size_t>(rep.pack_class)][static_cast<size_t>(rep.cp_index)]);
+      std::vector<double>& first = ring_first_cost_[backward ? 1 : 0];
+      for (const SimRep& rep : out_.reps) {
+        v.push_back(&costs[static_cast<size_t>(rep.pack_class)][static_cast<size_t>(rep.cp_index)]);
+        first.push_back(v.back()->empty() ? 0.0 : v.back()->front());
+      }
     }
     return v;
   }
@@ -553,23 +561,33 @@ class Builder {
   }
 
   // Where the cost of a rank's ring steps changes: the starts of its runs of equal cost over
-  // steps [0, steps), 0 first. The cost vectors are the same in every layer: computed once each.
-  const std::vector<int64_t>& cost_runs(const std::vector<double>* cv, int64_t steps) {
+  // steps [0, steps), 0 first, and each run's cost (max(0, value); 0 past the vector), so the
+  // sweep never reads the R^2 cost values again (one rank's vector is a page of its own: a read per
+  // rank and layer was a cache and TLB miss each). The cost vectors are the same in every layer:
+  // computed once each.
+  struct CostRuns {
+    std::vector<int64_t> starts;
+    std::vector<double> costs;
+    double at(int64_t j) const {  // the cost of step j in [0, steps)
+      return costs[static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), j) - starts.begin()) - 1];
+    }
+  };
+  const CostRuns& cost_runs(const std::vector<double>* cv, int64_t steps) {
     auto it = cost_runs_.find(cv);
     if (it != cost_runs_.end()) return it->second;
-    // (the raw values' runs, merged where their costs max(0, value) are equal; 0 past the vector)
+    // (the raw values' runs, merged where their costs are equal)
     run_starts(*cv, raw_starts_);
-    std::vector<int64_t> starts;
+    CostRuns runs;
     double before = 0;
     auto at = [&](int64_t j) {
       const double c = std::max(0.0, static_cast<size_t>(j) < cv->size() ? (*cv)[static_cast<size_t>(j)] : 0.0);
-      if (j == 0 || c != before) starts.push_back(j);
+      if (j == 0 || c != before) runs.starts.push_back(j), runs.costs.push_back(c);
       before = c;
     };
     for (int64_t j : raw_starts_)
       if (j < steps) at(j);
     if (static_cast<int64_t>(cv->size()) < steps) at(std::max<int64_t>(0, static_cast<int64_t>(cv->size())));
-    return cost_runs_.emplace(cv, std::move(starts)).first->second;
+    return cost_runs_.emplace(cv, std::move(runs)).first->second;
   }
 
   // For every rank x, the nearest rank upstream of it (walking `prev`) whose value is strictly
@@ -752,16 +770,14 @@ class Builder {
       const double start = m_k + base;
       return task_of(recv_id(k, r), r, start, start + p2p, m_before + base, p2p, SimStream::ring, SimCategory::comm);
     };
-    auto cost_at = [](const std::vector<double>& cv, int64_t j) {
-      return std::max(0.0, static_cast<size_t>(j) < cv.size() ? cv[static_cast<size_t>(j)] : 0.0);
-    };
     for (int r = 0; r < R; ++r) {
       if (partial_ && !sweep_[static_cast<size_t>(r)]) continue;  // on its line (partial sweep)
       RepAcc& a = acc_[static_cast<size_t>(r)];
       const std::vector<double>& cv = *cost_of[static_cast<size_t>(r)];
       auto& known = runs_of_rep_[static_cast<size_t>(r)];  // (a hash lookup per rank and layer was ~2% of the time)
       if (known.first != &cv) known = {&cv, &cost_runs(&cv, steps)};
-      const std::vector<int64_t>& runs = *known.second;
+      const CostRuns& cost_runs_r = *known.second;
+      const std::vector<int64_t>& runs = cost_runs_r.starts;
       const T& h0 = have[static_cast<size_t>(r)];
       // the running maximum M: its value, the one before its last rise, and where it next rises
       // (the receive step k at which a greater first end enters the window; none past the last)
@@ -816,7 +832,7 @@ class Builder {
         }
         while (run + 1 < runs.size() && runs[run + 1] <= ja) ++run;
         const int64_t run_end = run + 1 < runs.size() ? runs[run + 1] : steps;
-        const double c = cost_at(cv, ja);
+        const double c = cost_runs_r.costs[run];
         auto arrival = [&](int64_t j) { return j == 1 ? h0.end : m + static_cast<double>(j - 1) * p2p; };
         if (late_run == run) {
           // late since an earlier segment of this run (c < p): every later block of the run
@@ -997,11 +1013,11 @@ class Builder {
       a.b.exposed_comm = exposed;
       a.prev_end = c_end;
       const int64_t lj = steps - 1;
-      const T last_c = task_of(comp_id(lj, r), r, c_start, c_end, c_start, cost_at(cv, lj), SimStream::compute, SimCategory::compute);
+      const T last_c = task_of(comp_id(lj, r), r, c_start, c_end, c_start, cost_runs_r.costs.back(), SimStream::compute, SimCategory::compute);
       last_compute[static_cast<size_t>(r)] = last_c;
       last_[static_cast<size_t>(r) * kSimStreams + static_cast<int>(SimStream::compute)] = last_c;
       // the task ending last, the rank's end and forward span
-      T best = task_of(comp_id(comp_top, r), r, comp_top_start, c_end, comp_top_start, cost_at(cv, comp_top), SimStream::compute,
+      T best = task_of(comp_id(comp_top, r), r, comp_top_start, c_end, comp_top_start, cost_runs_r.at(comp_top), SimStream::compute,
                        SimCategory::compute);
       double first_start = first_compute_start;
       if (last_recv_step >= 1) {
@@ -1972,15 +1988,16 @@ class Builder {
   int64_t jumps_ = 0, layers_skipped_ = 0, micro_batches_skipped_ = 0, jump_misses_ = 0;  // periodicity: jumps taken, layer iterations not swept, checks failed
   int64_t far_first_misses_ = 0;  // of those, first probes at the farthest distance (Period::jump)
   std::vector<const std::vector<double>*> ring_cost_of_[2];  // ring_costs: forward, backward
+  std::vector<double> ring_first_cost_[2];                   // (their step-0 costs)
   std::vector<int> ring_sender_;                             // ring_senders
   std::vector<T> none_;                                      // none()
   std::vector<T> last_;  // last task per (rep, stream)
   std::vector<RepAcc> acc_;
   std::vector<T> fwd_tail_, loss_end_, mb_end_, reduce_end_;
   Period layer_period_;  // the layer loops'
-  std::unordered_map<const std::vector<double>*, std::vector<int64_t>> cost_runs_;  // ring_forward_by_rank's
+  std::unordered_map<const std::vector<double>*, CostRuns> cost_runs_;  // ring_forward_by_rank's
   std::vector<int64_t> raw_starts_;                                                 // (cost_runs' scratch)
-  std::vector<std::pair<const std::vector<double>*, const std::vector<int64_t>*>> runs_of_rep_;  // per rank: its cost vector's runs
+  std::vector<std::pair<const std::vector<double>*, const CostRuns*>> runs_of_rep_;  // per rank: its cost vector's runs
   std::vector<double> first_end_;
   std::vector<int> ng_, ng_cycle_;
   Upstream upstream_;  // ring_forward_by_rank's range queries over the first ends
