@@ -522,6 +522,14 @@ class Builder {
     const int64_t id0 = next_id_;
     int64_t created = 0;
     for (int64_t i = j0; i < steps; ++i) created += (i + 1 < steps ? 3 : 2) * static_cast<int64_t>(R);
+    std::vector<double>& last_cost = ring_bwd_last_cost_;  // each rep's cost of the last step (the same in every layer)
+    if (last_cost.size() != n) {
+      last_cost.resize(n);
+      for (size_t r = 0; r < n; ++r) {
+        const std::vector<double>& cv = *cost_of[r];
+        last_cost[r] = std::max(0.0, static_cast<size_t>(steps - 1) < cv.size() ? cv[static_cast<size_t>(steps - 1)] : 0.0);
+      }
+    }
     next_id_ = id0 + created;
     ntasks_ += created;
     // the ids of the generic loop: step j creates receives (if any), computes, hops, R each
@@ -529,10 +537,12 @@ class Builder {
       const int64_t before = (j - j0) * 3 * static_cast<int64_t>(R);  // steps j0 .. j-1 all have receives
       const bool has_recv = j + 1 < steps;
       const int64_t block = role == RingBackwardResult::recv ? 0 : role == RingBackwardResult::compute ? (has_recv ? R : 0) : (has_recv ? 2 * R : R);
-      const std::vector<double>& cv = *cost_of[r];
-      const double dur = role == RingBackwardResult::recv ? p2p
-                         : role == RingBackwardResult::dkv ? p2p_dkv
-                                                           : std::max(0.0, static_cast<size_t>(j) < cv.size() ? cv[static_cast<size_t>(j)] : 0.0);
+      auto cost = [&] {  // (the last step's from last_cost: a read of the vector is a cache miss per rank)
+        if (j == steps - 1) return last_cost[r];
+        const std::vector<double>& cv = *cost_of[r];
+        return std::max(0.0, static_cast<size_t>(j) < cv.size() ? cv[static_cast<size_t>(j)] : 0.0);
+      };
+      const double dur = role == RingBackwardResult::recv ? p2p : role == RingBackwardResult::dkv ? p2p_dkv : cost();
       return task_of(id0 + before + block + static_cast<int64_t>(r), static_cast<int>(r), start, end, ready, dur,
                      role == RingBackwardResult::compute ? SimStream::compute : SimStream::ring,
                      role == RingBackwardResult::compute ? SimCategory::compute : SimCategory::comm);
@@ -1989,6 +1999,7 @@ class Builder {
   int64_t far_first_misses_ = 0;  // of those, first probes at the farthest distance (Period::jump)
   std::vector<const std::vector<double>*> ring_cost_of_[2];  // ring_costs: forward, backward
   std::vector<double> ring_first_cost_[2];                   // (their step-0 costs)
+  std::vector<double> ring_bwd_last_cost_;                   // ring_backward's (the last step's backward costs)
   std::vector<int> ring_sender_;                             // ring_senders
   std::vector<T> none_;                                      // none()
   std::vector<T> last_;  // last task per (rep, stream)
