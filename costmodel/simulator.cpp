@@ -465,16 +465,20 @@ class Builder {
   // Per rep, its attention cost per ring step (the forward's or the backward's) and the ring
   // neighbour that sends to it: fixed for the step, worked out once (a modulo per rank and ring
   // step was ~2% of a 256-rank ring's simulation).
-  // (Also each rep's step-0 cost in one array, ring_first_cost_: read from the vectors, one page
-  // each, it was a cache and TLB miss per rank and layer.)
+  // (Also each rep's step-0 and last-step costs in one array each, ring_first_cost_ and
+  // ring_last_cost_: read from the vectors, one page each, they were a cache and TLB miss per rank
+  // and layer.)
   const std::vector<const std::vector<double>*>& ring_costs(bool backward) {
     std::vector<const std::vector<double>*>& v = ring_cost_of_[backward ? 1 : 0];
     if (v.empty()) {
       const auto& costs = backward ? k_.attn_bwd : k_.attn_fwd;
-      std::vector<double>& first = ring_first_cost_[backward ? 1 : 0];
+      std::vector<double> &first = ring_first_cost_[backward ? 1 : 0], &last = ring_last_cost_[backward ? 1 : 0];
+      const size_t lj = static_cast<size_t>(std::max<int64_t>(0, k_.ring - 1));
       for (const SimRep& rep : out_.reps) {
         v.push_back(&costs[static_cast<size_t>(rep.pack_class)][static_cast<size_t>(rep.cp_index)]);
-        first.push_back(v.back()->empty() ? 0.0 : v.back()->front());
+        const std::vector<double>& cv = *v.back();
+        first.push_back(cv.empty() ? 0.0 : cv.front());
+        last.push_back(std::max(0.0, lj < cv.size() ? cv[lj] : 0.0));
       }
     }
     return v;
@@ -522,14 +526,7 @@ class Builder {
     const int64_t id0 = next_id_;
     int64_t created = 0;
     for (int64_t i = j0; i < steps; ++i) created += (i + 1 < steps ? 3 : 2) * static_cast<int64_t>(R);
-    std::vector<double>& last_cost = ring_bwd_last_cost_;  // each rep's cost of the last step (the same in every layer)
-    if (last_cost.size() != n) {
-      last_cost.resize(n);
-      for (size_t r = 0; r < n; ++r) {
-        const std::vector<double>& cv = *cost_of[r];
-        last_cost[r] = std::max(0.0, static_cast<size_t>(steps - 1) < cv.size() ? cv[static_cast<size_t>(steps - 1)] : 0.0);
-      }
-    }
+    const std::vector<double>& last_cost = ring_last_cost_[1];  // (ring_costs: steps is k_.ring)
     next_id_ = id0 + created;
     ntasks_ += created;
     // the ids of the generic loop: step j creates receives (if any), computes, hops, R each
@@ -537,7 +534,7 @@ class Builder {
       const int64_t before = (j - j0) * 3 * static_cast<int64_t>(R);  // steps j0 .. j-1 all have receives
       const bool has_recv = j + 1 < steps;
       const int64_t block = role == RingBackwardResult::recv ? 0 : role == RingBackwardResult::compute ? (has_recv ? R : 0) : (has_recv ? 2 * R : R);
-      auto cost = [&] {  // (the last step's from last_cost: a read of the vector is a cache miss per rank)
+      auto cost = [&] {  // (the last step's from ring_costs' array: a read of the vector is a cache miss per rank)
         if (j == steps - 1) return last_cost[r];
         const std::vector<double>& cv = *cost_of[r];
         return std::max(0.0, static_cast<size_t>(j) < cv.size() ? cv[static_cast<size_t>(j)] : 0.0);
@@ -1998,8 +1995,7 @@ class Builder {
   int64_t jumps_ = 0, layers_skipped_ = 0, micro_batches_skipped_ = 0, jump_misses_ = 0;  // periodicity: jumps taken, layer iterations not swept, checks failed
   int64_t far_first_misses_ = 0;  // of those, first probes at the farthest distance (Period::jump)
   std::vector<const std::vector<double>*> ring_cost_of_[2];  // ring_costs: forward, backward
-  std::vector<double> ring_first_cost_[2];                   // (their step-0 costs)
-  std::vector<double> ring_bwd_last_cost_;                   // ring_backward's (the last step's backward costs)
+  std::vector<double> ring_first_cost_[2], ring_last_cost_[2];  // (their step-0 and last-step costs)
   std::vector<int> ring_sender_;                             // ring_senders
   std::vector<T> none_;                                      // none()
   std::vector<T> last_;  // last task per (rep, stream)
