@@ -24,7 +24,8 @@ inline std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
   return v;
 }
 
-// Element-wise |got - want| <= atol + rtol |want| (infinities must match exactly, NaN fails).
+// Element-wise |got - want| <= atol + rtol |want| (infinities must match exactly; NaN fails unless
+// the reference is NaN at that element too: a NaN input copied or converted must stay NaN).
 inline void expect_close(const std::vector<float>& want, const std::vector<float>& got, double rtol, double atol,
                          const std::string& what) {
   ASSERT_EQ(want.size(), got.size()) << what;
@@ -32,13 +33,19 @@ inline void expect_close(const std::vector<float>& want, const std::vector<float
   size_t at = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     const double w = want[i], g = got[i];
+    if (std::isnan(w) || std::isnan(g)) {
+      if (std::isnan(w) && std::isnan(g)) continue;
+      worst = INFINITY;  // NaN on one side only
+      at = i;
+      continue;
+    }
     if (std::isinf(w) || std::isinf(g)) {
       ASSERT_EQ(w, g) << what << " element " << i;
       continue;
     }
     const double excess = std::fabs(g - w) - (atol + rtol * std::fabs(w));
-    if (excess > worst || std::isnan(g)) {
-      worst = std::isnan(g) ? INFINITY : excess;
+    if (excess > worst) {
+      worst = excess;
       at = i;
     }
   }

@@ -106,7 +106,11 @@ GuiRun run_gui(const std::string& dir, const std::string& name, const json& stat
   const std::string report = (fs::path(dir) / (name + ".report.json")).string();
   const std::string err = (fs::path(dir) / (name + ".stderr")).string();
   std::vector<std::string> argv;
-  if (on_path("xvfb-run")) argv = {"xvfb-run", "-a", "-s", "-screen 0 1600x1000x24"};
+  // -f: the X authority file lives in the test's folder. Without it xvfb-run makes a temporary
+  // folder and exits 5 when removing it fails at the end ("problem while cleaning up temporary
+  // directory", seen in CI once), which replaces the GUI's own exit code.
+  if (on_path("xvfb-run"))
+    argv = {"xvfb-run", "-a", "-f", (fs::path(dir) / (name + ".xauth")).string(), "-s", "-screen 0 1600x1000x24"};
   argv.insert(argv.end(), {CTXPLAN_GUI_BIN, "--screenshot", png, "--size", "1400x900", "--frames", "4"});
   if (std::find(extra.begin(), extra.end(), "--profiles") == extra.end())
     argv.insert(argv.end(), {"--profiles", std::string(CTXPLAN_SOURCE_DIR) + "/profiles"});
