@@ -39,10 +39,23 @@ ModelSpec model_from_hf_config(const json& j, const std::string& where) {
     r.fail("hidden_act", "unsupported activation '" + act + "'; valid: silu, swiglu, gelu, gelu_pytorch_tanh");
   m.norm = NormKind::rmsnorm;
   m.max_position = r.integer_or("max_position_embeddings", 0);
+  // transformers 5 writes RoPE under rope_parameters ({"rope_theta", "rope_type", and the scaling keys});
+  // earlier versions write rope_theta and rope_scaling at the top level. Both are read; they must agree.
   m.rope.base = r.number_or("rope_theta", 10000.0);
+  if (r.has("rope_parameters")) {
+    JsonReader rp = r.object("rope_parameters");
+    if (rp.has("rope_theta")) {
+      const double theta = rp.number("rope_theta");
+      if (r.has("rope_theta") && theta != m.rope.base)
+        rp.fail("rope_theta", "is " + std::to_string(theta) + " but the top-level rope_theta is " +
+                                  std::to_string(m.rope.base) + "; they must agree");
+      m.rope.base = theta;
+    }
+  }
   m.rope.partial_rotary_factor = r.number_or("partial_rotary_factor", 1.0);
-  if (r.has("rope_scaling")) {
-    JsonReader s = r.object("rope_scaling");
+  const char* scaling_key = r.has("rope_scaling") ? "rope_scaling" : r.has("rope_parameters") ? "rope_parameters" : nullptr;
+  if (scaling_key) {
+    JsonReader s = r.object(scaling_key);
     std::string kind = s.has("rope_type") ? s.string("rope_type") : s.string_or("type", "default");
     if (kind == "default") m.rope.scaling = RopeScaling::none;
     else if (kind == "linear") m.rope.scaling = RopeScaling::linear;

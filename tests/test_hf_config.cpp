@@ -92,6 +92,36 @@ TEST(HfConfig, OlderRopeScalingTypeKeyIsRead) {
   EXPECT_EQ(m.rope.original_max_positions, 32768);
 }
 
+TEST(HfConfig, Transformers5RopeParametersAreRead) {
+  // transformers 5 writes RoPE under rope_parameters (seen in a config.json that 5.17 saved on the GPU
+  // machine, 2026-11-28): without reading it a Llama-3 model would silently get base 10000 and no scaling.
+  json j = llama8b_json();
+  const json scaling = j["rope_scaling"];
+  const double theta = j["rope_theta"].get<double>();
+  j.erase("rope_scaling");
+  j.erase("rope_theta");
+  json rp = scaling;
+  rp["rope_theta"] = theta;
+  j["rope_parameters"] = rp;
+  const ModelSpec old_style = model_from_hf_config(llama8b_json(), "config.json");
+  const ModelSpec m = model_from_hf_config(j, "config.json");
+  EXPECT_NE(theta, 10000.0);
+  EXPECT_DOUBLE_EQ(m.rope.base, theta);
+  EXPECT_EQ(m.rope.scaling, old_style.rope.scaling);
+  EXPECT_NE(m.rope.scaling, RopeScaling::none);
+  EXPECT_DOUBLE_EQ(m.rope.factor, old_style.rope.factor);
+  // both spellings present must agree
+  j["rope_theta"] = theta * 2;
+  try {
+    model_from_hf_config(j, "config.json");
+    ADD_FAILURE() << "disagreeing rope_theta values were accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_theta"), std::string::npos) << e.what();
+  }
+  j["rope_theta"] = theta;
+  EXPECT_DOUBLE_EQ(model_from_hf_config(j, "config.json").rope.base, theta);
+}
+
 TEST(HfConfig, SmolLM3NoRopeLayersMarkNope) {
   ModelSpec m = load_hf("hf_smollm3/config.json");
   ASSERT_EQ(m.layers, 36);

@@ -54,16 +54,16 @@ void forward(T* o, float* lse, const bf16_bits* q, const bf16_bits* k, const bf1
   CTX_CUDA_LAUNCHED("attention_mma_forward");
 }
 
-template <int kD, typename T>
-void backward(T* dq, T* dk, T* dv, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const AttnTokens& t,
+template <int kD, typename TQ, typename TKV>
+void backward(TQ* dq, TKV* dk, TKV* dv, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const AttnTokens& t,
               const bf16_bits* dout, const float* lse, const float* delta, const MmaGeo& G, cudaStream_t s) {
   constexpr int kN = MmaTiles<kD>::dq_keys, kM = MmaTiles<kD>::dkdv_rows;
   const dim3 gq(mma_row_blocks(t.tq, G.group), static_cast<unsigned>(G.hkv));
-  CTX_LAUNCH(gq, kMmaThreads, mma_dq_smem(G.d, kN), s, attn_mma_dq_kernel<kD, kN, T>)(
+  CTX_LAUNCH(gq, kMmaThreads, mma_dq_smem(G.d, kN), s, attn_mma_dq_kernel<kD, kN, TQ>)(
       dq, q, t.q_index, t.q_doc, t.tq, k, v, t.k_index, t.k_doc, t.tk, t.kv_range, dout, lse, delta, G);
   CTX_CUDA_LAUNCHED("attention_mma_backward dq");
   const dim3 gk(mma_key_blocks(t.tk), static_cast<unsigned>(G.hkv));
-  CTX_LAUNCH(gk, kMmaThreads, mma_dkdv_smem(G.d, kM), s, attn_mma_dkdv_kernel<kD, kM, T>)(
+  CTX_LAUNCH(gk, kMmaThreads, mma_dkdv_smem(G.d, kM), s, attn_mma_dkdv_kernel<kD, kM, TKV>)(
       dk, dv, q, t.q_index, t.q_doc, t.tq, k, v, t.k_index, t.k_doc, t.tk, t.kv_range, dout, lse, delta, G);
   CTX_CUDA_LAUNCHED("attention_mma_backward dkdv");
 }
@@ -103,8 +103,8 @@ void attention_mma_forward(TO* o, float* lse, const bf16_bits* q, const bf16_bit
   }
 }
 
-template <typename TG>
-void attention_mma_backward(TG* dq, TG* dk, TG* dv, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v,
+template <typename TQ, typename TKV>
+void attention_mma_backward(TQ* dq, TKV* dk, TKV* dv, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v,
                             const AttnTokens& t, const bf16_bits* dout, const float* lse, const float* delta,
                             const AttnDims& sh, cudaStream_t s) {
   const MmaGeo G = geo(sh, {q, k, v, dout});
@@ -121,12 +121,15 @@ template void attention_mma_forward<float>(float*, float*, const bf16_bits*, con
                                            const AttnTokens&, const AttnDims&, cudaStream_t);
 template void attention_mma_forward<bf16_bits>(bf16_bits*, float*, const bf16_bits*, const bf16_bits*,
                                                const bf16_bits*, const AttnTokens&, const AttnDims&, cudaStream_t);
-template void attention_mma_backward<float>(float*, float*, float*, const bf16_bits*, const bf16_bits*,
-                                            const bf16_bits*, const AttnTokens&, const bf16_bits*, const float*,
-                                            const float*, const AttnDims&, cudaStream_t);
-template void attention_mma_backward<bf16_bits>(bf16_bits*, bf16_bits*, bf16_bits*, const bf16_bits*,
-                                                const bf16_bits*, const bf16_bits*, const AttnTokens&,
-                                                const bf16_bits*, const float*, const float*, const AttnDims&,
-                                                cudaStream_t);
+#define CTX_MMA_BACKWARD(TQ, TKV)                                                                                \
+  template void attention_mma_backward<TQ, TKV>(TQ*, TKV*, TKV*, const bf16_bits*, const bf16_bits*, const bf16_bits*, \
+                                                const AttnTokens&, const bf16_bits*, const float*, const float*,       \
+                                                const AttnDims&, cudaStream_t);
+// dq and dk, dv each f32 or bf16: the trainer keeps dq in f32 and dk, dv in bf16 (bf16 plans)
+CTX_MMA_BACKWARD(float, float)
+CTX_MMA_BACKWARD(bf16_bits, bf16_bits)
+CTX_MMA_BACKWARD(float, bf16_bits)
+CTX_MMA_BACKWARD(bf16_bits, float)
+#undef CTX_MMA_BACKWARD
 
 }  // namespace ctx::exec::cuda::k

@@ -31,8 +31,8 @@ void attention_mma_init();
 template <typename TO>  // TO in {float, bf16_bits}
 void attention_mma_forward(TO* o, float* lse, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v,
                            const AttnTokens& t, const AttnDims& sh, cudaStream_t s);
-template <typename TG>  // TG in {float, bf16_bits}
-void attention_mma_backward(TG* dq, TG* dk, TG* dv, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v,
+template <typename TQ, typename TKV>  // each in {float, bf16_bits}
+void attention_mma_backward(TQ* dq, TKV* dk, TKV* dv, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v,
                             const AttnTokens& t, const bf16_bits* dout, const float* lse, const float* delta,
                             const AttnDims& sh, cudaStream_t s);
 

@@ -59,7 +59,11 @@ json merge_into_profile(const json& base, const Measurements& m, const MergeOpti
   json out = base;
   const std::string who = m.tool + " on " + m.device_name + " (sm_" + std::to_string(m.sm) + ", " + m.driver + ")" +
                           (o.date.empty() ? "" : ", " + o.date);
-  if (!o.name.empty()) out["name"] = o.name;
+  if (!o.name.empty() && o.name != base.value("name", std::string())) {
+    out["name"] = o.name;
+    // the base's aliases name the base: kept, `--cluster 1x8xh200` would find two profiles
+    out["aliases"] = json::array();
+  }
   out["source"] = base.value("source", std::string()) + "; kernels re-measured by " + who;
   json& k = out["kernels"];
   k["source"] = "measured by " + who + "; efficiencies are fractions of peak_bf16_tflops / hbm_gbps of this profile";

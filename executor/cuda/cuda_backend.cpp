@@ -571,7 +571,7 @@ class CudaBackend final : public Backend {
           using T = decltype(ti);
           using TQ = decltype(tq);
           using TKV = decltype(tkv);
-          if constexpr (std::is_same_v<T, cuda::k::bf16_bits> && std::is_same_v<TQ, TKV>) {
+          if constexpr (std::is_same_v<T, cuda::k::bf16_bits>) {
             if (use_mma(s)) {
               cuda::k::attention_mma_backward(ptr<TQ>(dq), ptr<TKV>(dk), ptr<TKV>(dv), ptr<T>(q), ptr<T>(k),
                                               ptr<T>(v), t, ptr<T>(dout), L, D, dims(s), stream_);

@@ -160,7 +160,8 @@ void expect_within(const std::vector<T>& got, const std::vector<double>& ref, co
 
 // Forward from an empty (o, lse), then the backward with the reference's lse and delta, through
 // the launchers on emulated device memory; `offset` bytes shift q, k, v, dout off 16-byte alignment.
-template <typename T>
+// T: o and dq; TKV: dk and dv (the trainer's bf16 plans keep dq in f32 and dk, dv in bf16).
+template <typename T, typename TKV = T>
 void run_case(int64_t d, size_t offset) {
   const Inputs in(d);
   const Ref R = reference(in);
@@ -183,8 +184,8 @@ void run_case(int64_t d, size_t offset) {
   const float* lse_b = upload(lse_ref, 0, owned);
   const float* delta_b = upload(delta, 0, owned);
   T* dq = upload(std::vector<T>(nq, T{}), 0, owned);
-  T* dk = upload(std::vector<T>(nk, T{}), 0, owned);
-  T* dv = upload(std::vector<T>(nk, T{}), 0, owned);
+  TKV* dk = upload(std::vector<TKV>(nk, TKV{}), 0, owned);
+  TKV* dv = upload(std::vector<TKV>(nk, TKV{}), 0, owned);
   cudaStream_t s;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const k::AttnTokens t{qi, qd, in.tq, ki, kd, in.tk, range};
@@ -197,7 +198,8 @@ void run_case(int64_t d, size_t offset) {
   std::vector<double> tl(rows);
   for (size_t r = 0; r < rows; ++r) tl[r] = 1e-4;
   const std::string tag = " d " + std::to_string(d) + (offset ? " (4-byte copies)" : "");
-  std::printf("%s, %s outputs\n", tag.c_str(), std::is_same_v<T, float> ? "f32" : "bf16");
+  std::printf("%s, %s o and dq, %s dk and dv\n", tag.c_str(), std::is_same_v<T, float> ? "f32" : "bf16",
+              std::is_same_v<TKV, float> ? "f32" : "bf16");
   expect_within(download(lse, rows), R.lse, tl, "lse");
   expect_within(download(o, nq), R.o, R.to, "o");
   expect_within(download(dq, nq), R.dq, R.tdq, "dq");
@@ -213,6 +215,7 @@ TEST(AttentionMmaLaunchersEmulated, ForwardAndBackwardMatchTheFloat64Reference) 
   run_case<float>(64, 0);
   run_case<bf16>(128, 0);
   run_case<float>(32, 4);  // 4 bytes past 16-byte alignment: the 4-byte copy path
+  run_case<float, bf16>(128, 0);  // the trainer's bf16 backward: f32 dq, bf16 dk and dv
 }
 
 TEST(AttentionMmaLaunchersEmulated, UnsupportedShapesAreRefused) {

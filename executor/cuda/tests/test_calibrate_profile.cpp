@@ -57,6 +57,9 @@ TEST(CalibrateProfile, MergedProfileLoadsWithTheCostModelsLoader) {
   json merged = calib::merge_into_profile(h200(), synthetic(), {"H200-measured", "2025-01-01", true});
   HardwareSpec h = hardware_from_json(merged, "merged");
   EXPECT_EQ(h.name, "H200-measured");
+  // a renamed profile drops the base's aliases ("h200" would otherwise name two profiles)
+  EXPECT_FALSE(h200()["aliases"].empty());
+  EXPECT_TRUE(h.aliases.empty());
   const double peak = 989.4e12;
   // the gemm curve holds the bf16 samples' efficiencies, sorted by size
   ASSERT_EQ(h.kernels.gemm.points.size(), 3u);
