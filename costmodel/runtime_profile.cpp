@@ -1,5 +1,7 @@
 #include "costmodel/runtime_profile.hpp"
 
+#include <algorithm>
+
 namespace ctx {
 
 namespace {
@@ -90,6 +92,17 @@ bool precision_changes_runtime(const RuntimeProfile& rt, Precision precision) {
 RuntimeProfile runtime_for_precision(const RuntimeProfile& rt, Precision precision) {
   RuntimeProfile out = rt;
   if (!precision_changes_runtime(rt, precision)) return out;
+  // ctxrun's CUDA backend runs fp32 attention on its SIMT kernel, not its bf16 tensor-core one: an fp32
+  // plan is priced on that kernel's curve (kernels.attention.ctxrun_fp32, measured by ctxrun-calibrate;
+  // 4-5 TFLOP/s against 37-42 for ctxrun_mma on an H200, docs/GPU_PROOF.md), with the default's
+  // fallbacks where the GPU has no such curve. A kernel chosen with --attention is kept.
+  const bool runs_simt = std::find(rt.attention_kernels.begin(), rt.attention_kernels.end(), "ctxrun_fp32") !=
+                         rt.attention_kernels.end();
+  if (precision == Precision::fp32 && runs_simt && rt.attention_where.empty()) {
+    const size_t bar = rt.attention_kernel.find('|');
+    out.attention_kernel = "ctxrun_fp32" + (bar == std::string::npos ? std::string() : rt.attention_kernel.substr(bar));
+    out.sources["attention_kernel"] = "precision=fp32: ctxrun's SIMT attention kernel (executor/cuda/attention.cu)";
+  }
   const std::string why = "precision=fp32: float32 storage";
   out.weight_bytes = kFp32Bytes;      // the compute copy of the weights (and ZeRO-3 gathers, param offload)
   out.activation_bytes = kFp32Bytes;  // saved activations, TP/SP/CP/Ulysses communication

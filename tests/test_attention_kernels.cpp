@@ -68,6 +68,44 @@ TEST(AttentionKernels, AChoiceScalesAttentionTimeByTheRatioOfItsCurves) {
   }
 }
 
+// ctxrun's CUDA backend runs fp32 attention on its SIMT kernel (attention.cu), bf16 on its tensor-core
+// kernel: on a GPU whose profile has both measured curves (h200-141gb-measured, ctxrun-calibrate's output
+// from the first GPU run) an fp32 plan is priced on ctxrun_fp32 and a bf16 plan on ctxrun_mma, so their
+// launch-free attention times are in the inverse ratio of the stated efficiencies at the call's token
+// count (8,192 tokens at cp=1: a point of both curves; head dim 128, factor 1; fp32 is priced at the bf16
+// peak like every fp32 GEMM). Where the GPU has neither curve (the datasheet h200) both fall back to fa2,
+// and a kernel chosen with --attention is kept. Relative 1e-9: arithmetic only.
+TEST(AttentionKernels, Fp32PlansOnCtxrunCudaArePricedOnItsSimtKernelWhereMeasured) {
+  const ctx::Profiles prof = ctx::load_profiles(ctx::default_profiles_dir());
+  const ctx::ModelSpec m = ctx::resolve_model(prof, "Llama-3.1-8B");
+  const ctx::RuntimeProfile rt = ctx::resolve_runtime(prof, "ctxrun-cuda");
+  const ctx::Plan bf16 = ctx::parse_plan("tp=1", "test"), fp32 = ctx::parse_plan("tp=1,precision=fp32", "test");
+  const int64_t seq = 8192;
+  const ctx::ClusterSpec measured = ctx::resolve_cluster(prof, "1x1xh200-measured");
+  const ctx::ClusterSpec datasheet = ctx::resolve_cluster(prof, "1x1xh200");
+  const ctx::StepCosts k32 = ctx::step_costs(m, measured, rt, fp32, seq, false);
+  const ctx::StepCosts k16 = ctx::step_costs(m, measured, rt, bf16, seq, false);
+  EXPECT_EQ(k32.attention_kernel, "ctxrun_fp32");
+  EXPECT_EQ(k16.attention_kernel, "ctxrun_mma");
+  EXPECT_EQ(ctx::step_costs(m, datasheet, rt, fp32, seq, false).attention_kernel, "fa2");
+  EXPECT_EQ(ctx::step_costs(m, datasheet, rt, bf16, seq, false).attention_kernel, "fa2");
+  const ctx::RuntimeProfile chosen = ctx::with_attention(rt, "ctxrun_mma", "--attention", "");
+  EXPECT_EQ(ctx::step_costs(m, measured, chosen, fp32, seq, false).attention_kernel, "ctxrun_mma");
+  const double launch = measured.gpu.kernels.launch_seconds;
+  for (const char* curve : {"fwd_tokens", "bwd_tokens"}) {
+    const bool bwd = std::string(curve) == "bwd_tokens";
+    int n32 = 0, n16 = 0;
+    const double t32 = ctx::testing::attention_call_seconds(bwd ? k32.attn_bwd : k32.attn_fwd, &n32);
+    const double t16 = ctx::testing::attention_call_seconds(bwd ? k16.attn_bwd : k16.attn_fwd, &n16);
+    ASSERT_EQ(n32, n16);
+    ASSERT_GT(n32, 0);
+    const double expected = stated_efficiency("h200-141gb-measured.json", "ctxrun_mma", curve, 8192) /
+                            stated_efficiency("h200-141gb-measured.json", "ctxrun_fp32", curve, 8192);
+    EXPECT_GT(expected, 5.0) << "the SIMT kernel measured several times slower";
+    EXPECT_NEAR(((t32 - n32 * launch) / (t16 - n16 * launch)) / expected, 1.0, 1e-9) << curve;
+  }
+}
+
 // A ring's later steps pair a rank's queries with another rank's keys, blocks no causal mask cuts: they
 // run on the no-mask curve (Transformer Engine's AttnFuncWithCPAndKVP2P, PyTorch's
 // _templated_ring_attention). Plain ring cp=2 at 32,768 tokens: each rank holds n = 16,384 (a point of
