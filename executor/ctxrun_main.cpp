@@ -91,8 +91,8 @@ int run(int argc, char** argv, CommWorld& world) {
   app.add_option("--debug-nan", o.debug_nan, "fault injection for tests: STEP:LAYER poisons that layer's output");
   app.add_option("--backend", o.backend,
                  "cpu (Eigen reference; bf16 stored, fp32 arithmetic) | cpu-guarded (tensor memory unreadable by the "
-                 "host outside the backend) | cpu-deferred (every op and message on a worker thread) | cuda (compiles, "
-                 "untested on GPU) | cuda-emulated (the CUDA backend's host code and kernels on CPU test doubles of "
+                 "host outside the backend) | cpu-deferred (every op and message on a worker thread) | cuda (first "
+                 "run on an H200 on 2026-11-28, docs/GPU_PROOF.md) | cuda-emulated (the CUDA backend's host code and kernels on CPU test doubles of "
                  "the CUDA runtime, cuBLASLt and NCCL: slow, for tests)")
       ->check(CLI::IsMember({"cpu", "cpu-guarded", "cpu-deferred", "cuda", "cuda-emulated"}));
   app.add_option("--schedule-trace", o.schedule_trace,

@@ -6,8 +6,9 @@
                             folder (fp32 safetensors) + DIR/tokens.bin (llm.c format, 4 windows of SEQ+1)
   loss  DIR SEQ OUT.json    loss and global gradient norm of the first window (what ctxrun's step 1 sees)
                             in fp32 and with bf16 autocast
-  train DIR SEQ STEPS OUT.json
-                            tokens/s of the same model in PyTorch: bf16 weights, eager + SDPA, AdamW
+  train DIR SEQ STEPS OUT.json [compile]
+                            tokens/s of the same model in PyTorch: bf16 weights, eager (or torch.compile)
+                            + SDPA, AdamW
 
 Conventions match bench/backend_ops.cpp: attention fwd FLOPs = 4 d hq pairs, bwd = 10 d hq pairs
 (pairs = the causal (q, k) pairs), GEMM = 2 m n k. Times are medians over CUDA events after warm-up.
@@ -138,13 +139,18 @@ def first_window(dirname, seq):
 def loss(dirname, seq, out):
     x, y = first_window(dirname, seq)
     res = {}
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     for tag, dtype, autocast in [("fp32", torch.float32, False), ("bf16_autocast", torch.float32, True)]:
         m = load(dirname, dtype)
         m.zero_grad()
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-            logits = m(input_ids=x).logits.float()
-        l = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
-        l.backward()
+        # fp32 SDPA falls back to the math backend, which keeps every layer's (heads, T, T) scores for the
+        # backward: 137 GB at 8K tokens on the 1B shapes (seen on the H200, 2026-11-28). The memory-efficient
+        # backend runs fp32 without them.
+        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION]):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                logits = m(input_ids=x).logits.float()
+            l = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+            l.backward()
         gn = math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in m.parameters() if p.grad is not None))
         res[tag] = {"loss": float(l), "grad_norm": gn}
         del m, logits, l
@@ -153,9 +159,11 @@ def loss(dirname, seq, out):
     print(json.dumps(res))
 
 
-def train(dirname, seq, steps, out):
+def train(dirname, seq, steps, out, compiled=False):
     m = load(dirname, torch.bfloat16)
     m.gradient_checkpointing_disable()
+    if compiled:
+        m = torch.compile(m)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
     x, y = first_window(dirname, seq)
     def step():
@@ -173,7 +181,8 @@ def train(dirname, seq, steps, out):
     torch.cuda.synchronize()
     dt = (time.perf_counter() - t0) / steps
     res = {"seq": seq, "step_s": dt, "tokens_per_s": seq / dt, "peak_bytes": torch.cuda.max_memory_allocated(),
-           "params": sum(p.numel() for p in m.parameters()), "mode": "eager+sdpa, bf16 weights, fused AdamW"}
+           "params": sum(p.numel() for p in m.parameters()),
+           "mode": ("torch.compile" if compiled else "eager") + "+sdpa, bf16 weights, fused AdamW"}
     json.dump(res, open(out, "w"), indent=1)
     print(json.dumps(res))
 
@@ -190,7 +199,7 @@ if __name__ == "__main__":
     elif a[0] == "loss":
         loss(a[1], int(a[2]), a[3])
     elif a[0] == "train":
-        train(a[1], int(a[2]), int(a[3]), a[4])
+        train(a[1], int(a[2]), int(a[3]), a[4], compiled=len(a) > 5 and a[5] == "compile")
     else:
         print(__doc__)
         sys.exit(2)

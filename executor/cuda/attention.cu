@@ -1,6 +1,6 @@
 // Launchers of the flash-style attention kernels (device code and design notes:
 // attention_kernels.cuh), instantiated for float and bf16 storage of the inputs and of each
-// output. Status: compiles, untested on GPU (docs/CUDA.md).
+// output. Status: ran on one H200 on 2026-11-28 (docs/GPU_PROOF.md).
 #include <algorithm>
 #include <stdexcept>
 #include <string>

@@ -1,5 +1,6 @@
 // cuDNN 9 fused SDPA (flash attention) through the backend C graph API (cudnn.h, cudnnBackend*
-// descriptors; cudnn-frontend is not used). Status: compiles, untested on GPU.
+// descriptors; cudnn-frontend is not used). Status: ran on one H200 on 2026-11-28 (docs/GPU_PROOF.md): the forward and dV
+// match float64, dQ and dK do not (cause not found); no training path calls it.
 //
 //   data        bf16 Q, K, V, O, dO, dQ, dK, dV in this backend's layout: token-major rows, heads x
 //               head_dim columns ("BSHD": dims {b, h, s, d}, strides {s h d, d, h d, 1}); the

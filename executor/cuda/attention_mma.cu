@@ -1,5 +1,6 @@
 // Launchers of the tensor-core attention (device code and design notes:
-// attention_mma_kernels.cuh). Status: compiles, untested on GPU (docs/CUDA.md).
+// attention_mma_kernels.cuh). Status: ran on one H200 on 2026-11-28 (docs/GPU_PROOF.md); the mixed-dtype backward
+// instantiations (f32 dq with bf16 dk/dv) came after that run: untested on GPU.
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>

@@ -3,7 +3,7 @@
 // attention_mma.hpp. Also run by the CPU emulator in the tests (executor/cuda/tests/
 // cuda_emulator.hpp, mma_emulator.hpp): test_attention_mma_emulated.
 //
-// Status: compiles, untested on GPU (docs/CUDA.md, "Tensor-core attention (attention_mma)").
+// Status: ran on one H200 on 2026-11-28 (docs/GPU_PROOF.md); docs/CUDA.md, "Tensor-core attention (attention_mma)".
 //
 // Semantics are those of the SIMT kernel (attention_kernels.cuh) and of the CPU reference
 // (cpu_backend.cpp attention_forward_block / attention_backward_block): q [tq, hq*d], k and v

@@ -31,7 +31,7 @@
 //
 // Every device call goes through AllocatorDevice, so a test drives the allocator with a fake device
 // (executor/cuda/tests/test_caching_allocator.cpp, label cpu). Status: the allocation logic is
-// verified on the CPU against that fake; the CUDA calls (CudaAllocatorDevice) compile, untested on GPU.
+// verified on the CPU against that fake; the CUDA calls (CudaAllocatorDevice) ran on one H200 (2026-11-28).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -69,7 +69,7 @@ class AllocatorDevice {
 };
 
 // The CUDA runtime for device `device`: cudaMalloc, or cudaMallocManaged with placement hints
-// when `managed` (debugging), and cudaMallocHost for host blocks. Compiles, untested on GPU.
+// when `managed` (debugging), and cudaMallocHost for host blocks. Ran on one H200 (2026-11-28).
 std::unique_ptr<AllocatorDevice> make_cuda_allocator_device(int device, bool managed);
 
 // Thrown when a request cannot be met after the cache was given back. A runtime_error, so callers

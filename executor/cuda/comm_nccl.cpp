@@ -1,5 +1,5 @@
 // The NCCL communicator (see comm_nccl.hpp for the design; failures: nccl_watchdog.hpp).
-// Status: compiles, untested on GPU.
+// Status: a one-rank communicator ran on one H200 on 2026-11-28 (docs/GPU_PROOF.md); several GPUs untested.
 #include "executor/cuda/comm_nccl.hpp"
 
 #include <cuda_runtime_api.h>

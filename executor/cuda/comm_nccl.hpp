@@ -1,5 +1,5 @@
 // The NCCL communicator: the view-level Comm (executor/comm.hpp) on NCCL, for the CUDA backend's
-// memory. Compiles everywhere NCCL is installed; compiles, untested on GPU (docs/CUDA.md); the
+// memory. Compiles everywhere NCCL is installed; a one-rank communicator ran on one H200 on 2026-11-28 (docs/GPU_PROOF.md), several GPUs untested; the
 // watchdog's policy is tested on the CPU (tests/test_nccl_watchdog.cpp).
 //
 //   bootstrap   one NCCL communicator per process group, made from that group's HostComm (an MPI

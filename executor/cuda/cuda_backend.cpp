@@ -11,7 +11,7 @@
 // and the views mix f32 and bf16, the op runs on f32 temporaries (Widened below), which is the
 // reference's own procedure, so the numerics do not change.
 //
-// Status: compiles, untested on GPU (docs/CUDA.md).
+// Status: ran on one H200 on 2026-11-28 (docs/GPU_PROOF.md); changes since are untested on GPU.
 #include "executor/cuda/cuda_backend.hpp"
 
 #include <cuda_runtime_api.h>

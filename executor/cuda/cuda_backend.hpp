@@ -6,8 +6,9 @@
 // (backend.hpp), with the CPU reference's bf16 semantics: bf16 widened on load, fp32 arithmetic,
 // outputs rounded once to nearest even; GEMMs in bf16 on cuBLASLt with fp32 accumulation (issue 13).
 //
-// Status: compiles, untested on GPU. Nothing here has yet run on a GPU (docs/CUDA.md, "What is
-// verified"); the kernel source runs on a CPU emulator in the tests.
+// Status: ran on one H200 on 2026-11-28 (docs/GPU_PROOF.md): the gpu tests pass and ctxrun trains
+// (docs/CUDA.md, "What ran on a GPU"); changes since are untested on GPU. The kernel source also runs on a
+// CPU emulator in the tests.
 //
 // This header is plain C++ (no CUDA headers), so ctxrun_main.cpp can include it.
 #pragma once

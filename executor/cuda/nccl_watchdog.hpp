@@ -22,7 +22,7 @@
 //                     CTXPLAN_NCCL_ABORT_GRACE_S (default 30); tests pass Options and a handler.
 //
 // Plain C++: no CUDA or NCCL here, so the policy is tested on the CPU with fake communicators
-// (tests/test_nccl_watchdog.cpp, label cpu). The NCCL side (comm_nccl.cpp) compiles, untested on GPU.
+// (tests/test_nccl_watchdog.cpp, label cpu). The NCCL side (comm_nccl.cpp) ran as one rank on one H200 (2026-11-28); a real hang is untested.
 #pragma once
 #include <atomic>
 #include <chrono>
