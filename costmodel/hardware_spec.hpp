@@ -23,6 +23,8 @@ struct AttentionKernel {
 struct KernelCurves {
   Curve gemm;             // efficiency vs the GEMM's FLOPs (2*M*N*K), vs peak bf16
   Curve gemm_fp8;         // the same for FP8 GEMMs, vs peak fp8 (kernels.gemm_fp8_gflop); empty: gemm
+  Curve gemm_fp32;        // fp32 GEMMs (precision=fp32), vs peak bf16 (kernels.gemm_fp32_gflop, written by
+                          // ctxrun-calibrate); empty: gemm, which prices fp32 plans optimistically
   std::vector<AttentionKernel> attention;
   Curve memory;           // efficiency vs bytes moved, vs hbm_bytes_per_second
   double launch_seconds = 0;  // fixed cost per kernel

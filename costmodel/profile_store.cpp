@@ -247,6 +247,8 @@ static KernelCurves kernels_from_json(const JsonReader& r) {
   k.gemm = curve_from_json(j, "gemm_gflop", 1e9);
   // FP8 GEMMs reach a different fraction of their (twice as high) peak than bf16 ones: their own curve
   if (j.has("gemm_fp8_gflop")) k.gemm_fp8 = curve_from_json(j, "gemm_fp8_gflop", 1e9);
+  // fp32 GEMMs (exact fp32 compute) reach a small fraction of the bf16 peak: their own curve where measured
+  if (j.has("gemm_fp32_gflop")) k.gemm_fp32 = curve_from_json(j, "gemm_fp32_gflop", 1e9);
   k.memory = curve_from_json(j, "memory_mib", kMiB);
   k.launch_seconds = j.number("launch_us") * 1e-6;
   // kernels.attention.<name> (attention_kernels.hpp): causal curves, optional no-mask curves, head-dim

@@ -134,14 +134,16 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const RuntimeProf
   const int64_t priced = padded_seq(p, seq);
   const LocalShapes s = local_shapes(m, p, priced);
   const AttentionKernel& kernel = find_attention_kernel(c, rt);
-  // GEMMs at the plan's precision; precision=fp32 is priced at the bf16 peak too (the hardware profiles
-  // have no fp32/TF32 curve yet), so an fp32 plan's compute time is optimistic
+  // GEMMs at the plan's precision. precision=fp32 is priced against the bf16 peak on the profile's fp32
+  // curve where ctxrun-calibrate measured one (kernels.gemm_fp32_gflop: about 0.05 of the bf16 peak on an
+  // H200), else on the bf16 curve, which makes an fp32 plan's compute time optimistic
   const double peak = p.precision == Precision::fp8 && c.gpu.peak_fp8_flops > 0 ? c.gpu.peak_fp8_flops : c.gpu.peak_bf16_flops;
   Pricer price{c, peak, &kernel, attention_mask(p, kernel, rt), static_cast<double>(m.head_dim), rt.memory_traffic_factor};
   // an FP8 GEMM's efficiency vs the fp8 peak from its own measured curve where the profile has one
   // (cuBLASLt FP8 reaches ~0.62-0.70 of the fp8 peak on H100 where bf16 reaches ~0.78-0.80 of its own)
   const bool fp8_gemm = p.precision == Precision::fp8 && c.gpu.peak_fp8_flops > 0;
   price.gemm_curve = fp8_gemm && !c.gpu.kernels.gemm_fp8.points.empty() ? &c.gpu.kernels.gemm_fp8 : &c.gpu.kernels.gemm;
+  if (p.precision == Precision::fp32 && !c.gpu.kernels.gemm_fp32.points.empty()) price.gemm_curve = &c.gpu.kernels.gemm_fp32;
   price.gemm_scale = rt.gemm_efficiency_scale;
   price.attention_scale = rt.attention_efficiency_scale;
   k.layers = m.layers;

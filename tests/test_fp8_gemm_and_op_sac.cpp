@@ -72,6 +72,23 @@ TEST(Fp8GemmCurve, Bf16KeepsItsCurveAndFp8IsNotTwiceAsFast) {
   EXPECT_NEAR(old_rule, kOprojFlops / (c.gpu.peak_fp8_flops * c.gpu.kernels.gemm.at(kOprojFlops)), 1e-12);
 }
 
+// precision=fp32 GEMMs on a profile with a measured fp32 curve (h200-141gb-measured, ctxrun-calibrate on
+// an H200, 2026-11-28) run at that curve's fraction of the bf16 peak. The 2^40-FLOP o_proj is the
+// 8192^3 GEMM that backend_ops timed on the same GPU in the same session, with another timing loop:
+// 51.3 TFLOP/s (docs/gpu/2026-11-28-h200-backend_ops_perf.log; torch.matmul gave 50.4 there). Within
+// 2%: the spread of those measurements. A profile without the curve keeps the bf16 curve, as before.
+TEST(Fp32GemmCurve, MeasuredFp32CurvePricesFp32PlansAtTheMeasuredThroughput) {
+  const RuntimeProfile& rt = resolve_runtime(profiles(), "ctxrun-cuda");
+  const double fp32 = oproj_seconds("1x1xh200-measured", "tp=1,precision=fp32", &rt);
+  const double bf16 = oproj_seconds("1x1xh200-measured", "tp=1", &rt);
+  EXPECT_NEAR(kOprojFlops / fp32 / 1e12, 51.3, 0.02 * 51.3);
+  EXPECT_GT(fp32 / bf16, 10.0) << "exact fp32 GEMMs measured at 51 TFLOP/s against 690-790 in bf16";
+  const ClusterSpec datasheet = resolve_cluster(profiles(), "1x1xh200");
+  ASSERT_TRUE(datasheet.gpu.kernels.gemm_fp32.points.empty());
+  EXPECT_NEAR(oproj_seconds("1x1xh200", "tp=1,precision=fp32", &rt),
+              kOprojFlops / (datasheet.gpu.peak_bf16_flops * datasheet.gpu.kernels.gemm.at(kOprojFlops)), 1e-12);
+}
+
 // Llama-3.1-8B, mbs=2 x 8,192 tokens (16,384 per rank), hidden 4096, 8 KV heads of 128 (1024),
 // ffn 14,336. torchtitan's op SAC recomputes wk, wo, w3 per layer:
 //   2 x 16384 x 4096 x (1024 + 4096 + 14336) = 2,611,340,115,968 FLOP

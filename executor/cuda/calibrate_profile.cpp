@@ -80,7 +80,7 @@ json merge_into_profile(const json& base, const Measurements& m, const MergeOpti
                                   "projections at 4K tokens; efficiency vs peak_bf16_tflops; " + who);
   if (!fp32.empty())
     k["gemm_fp32_gflop"] = curve(fp32, "cuBLASLt fp32 (exact fp32 compute, as ctxrun's float32 backend runs today); "
-                                       "efficiency vs peak_bf16_tflops; not read by the cost model; " + who);
+                                       "efficiency vs peak_bf16_tflops; prices precision=fp32 GEMMs; " + who);
 
   std::vector<std::pair<double, double>> mem;
   for (const CopySample& c : m.device_copy)
