@@ -18,7 +18,8 @@
 // Standalone (no Google Benchmark): build/bench/bench_simulator [--space | --one] [model cluster seq plan [reps]]
 // (--one: only the streaming sweep of that plan, with its periodicity statistics, and the same
 // without the margins' guess of where a line ends, as a ratio: for profiles;
-// CTX_BENCH_CLOSED_FORM_MIN and CTX_BENCH_PARTIAL_MIN set simulate_step's two rank thresholds).
+// CTX_BENCH_CLOSED_FORM_MIN and CTX_BENCH_PARTIAL_MIN set simulate_step's two rank thresholds;
+// CTX_BENCH_LAYERS=1 adds one simulation's layer iterations: kind, CPU time, ranks).
 #include <malloc.h>
 #include <sys/resource.h>
 
@@ -31,6 +32,7 @@
 #include <new>
 #include <ctime>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "costmodel/plan_check.hpp"
@@ -189,11 +191,70 @@ void space_rows(const ctx::SearchRequest& req) {
               rows.size(), total / 1e3, rows[rows.size() / 2].ms, rows[rows.size() / 100].ms, rows[0].ms, over);
   std::printf("  jumps: %lld checks failed; %lld jumps checked first where the margins put a line's end, %lld of those failed\n",
               static_cast<long long>(probes_failed), static_cast<long long>(guessed), static_cast<long long>(guesses_failed));
+  // Where the plans over 10 ms stand in the search: how many of them the search simulates as
+  // finalists (at the default 200 and at 1000), and the best rank any of them reaches among the
+  // fitting plans (the search's order: tokens per second, closed form, its finalists simulated).
+  {
+    std::unordered_set<std::string> slow;
+    for (const Row& r : rows)
+      if (r.ms > 10.0) slow.insert(r.plan);
+    for (int refine : {200, 1000}) {
+      ctx::SearchRequest sr = req;
+      sr.refine = refine;
+      const ctx::SearchResult res = ctx::search_plans(sr);
+      int64_t finalists = 0, best_rank = -1;
+      double best_rate = 0;
+      for (size_t i = 0; i < res.ranked.size(); ++i) {
+        const ctx::Candidate& c = res.ranked[i];
+        if (!slow.count(ctx::plan_to_string(c.plan))) continue;
+        finalists += c.simulated;
+        if (best_rank < 0) best_rank = static_cast<int64_t>(i) + 1, best_rate = c.time.tokens_per_second;
+      }
+      std::printf("  the %zu plans over 10 ms in the search with %d finalists: %lld of them simulated as finalists; the best of them ranks %lld of %zu "
+                  "(%.0f tokens/s; the best plan %.0f)\n",
+                  slow.size(), refine, static_cast<long long>(finalists), static_cast<long long>(best_rank), res.ranked.size(), best_rate,
+                  res.ranked.empty() ? 0.0 : res.ranked[0].time.tokens_per_second);
+    }
+  }
   const char* top = std::getenv("CTX_BENCH_SPACE_TOP");  // how many of the slowest plans to list (default 8)
   const size_t shown = top ? static_cast<size_t>(std::max(0, std::atoi(top))) : 8;
   for (size_t i = 0; i < rows.size() && i < shown; ++i)
     std::printf("    %9.1f ms CPU (%.1f wall)  %s  (%lld tasks, %lld layer iterations extrapolated)\n", rows[i].ms, rows[i].wall_ms, rows[i].plan.c_str(),
                 static_cast<long long>(rows[i].tasks), static_cast<long long>(rows[i].extrapolated));
+}
+
+// CTX_BENCH_LAYERS=1 with --one: where one simulation's time went, layer iteration by layer
+// iteration (simulate_step's SimProfile), then summed per loop and kind; what is left of the
+// simulation's CPU time ran between the iterations (Period's snapshots and checks, the loss, the
+// optimizer).
+void layer_profile(const ctx::StepCosts& k, const ctx::Plan& p, int cf_min, int partial_min) {
+  ctx::SimProfile prof;
+  const double c0 = thread_cpu_ms();
+  ctx::simulate_step(k, p, ctx::SimRecord::none, cf_min, partial_min, true, &prof);
+  const double total_ms = thread_cpu_ms() - c0;
+  static const char* kinds[] = {"swept", "probe", "partial"};
+  auto loop = [](ctx::SimPass pass) { return pass == ctx::SimPass::forward ? "forward" : "backward"; };
+  std::printf("  layer iterations of one simulation (%zu; thread CPU time; the backward ring's ranks computed in closed form and moved from\n"
+              "  the layer before, and * where the closed form gave way to the sweep):\n    %-8s %3s %5s %-7s %9s %7s %9s %7s\n",
+              prof.runs.size(), "loop", "mb", "layer", "kind", "ms", "ranks", "computed", "moved");
+  for (const ctx::SimLayerRun& x : prof.runs)
+    std::printf("    %-8s %3lld %5d %-7s %9.3f %7lld %9lld %7lld%s\n", loop(x.pass), static_cast<long long>(x.micro_batch), x.layer, kinds[x.kind],
+                x.cpu_s * 1e3, static_cast<long long>(x.swept_ranks), static_cast<long long>(x.ring_computed), static_cast<long long>(x.ring_moved),
+                x.ring_gave_way ? " *" : "");
+  double in_runs_ms = 0;
+  for (ctx::SimPass pass : {ctx::SimPass::forward, ctx::SimPass::backward})
+    for (int kind = 0; kind < 3; ++kind) {
+      int n = 0;
+      double ms = 0;
+      int64_t computed = 0;
+      for (const ctx::SimLayerRun& x : prof.runs)
+        if (x.pass == pass && x.kind == kind) ++n, ms += x.cpu_s * 1e3, computed += x.ring_computed;
+      if (n == 0) continue;
+      in_runs_ms += ms;
+      std::printf("  %-8s %-7s %4d iterations %8.2f ms (%.3f ms each; %lld backward ring ranks computed in closed form)\n", loop(pass), kinds[kind], n, ms,
+                  ms / n, static_cast<long long>(computed));
+    }
+  std::printf("  between the iterations (snapshots and checks, loss, optimizer): %.2f of %.2f ms\n", total_ms - in_runs_ms, total_ms);
 }
 
 int main(int argc, char** argv) {
@@ -261,6 +322,7 @@ int main(int argc, char** argv) {
                 "extrapolated, %lld jump misses\n",
                 y.best_cpu_ms, y.median_cpu_ms, x.best_cpu_ms / y.best_cpu_ms, y.step, static_cast<long long>(r0.stats.periodic_jumps),
                 static_cast<long long>(r0.stats.layers_extrapolated), static_cast<long long>(r0.stats.jump_misses));
+    if (std::getenv("CTX_BENCH_LAYERS")) layer_profile(k, p, cf_min, partial_min);
     const auto& b = r.time.breakdown;
     std::printf("  breakdown (rep %d): compute %.17g exposed %.17g offload %.17g imbalance %.17g optimizer %.17g; phases %.17g %.17g %.17g\n",
                 r.breakdown_rep, b.compute, b.exposed_comm, b.offload_stall, b.imbalance, b.optimizer, r.time.phase_seconds[0], r.time.phase_seconds[1],

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <functional>
 #include <limits>
 #include <unordered_map>
@@ -96,9 +97,9 @@ constexpr double StepBreakdown::*kBreakdownNumbers[] = {&StepBreakdown::compute,
 class Builder {
  public:
   Builder(const StepCosts& k, const Plan& p, SimResult& out, bool record, int ring_closed_form_min_ranks, int partial_sweep_min_ranks,
-          bool predict_line_ends)
+          bool predict_line_ends, SimProfile* profile)
       : k_(k), p_(p), out_(out), record_(record), ring_closed_form_min_ranks_(ring_closed_form_min_ranks),
-        partial_min_ranks_(partial_sweep_min_ranks), predict_line_ends_(predict_line_ends) {}
+        partial_min_ranks_(partial_sweep_min_ranks), predict_line_ends_(predict_line_ends), profile_(profile) {}
 
   void build() {
     choose_reps();
@@ -122,7 +123,7 @@ class Builder {
       if (!record_ && mb + 2 < k_.ga) {
         const int64_t n = (k_.ga - 2) - mb;
         if (period.observe(*this, {&mb_end_, &reduce_end_}) && n >= 2)
-          mb += period.jump(*this, {&mb_end_, &reduce_end_}, n, [&](int64_t m) { micro_batch(mb + m); });
+          mb += period.jump(*this, {&mb_end_, &reduce_end_}, n, [&](int64_t m) { as(SimLayerRun::probe, [&] { micro_batch(mb + m); }); });
       }
     }
     mb_ = k_.ga - 1;
@@ -130,6 +131,38 @@ class Builder {
   }
 
  private:
+  // ---- the layer profile (simulate_step's `profile`) -------------------------------------------
+  // runs `f` as an iteration of kind `kind` (probes and partial layers, and the layers inside them)
+  template <class F>
+  void as(SimLayerRun::Kind kind, F&& f) {
+    const SimLayerRun::Kind before = run_kind_;
+    if (before == SimLayerRun::swept) run_kind_ = kind;
+    f();
+    run_kind_ = before;
+  }
+  // runs one layer iteration `f`, recorded where a profile is asked for
+  template <class F>
+  void profiled(SimPass pass, int32_t layer, F&& f) {
+    if (!profile_) {
+      f();
+      return;
+    }
+    const double t0 = thread_cpu_s();
+    const int64_t computed = ring_computed_, moved = ring_moved_, gave_way = ring_gave_way_;
+    f();
+    SimLayerRun run;
+    run.kind = run_kind_;
+    run.pass = pass;
+    run.layer = layer;
+    run.micro_batch = mb_;
+    run.cpu_s = thread_cpu_s() - t0;
+    run.swept_ranks = partial_ ? static_cast<int64_t>(std::count(sweep_.begin(), sweep_.end(), 1)) : nreps();
+    run.ring_computed = ring_computed_ - computed;
+    run.ring_moved = ring_moved_ - moved;
+    run.ring_gave_way = ring_gave_way_ - gave_way;
+    profile_->runs.push_back(run);
+  }
+
   // ---- reps -------------------------------------------------------------------------------
   void choose_reps() {
     const size_t classes = k_.attn_fwd.size();
@@ -516,10 +549,21 @@ class Builder {
       x.ring_end = ring.id >= 0 ? ring.end : 0.0;
       x.best_end = a.last.id >= 0 ? a.last.end : -std::numeric_limits<double>::infinity();
     }
-    const bool closed = R >= ring_closed_form_min_ranks_ && !ring_closed_form_failed_ &&
-                        ring_backward_closed_form(j0, steps, k_.p2p_fwd, k_.p2p_dkv, ring_in_, ring_out_, ring_work_);
+    const int period_before = ring_work_.period;
+    const bool try_closed = R >= ring_closed_form_min_ranks_ && !ring_closed_form_failed_;
+    const bool closed = try_closed && ring_backward_closed_form(j0, steps, k_.p2p_fwd, k_.p2p_dkv, ring_in_, ring_out_, ring_work_);
+    if (profile_ && try_closed) {  // (each store counts its own last call: the lines', then the staircases' where lines gave way)
+      if (period_before == 1) ring_computed_ += ring_work_.lines.computed, ring_moved_ += ring_work_.lines.reused;
+      if (ring_work_.period == 2) ring_computed_ += ring_work_.stairs.computed, ring_moved_ += ring_work_.stairs.reused;
+      ring_gave_way_ += !closed;
+    }
     if (!closed) {
-      ring_closed_form_failed_ = R >= ring_closed_form_min_ranks_;  // (the later layers are alike)
+      // (the later layers are alike: not tried again. Also where it gave way in a jump's check, a
+      // state placed on a line that may not hold: tried again after such a check, the 1024-GPU
+      // space's plain rings of 256 ranks without recompute took 1.13-1.15x the CPU time, the
+      // closed form giving way again a few layers later; `bench_simulator --one` with
+      // CTX_BENCH_LAYERS=1 marks where it gives way)
+      ring_closed_form_failed_ = R >= ring_closed_form_min_ranks_;
       ring_backward_sweep(j0, steps, k_.p2p_fwd, k_.p2p_dkv, ring_in_, ring_out_, ring_work_.sweep);
     }
     const double p2p = std::max(0.0, k_.p2p_fwd), p2p_dkv = std::max(0.0, k_.p2p_dkv);
@@ -1220,7 +1264,7 @@ class Builder {
       auto probe = [&](int64_t m, double& off) {
         place(b, carried, m - 1);
         b.take(p_, carried);
-        iterate(m);
+        b.as(SimLayerRun::probe, [&] { iterate(m); });
         b.take(w_, carried);
         if (same_step(s_[1], s_[2], p_, w_, &off)) {
           std::swap(good_p_, p_);
@@ -1709,7 +1753,7 @@ class Builder {
       }
       save_b(bstate_[t & 1], carried);
       partial_ = true, partial_dm_ = static_cast<double>(t + 1), partial_gathers_ = 0, d_failed_ = false;
-      iterate(t + 1);
+      as(SimLayerRun::partial, [&] { iterate(t + 1); });
       partial_ = false;
       if (d_failed_) {  // D failed in layer t: verify layer t - 1
         v = t - 1;
@@ -1729,7 +1773,7 @@ class Builder {
     take(pv_, carried);
     tape_v_.clear(static_cast<size_t>(R));
     tape_out_ = &tape_v_, taping_ = true;
-    iterate(v + 1);
+    as(SimLayerRun::probe, [&] { iterate(v + 1); });
     taping_ = false;
     take(wv_, carried);
     bool ok = d_check(tape_v_, false) == 1 && tape_v_.gathers == tape_[1].gathers;
@@ -1790,7 +1834,7 @@ class Builder {
     d = compute("embedding", 0.0, SimPass::forward, -1, std::move(d), &embed);
     d = tp_reduce(SimPass::forward, -1, std::move(d));  // the vocab-parallel embedding's partial rows
     std::vector<T> gathered = gather(0, SimPass::forward, d), next;  // this layer's parameters, the next one's
-    auto iteration = [&](int32_t l) {
+    auto iteration = [&](int32_t l) { profiled(SimPass::forward, l, [&] {
       // prefetch the next layer's parameters while this one runs (two layers' buffers: the buffer
       // is free when the previous layer has ended, which is when this one starts)
       if (l + 1 < L) next = gather(l + 1, SimPass::forward, d);
@@ -1802,7 +1846,7 @@ class Builder {
         d = layer_forward(l, SimPass::forward, std::move(d), gathered);
       }
       gathered.swap(next);
-    };
+    }); };
     Period& period = layer_period_;  // (one for every layer loop: its snapshots are allocated once)
     period.reset();
     const bool partial = partial_possible();
@@ -1885,7 +1929,7 @@ class Builder {
     std::vector<T> gathered = gather(L - 1, d), next_gathered = none();
     std::vector<T> ckpt_in = k_.ckpt_h2d > 0 ? fetch_ckpt(L - 1, d) : none(), next_ckpt = none();
     std::vector<T> last_reduce = none();
-    auto iteration = [&](int32_t l) {
+    auto iteration = [&](int32_t l) { profiled(SimPass::backward, l, [&] {
       if (l >= 1) {
         next_gathered = gather(l - 1, d);
         if (k_.ckpt_h2d > 0) next_ckpt = fetch_ckpt(l - 1, d);
@@ -1928,7 +1972,7 @@ class Builder {
       d = std::move(x);
       gathered.swap(next_gathered);
       ckpt_in.swap(next_ckpt);
-    };
+    }); };
     Period& period = layer_period_;  // (one for every layer loop: its snapshots are allocated once)
     period.reset();
     margins_.reset();
@@ -2036,6 +2080,16 @@ class Builder {
   int64_t partial_jumps_ = 0, partial_layers_ = 0, partial_misses_ = 0, partial_ranks_ = 0;
   int64_t rise_searches_ = 0;
   bool predict_line_ends_ = true;
+  // the layer profile (simulate_step's `profile`): the kind of iteration running, and the backward
+  // ring's closed-form ranks counted so far
+  SimProfile* profile_ = nullptr;
+  SimLayerRun::Kind run_kind_ = SimLayerRun::swept;
+  int64_t ring_computed_ = 0, ring_moved_ = 0, ring_gave_way_ = 0;
+  static double thread_cpu_s() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
   Margins margins_;  // taped by the layer loops' swept iterations, read by Period::jump
   int64_t kinks_predicted_ = 0, kink_misses_ = 0;
 
@@ -2060,10 +2114,10 @@ class Builder {
 }  // namespace
 
 SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record, int ring_closed_form_min_ranks, int partial_sweep_min_ranks,
-                        bool predict_line_ends) {
+                        bool predict_line_ends, SimProfile* profile) {
   auto t0 = std::chrono::steady_clock::now();
   SimResult r;
-  Builder b(k, p, r, record == SimRecord::tasks, ring_closed_form_min_ranks, partial_sweep_min_ranks, predict_line_ends);
+  Builder b(k, p, r, record == SimRecord::tasks, ring_closed_form_min_ranks, partial_sweep_min_ranks, predict_line_ends, profile);
   b.build();
   const auto& acc = b.reps();
   r.stats.tasks = b.tasks();

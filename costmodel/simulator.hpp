@@ -78,6 +78,29 @@ struct SimResult {
   int breakdown_rep = 0;         // the rank the breakdown is taken on (the one that waits most)
 };
 
+// Where one simulation's time went, layer iteration by layer iteration (opt-in: simulate_step's
+// `profile`; `bench_simulator --one` prints it with CTX_BENCH_LAYERS=1). What runs between the
+// iterations (Period's snapshots and checks, the loss, the optimizer) is not in it.
+struct SimLayerRun {
+  enum Kind : uint8_t {
+    swept,    // a layer iteration of the loop, every simulated rank swept
+    probe,    // a jump's check at its far end (Period::jump; partial_jump's verifying sweep), or inside a micro-batch's
+    partial,  // a layer of a forward partial sweep: only the ranks off their lines swept (swept_ranks)
+  };
+  Kind kind = swept;
+  SimPass pass = SimPass::forward;  // the loop: forward or backward (its recompute pass included)
+  int32_t layer = 0;
+  int64_t micro_batch = 0;
+  double cpu_s = 0;            // the simulating thread's CPU time for the iteration
+  int64_t swept_ranks = 0;     // ranks swept
+  int64_t ring_computed = 0;   // backward ring ranks computed in closed form (ring_backward.hpp; a failed attempt's too)
+  int64_t ring_moved = 0;      // backward ring ranks moved from the layer before instead
+  int64_t ring_gave_way = 0;   // backward ring closed forms that gave way to the step-by-step sweep
+};
+struct SimProfile {
+  std::vector<SimLayerRun> runs;  // in the order they ran
+};
+
 // What simulate_step keeps besides the step time and its breakdown.
 enum class SimRecord : uint8_t {
   none,   // nothing per task: a single sweep in creation order, memory independent of the task count
@@ -123,9 +146,11 @@ int64_t ring_steps_per_layer(const StepCosts& k);
 // (bench_simulator --one measures both; a test needs the search's own far-first probe).
 constexpr int kRingClosedFormMinRanks = 256;
 constexpr int kPartialSweepMinRanks = 128;
+// `profile` (given): every layer iteration's kind, CPU time and ranks, appended (the results are
+// the same with and without it).
 SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record = SimRecord::tasks,
                         int ring_closed_form_min_ranks = kRingClosedFormMinRanks, int partial_sweep_min_ranks = kPartialSweepMinRanks,
-                        bool predict_line_ends = true);
+                        bool predict_line_ends = true, SimProfile* profile = nullptr);
 
 // The event-queue implementation it replaced (every task stored, a priority queue): the oracle of
 // tests/test_simulator_oracle.cpp and the baseline of bench/bench_simulator.cpp. Same results.

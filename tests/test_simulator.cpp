@@ -264,5 +264,79 @@ TEST(Simulator, PlainRingAtScaleSimulatesEveryCpRank) {
   EXPECT_LT(run.r.stats.wall_seconds, 5.0);
 }
 
+// The same results, bit for bit, with and without a layer profile.
+void expect_same_result(const SimResult& a, const SimResult& b, const std::string& what) {
+  EXPECT_EQ(a.time.step_seconds, b.time.step_seconds) << what;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(a.time.phase_seconds[i], b.time.phase_seconds[i]) << what;
+  EXPECT_EQ(a.time.breakdown.compute, b.time.breakdown.compute) << what;
+  EXPECT_EQ(a.time.breakdown.exposed_comm, b.time.breakdown.exposed_comm) << what;
+  EXPECT_EQ(a.time.breakdown.imbalance, b.time.breakdown.imbalance) << what;
+  EXPECT_EQ(a.stats.tasks, b.stats.tasks) << what;
+  EXPECT_EQ(a.stats.layers_extrapolated, b.stats.layers_extrapolated) << what;
+  EXPECT_EQ(a.stats.layers_partially_swept, b.stats.layers_partially_swept) << what;
+}
+
+TEST(Simulator, LayerProfileListsEveryIterationTheLoopsRanAndChangesNoResult) {
+  {
+    // with a recording nothing is jumped: per micro-batch the forward layers 0 .. L-1, then the
+    // backward ones L-1 .. 0, each swept over every simulated rank
+    Simulated s = simulate({"Llama-3.1-8B", "8xh100", "cp=8,cp_kind=ring,zero=0,recompute=selective,ga=2", 65536});
+    SimProfile prof;
+    const SimResult r = simulate_step(s.k, s.p, SimRecord::tasks, kRingClosedFormMinRanks, kPartialSweepMinRanks, true, &prof);
+    expect_same_result(s.r, r, "recording");
+    const int64_t L = s.k.layers;
+    ASSERT_EQ(static_cast<int64_t>(prof.runs.size()), 2 * 2 * L);
+    for (size_t i = 0; i < prof.runs.size(); ++i) {
+      const SimLayerRun& x = prof.runs[i];
+      const int64_t mb = static_cast<int64_t>(i) / (2 * L), j = static_cast<int64_t>(i) % (2 * L);
+      EXPECT_EQ(x.micro_batch, mb) << i;
+      EXPECT_EQ(x.pass, j < L ? SimPass::forward : SimPass::backward) << i;
+      EXPECT_EQ(x.layer, j < L ? j : 2 * L - 1 - j) << i;
+      EXPECT_EQ(x.kind, SimLayerRun::swept) << i;
+      EXPECT_EQ(x.swept_ranks, 8) << i;
+      EXPECT_GE(x.cpu_s, 0) << i;
+    }
+  }
+  {
+    // a 256-rank plain ring of the 1024-GPU space, streaming: lines jumped (their far ends
+    // probed), the forward partly swept, the backward ring in closed form
+    const Plan plan = parse_plan("dp=1,tp=4,cp=256,cp_kind=ring,zero=3");
+    const StepCosts k = step_costs(resolve_model(profiles(), "Llama-3.1-70B"), resolve_cluster(profiles(), "h100-superpod-1024"),
+                                   resolve_runtime(profiles(), "ctxrun-cuda"), plan, 1048576, true);
+    const SimResult plain = simulate_step(k, plan, SimRecord::none);
+    SimProfile prof;
+    const SimResult r = simulate_step(k, plan, SimRecord::none, kRingClosedFormMinRanks, kPartialSweepMinRanks, true, &prof);
+    expect_same_result(plain, r, "streaming");
+    std::map<int, int> kinds;
+    int64_t partial_ranks = 0, whole = 0;
+    const int64_t L = k.layers, R = 256;
+    for (const SimLayerRun& x : prof.runs) {
+      ++kinds[x.kind];
+      EXPECT_TRUE(x.layer >= 0 && x.layer < L) << x.layer;
+      if (x.kind == SimLayerRun::partial) {
+        EXPECT_EQ(x.pass, SimPass::forward);
+        EXPECT_TRUE(x.swept_ranks > 0 && x.swept_ranks < R) << x.swept_ranks;
+        partial_ranks += x.swept_ranks;
+      } else {
+        EXPECT_EQ(x.swept_ranks, R);
+      }
+      if (x.pass == SimPass::forward) {
+        EXPECT_EQ(x.ring_computed + x.ring_moved, 0);
+      } else if (x.ring_gave_way == 0 && x.ring_computed + x.ring_moved > 0) {
+        // a closed form that held: every rank of the ring computed or moved from the layer before,
+        // at least once
+        EXPECT_GE(x.ring_computed + x.ring_moved, R) << "backward layer " << x.layer;
+        ++whole;
+      }
+    }
+    // the statistics count the same partial layers and ranks; every layer a loop did not jump ran
+    EXPECT_EQ(kinds[SimLayerRun::partial], r.stats.layers_partially_swept);
+    EXPECT_EQ(partial_ranks, r.stats.partial_rank_layers);
+    EXPECT_GT(kinds[SimLayerRun::probe], 0);
+    EXPECT_GT(whole, 40);
+    EXPECT_GE(static_cast<int64_t>(prof.runs.size()) + r.stats.layers_extrapolated, 2 * L);
+  }
+}
+
 }  // namespace
 }  // namespace ctx
