@@ -245,8 +245,9 @@ TEST(HsdpSearch, TriesOneNodeShardsForEveryZeroPlan) {
   ASSERT_FALSE(hsdp.empty());
   for (const Plan& p : plans) {
     const int64_t n = 8 / p.tp, dpcp = p.dp * p.cp;
-    if (p.zero_shard == 0 && p.zero >= 1 && n > 1 && n < dpcp && dpcp % n == 0)
+    if (p.zero_shard == 0 && p.zero >= 1 && n > 1 && n < dpcp && dpcp % n == 0) {
       EXPECT_TRUE(hsdp.count(plan_to_string(p) + order_to_string(p))) << plan_to_string(p);
+    }
   }
   for (const std::string& s : hsdp) EXPECT_TRUE(flat.count(s)) << s;
 }

@@ -53,7 +53,9 @@ TEST(RuntimeCapabilities, SearchEnumeratesExactlyThePlansTheStackRuns) {
     }
     for (const Plan& p : enumerate_plans(req)) got.push_back(id(p));
     EXPECT_EQ(got, want) << runtime;
-    if (std::string(runtime) != "ctxrun-cuda") EXPECT_GT(refused, 0) << runtime << ": the free space has plans the stack cannot run";
+    if (std::string(runtime) != "ctxrun-cuda") {
+      EXPECT_GT(refused, 0) << runtime << ": the free space has plans the stack cannot run";
+    }
   }
 }
 
@@ -115,7 +117,9 @@ TEST(RuntimeCapabilities, HfDeepspeedNeverGetsTensorParallelOrRingPlans) {
   ASSERT_FALSE(r.ranked.empty());
   for (const Candidate& c : r.ranked) {
     EXPECT_EQ(c.plan.tp, 1) << plan_to_string(c.plan);
-    if (c.plan.cp > 1) EXPECT_EQ(c.plan.cp_comm, CpComm::a2a) << plan_to_string(c.plan);
+    if (c.plan.cp > 1) {
+      EXPECT_EQ(c.plan.cp_comm, CpComm::a2a) << plan_to_string(c.plan);
+    }
     EXPECT_EQ(c.plan.pp, 1) << plan_to_string(c.plan);
   }
   // and the CLI: its best plan at 128K on 8 GPUs (the example returned tp=2,cp=4,cp_kind=zigzag)
@@ -124,7 +128,9 @@ TEST(RuntimeCapabilities, HfDeepspeedNeverGetsTensorParallelOrRingPlans) {
   for (auto& c : parse_json_text(out.out, "plan").at("top")) {
     const Plan p = parse_plan(c.at("plan_string").get<std::string>());
     EXPECT_EQ(p.tp, 1) << p.tp;
-    if (p.cp > 1) EXPECT_EQ(p.cp_comm, CpComm::a2a) << plan_to_string(p);
+    if (p.cp > 1) {
+      EXPECT_EQ(p.cp_comm, CpComm::a2a) << plan_to_string(p);
+    }
   }
 }
 
