@@ -84,7 +84,7 @@ struct SimResult {
 struct SimLayerRun {
   enum Kind : uint8_t {
     swept,    // a layer iteration of the loop, every simulated rank swept
-    probe,    // a jump's check at its far end (Period::jump; partial_jump's verifying sweep), or inside a micro-batch's
+    probe,    // a jump's check at its far end (Period::jump; partial_jump's verifying sweep), or a layer of a micro-batch's check
     partial,  // a layer of a forward partial sweep: only the ranks off their lines swept (swept_ranks)
   };
   Kind kind = swept;
