@@ -57,13 +57,13 @@ int64_t load_consolidated(Trainer& t, const std::string& ck, const json& info) {
   for (auto& [name, shape] : t.params().full_shapes()) {
     auto it = shapes.find(name);
     std::string want;
-    for (auto d : shape) want += (want.empty() ? "" : "x") + std::to_string(d);
+    for (auto d : shape) want += std::string(want.empty() ? "" : "x") + std::to_string(d);
     if (it == shapes.end())
       throw InputError(ck + "/model.safetensors", name,
                        "missing: the checkpoint is not of model " + t.options().model.name + " (needs " + want + ")");
     if (it->second != shape) {
       std::string got;
-      for (auto d : it->second) got += (got.empty() ? "" : "x") + std::to_string(d);
+      for (auto d : it->second) got += std::string(got.empty() ? "" : "x") + std::to_string(d);
       throw InputError(ck + "/model.safetensors", name,
                        "shape " + got + " does not match model " + t.options().model.name + " (" + want + ")");
     }

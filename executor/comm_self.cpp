@@ -23,8 +23,6 @@ class Done : public Request {
   void wait() override {}
 };
 
-size_t host_type_bytes(HostType t) { return t == HostType::f64 ? 8 : t == HostType::byte ? 1 : 4; }
-
 class SelfComm : public HostComm {
  public:
   int rank() const override { return 0; }

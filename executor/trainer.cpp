@@ -10,7 +10,7 @@ Trainer::Trainer(Backend& be, CommWorld& w, const TrainOptions& o, const Dataset
     : be_(be), o_(o), data_(data), pc_(make_parallel_context(w, be, o.plan)) {
   if (be.annotates())  // only backends that name profiler ranges pay for the labels
     pc_.trace.on_task = [&be](const ScheduleEvent& e) {
-      std::string label = e.layer >= 0 ? "L" + std::to_string(e.layer) + " " : std::string();
+      std::string label = e.layer >= 0 ? std::string("L") + std::to_string(e.layer) + " " : std::string();
       label += std::string(to_string(e.pass)) + " " + e.name + " mb" + std::to_string(e.micro_batch);
       be.annotate_task(label, e.stream != SimStream::compute);
     };

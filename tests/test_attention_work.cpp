@@ -150,8 +150,11 @@ TEST(AttentionWork, PricedPacksRepresentTheHistogramsTokenShares) {
     for (size_t b = 0; b < bins; ++b) el += (prob[b] /= norm) * m1[b];
     std::vector<double> share(bins);  // the expected token share of each bin
     for (size_t b = 0; b < bins; ++b) share[b] = prob[b] * m1[b] / el;
-    if (d.token_share)
-      for (size_t b = 0; b < bins; ++b) EXPECT_NEAR(share[b], d.weights[b], 1e-12);  // tokhist: the weights are token shares
+    if (d.token_share) {
+      for (size_t b = 0; b < bins; ++b) {
+        EXPECT_NEAR(share[b], d.weights[b], 1e-12);  // tokhist: the weights are token shares
+      }
+    }
     // observed shares in the priced packs: greedy packing cuts a document at a pack's end and starts
     // the next pack with its rest, so the packs laid end to end are the drawn documents with the pieces
     // at each boundary joined (only the last pack's cut document keeps its first piece alone)

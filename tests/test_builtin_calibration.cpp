@@ -51,7 +51,9 @@ TEST(BuiltinCalibration, RunsFilesHoldOnlyTheRuntimesFitPointsAtTheirPublishedSt
         const double implied = r.predicted_step_seconds * std::exp(r.step_log_ratio);
         // a published step time is the measurement; a rate's implied step where none is published
         if (r.metric == "iteration_time_s" || matched == 0) {
-          if (r.metric == "iteration_time_s") EXPECT_DOUBLE_EQ(run.measured_step_seconds, r.published) << r.id;
+          if (r.metric == "iteration_time_s") {
+            EXPECT_DOUBLE_EQ(run.measured_step_seconds, r.published) << r.id;
+          }
           else EXPECT_NEAR(run.measured_step_seconds, implied, 1e-6 * implied) << r.id;
         }
         ++matched;
@@ -90,7 +92,9 @@ TEST(BuiltinCalibration, AnAdoptedRecordIsCurrent) {
     for (int p = 0; p < kCalParams; ++p) {
       if (!fit.fitted[p]) continue;
       const double want = now.value[p], got = fit.values.value[p];
-      if (static_cast<CalParam>(p) == CalParam::overhead) EXPECT_NEAR(got, want, 0.02 * want + 1e-6);
+      if (static_cast<CalParam>(p) == CalParam::overhead) {
+        EXPECT_NEAR(got, want, 0.02 * want + 1e-6);
+      }
       else EXPECT_NEAR(std::log(got / want), 0.0, 0.02) << to_string(static_cast<CalParam>(p));
     }
     const std::vector<double> loo = leave_one_out_log_ratios(runs, prior, held);

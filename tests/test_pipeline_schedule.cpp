@@ -169,7 +169,9 @@ TEST(PipelineSchedule, ClosedFormIsExactWithoutSendsAndWithinTheSendsWithThem) {
             }
             for (double x : t.p2p_fwd_s) sends += 2 * x;
             const double exact = schedule_pipeline(t).step_s, closed = pipeline_step_closed_form(t);
-            if (send == 0) EXPECT_NEAR(closed, exact, 1e-9 * exact) << pp << " " << vpp << " " << ga << " " << unequal;
+            if (send == 0) {
+              EXPECT_NEAR(closed, exact, 1e-9 * exact) << pp << " " << vpp << " " << ga << " " << unequal;
+            }
             else EXPECT_LE(std::abs(closed - exact), sends + 1e-9) << pp << " " << vpp << " " << ga << " " << send;
             EXPECT_LE(closed, exact * (1 + 1e-12)) << "the closed form is a lower bound of the schedule";
           }

@@ -87,7 +87,9 @@ TEST(PipelineStages, StageMemoryHoldsItsParametersAndItsInFlightCheckpoints) {
       EXPECT_DOUBLE_EQ(s[Mem::optimizer], rt.optimizer_bytes * params[i]) << where;
       EXPECT_DOUBLE_EQ(s[Mem::checkpoints], static_cast<double>(k.in_flight_layers[i]) * ckpt_per_layer) << where;
       // logits only where the head and loss are
-      if (stages[i] == 3) EXPECT_GT(s[Mem::logits], 0) << where;
+      if (stages[i] == 3) {
+        EXPECT_GT(s[Mem::logits], 0) << where;
+      }
       else EXPECT_EQ(s[Mem::logits], 0) << where;
     }
     // the plan's peak is its highest stage's (stage 2 holds less than stage 1 of everything here)

@@ -82,7 +82,9 @@ TEST(SearchConstraints, ConstrainedSpaceIsTheFullSpaceFiltered) {
       if (std::find(want.begin(), want.end(), x) == want.end()) added.push_back(x);
     EXPECT_TRUE(lost.empty()) << keys << ": " << lost.size() << " lost, e.g. " << lost.front();
     EXPECT_TRUE(added.empty()) << keys << ": " << added.size() << " added, e.g. " << added.front();
-    if (lost.empty() && added.empty()) EXPECT_EQ(got, want) << keys << ": same plans, another order";
+    if (lost.empty() && added.empty()) {
+      EXPECT_EQ(got, want) << keys << ": same plans, another order";
+    }
   }
 }
 
@@ -151,7 +153,9 @@ TEST(SearchConstraintsCli, PlanMaxseqAndSweepReturnOnlyPlansWithTheKeys) {
   auto only_ulysses_tp1 = [](const std::string& text, const std::string& where) {
     const Plan p = parse_plan(text);
     EXPECT_EQ(p.tp, 1) << where << ": " << text;
-    if (p.cp > 1) EXPECT_EQ(p.cp_comm, CpComm::a2a) << where << ": " << text;
+    if (p.cp > 1) {
+      EXPECT_EQ(p.cp_comm, CpComm::a2a) << where << ": " << text;
+    }
   };
   auto r = ctxplan({"plan", "--model", "Llama-3.1-8B", "--cluster", "8xh100", "--seq", "128k", "-p", "tp=1,cp_kind=ulysses", "--json",
                     "--top", "50"});
@@ -200,7 +204,9 @@ TEST(CompleteSearch, OneGpuMaxSeqIsNoLessThanTheAlstPlanAndThePublishedRun) {
     const int64_t own = max_trainable_seq(req.model, req.cluster, req.runtime, plan, int64_t(64) << 20);
     ASSERT_GT(own, 0) << model;
     EXPECT_GE(searched, own) << model << ": search " << plan_to_string(best);
-    if (std::string(model) == "Llama-3.1-8B") EXPECT_GE(searched, 500000) << plan_to_string(best);
+    if (std::string(model) == "Llama-3.1-8B") {
+      EXPECT_GE(searched, 500000) << plan_to_string(best);
+    }
   }
 }
 

@@ -157,7 +157,9 @@ TEST(SearchPrecision, ExhaustiveOnASmallSpaceTheSearchIsTheRuleByBruteForce) {
                            c.plan.moments != StateDtype::runtime;
       EXPECT_EQ(lowered, want.lower) << plan_to_string(c.plan);
     }
-    if (k.lower) EXPECT_GE(r.ranked.size(), 2u);
+    if (k.lower) {
+      EXPECT_GE(r.ranked.size(), 2u);
+    }
   }
 }
 

@@ -287,7 +287,9 @@ TEST(StackImport, TorchtitanPipelineStagesMapToZeroOneAndItsWeightedSplit) {
     EXPECT_TRUE(same_plan(j.plan, parse_plan(c.plan))) << plan_to_string(j.plan);
     EXPECT_TRUE(any_contains(j.warnings, "modelled as zero=1"));
     EXPECT_EQ(any_contains(j.warnings, "pipeline split"), *c.warning != 0);
-    if (*c.warning) EXPECT_TRUE(any_contains(j.warnings, c.warning));
+    if (*c.warning) {
+      EXPECT_TRUE(any_contains(j.warnings, c.warning));
+    }
     // the runtime runs what the import produced
     const RuntimeProfile rt = resolve_runtime(profiles(), j.runtime);
     EXPECT_EQ(missing_capability(rt.capabilities, rt.name, j.plan), "");

@@ -118,7 +118,9 @@ TEST(ValidationTime, FitAndCheckPointsAreSummarisedApart) {
     const ctx::json& s = j.at("summary").at(metric);
     EXPECT_EQ(s.at("points").get<int>(), roles["fit"] + roles["check"]) << metric;
     for (auto& [role, n] : roles)
-      if (n > 0) EXPECT_EQ(s.at(role).at("points").get<int>(), n) << metric << " " << role;
+      if (n > 0) {
+        EXPECT_EQ(s.at(role).at("points").get<int>(), n) << metric << " " << role;
+      }
   }
 }
 

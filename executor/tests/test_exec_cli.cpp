@@ -151,7 +151,7 @@ TEST(ExecCli, ShardedCheckpointPerRankResumesBitExactlyAndRefusesAnotherPlan) {
   EXPECT_NE(w.find("lm_head.weight"), std::string::npos);
   ASSERT_TRUE(fs::exists(hf / "config.json"));
   auto first_loss = [&](int ranks, const std::string& plan) {
-    fs::path rep = hf / ("r" + std::to_string(ranks) + ".json");
+    fs::path rep = hf / (std::string("r") + std::to_string(ranks) + ".json");
     Result r = sh(ctxrun(ranks, "--seq 64 --steps 1 --plan " + plan + " --report " + rep.string() + " --init-from " +
                                     hf.string()));
     EXPECT_EQ(r.code, 0) << r.out;
@@ -343,7 +343,7 @@ TEST(ExecCli, InitFromHuggingFaceFolderLoadsConfigAndWeightsUnderAnyPlan) {
   EXPECT_EQ(cfg["num_key_value_heads"], 2);
   EXPECT_NE(slurp(hf / "model.safetensors").find("model.layers.1.self_attn.q_proj.weight"), std::string::npos);
   auto first_loss = [&](int ranks, const std::string& args) {
-    fs::path rep = d / ("r" + std::to_string(ranks) + ".json");
+    fs::path rep = d / (std::string("r") + std::to_string(ranks) + ".json");
     Result r = sh(ctxrun(ranks, "--seq 64 --steps 1 --report " + rep.string() + " " + args));
     EXPECT_EQ(r.code, 0) << r.out;
     if (r.code != 0) return -1.0;

@@ -401,7 +401,7 @@ inline void launch(const std::string& kernel, Idx grid, Idx block, size_t smem_b
     dyn.tracked_bytes = smem_bytes;
     dyn.name = "dynamic";
     det.regions.push_back(std::move(dyn));
-    if (__start_ctx_emu_shared && __stop_ctx_emu_shared > __start_ctx_emu_shared) {
+    if (__start_ctx_emu_shared && +__stop_ctx_emu_shared > +__start_ctx_emu_shared) {  // (as pointers: the linker's section bounds)
       race::Region st;  // every __shared__ array starts a page (see __shared__ below)
       const uintptr_t lo = reinterpret_cast<uintptr_t>(__start_ctx_emu_shared) & ~(page - 1);
       const uintptr_t hi = reinterpret_cast<uintptr_t>(shared_guard);

@@ -1093,7 +1093,9 @@ struct MmaCase {
           if (want_match) ADD_FAILURE() << what << ": D[" << m << "][" << n << "] = " << D[m * 8 + n] << ", reference " << ref;
         }
       }
-    if (!want_match) EXPECT_GT(bad, 0) << what << ": the planted bug went unnoticed";
+    if (!want_match) {
+      EXPECT_GT(bad, 0) << what << ": the planted bug went unnoticed";
+    }
   }
 };
 
