@@ -50,6 +50,9 @@ int64_t expected_size(const Plan& p, Group g) {
     case Group::ulysses: return p.cp_comm == CpComm::a2a ? p.cp : p.cp_comm == CpComm::a2a_p2p ? p.ulysses : 1;
     case Group::ring: return p.cp / expected_size(p, Group::ulysses);
     case Group::zero: return p.dp * p.cp;
+    case Group::pp:  // (not among kinds(): their groups are checked member by member below)
+    case Group::zero_shard:
+    case Group::zero_replicate: return -1;
   }
   return 0;
 }

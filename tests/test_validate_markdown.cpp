@@ -61,9 +61,10 @@ TEST(ValidateMarkdown, PrintsEveryBlockWithEveryPointOnce) {
 }
 
 TEST(ValidateMarkdown, UpdateDocRewritesOnlyBetweenTheMarkersAndRefusesAMissingBlock) {
-  const std::string path = "/tmp/ctxplan_validate_md_" + std::to_string(getpid()) + ".md";
+  const std::string path = std::string("/tmp/ctxplan_validate_md_") + std::to_string(getpid()) + ".md";
   std::string doc = "# title\n\nprose before\n";
-  for (const char* b : kBlocks) doc += "\n" + open_marker(b) + "\nstale table\n" + close_marker(b) + "\nprose after " + b + "\n";
+  for (const char* b : kBlocks)  // (appended piece by piece: GCC 12's -Wrestrict misfires on "literal" + string)
+    doc.append("\n").append(open_marker(b)).append("\nstale table\n").append(close_marker(b)).append("\nprose after ").append(b).append("\n");
   {
     std::ofstream(path) << doc;
   }

@@ -115,7 +115,7 @@ std::unique_ptr<Instance> instance(std::shared_ptr<S> s, R r, C c) {
 
 std::string dims(std::initializer_list<int64_t> d) {
   std::string s;
-  for (int64_t x : d) s += (s.empty() ? "" : "x") + std::to_string(x);
+  for (int64_t x : d) s += std::string(s.empty() ? "" : "x") + std::to_string(x);
   return s;
 }
 
@@ -784,7 +784,7 @@ Ref rows_of(const Ref& r, int64_t r0, int64_t n, int64_t cols) {
 
 std::string attn_shape_str(const AttnGeom& g) {
   std::string s = "tq " + std::to_string(g.tq()) + " tk";
-  for (size_t b = 0; b < g.ki.size(); ++b) s += (b ? "+" : " ") + std::to_string(g.tk(b));
+  for (size_t b = 0; b < g.ki.size(); ++b) s += std::string(b ? "+" : " ") + std::to_string(g.tk(b));
   return s + " hq " + std::to_string(g.hq) + " hkv " + std::to_string(g.hkv) + " d " + std::to_string(g.d);
 }
 
