@@ -329,7 +329,8 @@ TEST(Simulator, LayerProfileListsEveryIterationTheLoopsRanAndChangesNoResult) {
         ++whole;
       }
     }
-    // the statistics count the same partial layers and ranks; every layer a loop did not jump ran
+    // the statistics count the same partial layers and ranks (no stretch of this plan is ended early by
+    // its checks, which would sweep a layer it then drops); every layer a loop did not jump ran
     EXPECT_EQ(kinds[SimLayerRun::partial], r.stats.layers_partially_swept);
     EXPECT_EQ(partial_ranks, r.stats.partial_rank_layers);
     EXPECT_GT(kinds[SimLayerRun::probe], 0);
