@@ -1,5 +1,6 @@
 #include "gui/app.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -150,7 +151,21 @@ void App::start_simulation() {
       // the per-rank attention work (0.6 s for headtail-doc over 16M tokens at cp=128: not in the frame)
       s.rank_work = cp_work(p, seq);
       s.prediction = predict(m, c, rt, p, seq, &s.sim, SimRecord::none);
-      if (s.sim.stats.tasks <= kTimelineMaxTasks) predict(m, c, rt, p, seq, &s.sim, SimRecord::tasks);
+      if (s.sim.stats.tasks <= kTimelineMaxTasks) {
+        predict(m, c, rt, p, seq, &s.sim, SimRecord::tasks);
+      } else if (p.pp <= 1 && m.layers > 1) {
+        // too large to record (the 1024-GPU space's plain rings: 9.4M-588M tasks): the timeline
+        // draws the same plan over fewer layers, where a layer has few enough tasks
+        const int64_t per_layer = (s.sim.stats.tasks + m.layers - 1) / m.layers;
+        const int64_t layers = std::min({kTimelineShortLayers, m.layers - 1, kTimelineMaxTasks / std::max<int64_t>(1, per_layer)});
+        if (layers >= 1) {
+          ModelSpec shorter = m;
+          shorter.layers = layers;
+          predict(shorter, c, rt, p, seq, &s.timeline_sim, SimRecord::tasks);
+          if (s.timeline_sim.stats.tasks <= kTimelineMaxTasks) s.timeline_layers = layers;
+          else s.timeline_sim = SimResult{};  // (the estimate per layer missed: no timeline)
+        }
+      }
       s.ok = true;
     } catch (const InputError& e) {
       s.error = e.what();
@@ -171,6 +186,8 @@ void App::poll_simulation() {
     if (s.ok) {
       prediction = std::move(s.prediction);
       sim = std::move(s.sim);
+      timeline_sim = std::move(s.timeline_sim);
+      timeline_layers = s.timeline_layers;
       rank_work = std::move(s.rank_work);
       ++sim_generation;
       time_pending = false;

@@ -29,6 +29,10 @@ struct GuiError {
 // The timeline records every task of the simulated step up to this many (about 200 bytes each);
 // beyond it the timeline tab says so and the numbers still come from the whole simulation.
 constexpr int64_t kTimelineMaxTasks = 3'000'000;
+// Layers of the shorter step the timeline draws for a step too large to record (at most; fewer
+// where they would pass kTimelineMaxTasks): enough to show the repeating layer between the first
+// and the last.
+constexpr int64_t kTimelineShortLayers = 6;
 
 class App {
  public:
@@ -42,6 +46,11 @@ class App {
   bool have_prediction = false;
   Prediction prediction;                // of the selected plan under `job`
   SimResult sim;                        // its simulated step (the timeline)
+  // A step too large to record (over kTimelineMaxTasks tasks) keeps its numbers in `sim` without
+  // tasks; the timeline then draws the same plan's step over fewer layers (timeline_layers of the
+  // model's), recorded here (empty: none, or `sim` holds the tasks).
+  SimResult timeline_sim;
+  int64_t timeline_layers = 0;
   CpWork rank_work;                     // its attention pairs per CP rank (the CP work tab; with the simulated step)
   CpChoice cp_choice;                   // the CP axes the header's controls show: the selected plan's, or the last pick
   // where cp_choice comes from: the selected plan's text, a pick with the controls, or (typed text
@@ -126,6 +135,8 @@ class App {
     std::string error;
     Prediction prediction;
     SimResult sim;
+    SimResult timeline_sim;  // (App::timeline_sim)
+    int64_t timeline_layers = 0;
     CpWork rank_work;
   };
   std::string cluster_arg(const std::string& cluster_file) const;

@@ -80,7 +80,8 @@ std::vector<int32_t>::const_iterator first_ending_after(const SimResult& sim, co
 }  // namespace
 
 void draw_timeline_tab(App& app) {
-  if (app.have_prediction && !app.time_pending && app.sim.tasks.empty() && app.sim.stats.tasks > kTimelineMaxTasks) {
+  const bool shorter = app.sim.tasks.empty() && !app.timeline_sim.tasks.empty();  // the same plan over fewer layers
+  if (app.have_prediction && !app.time_pending && app.sim.tasks.empty() && app.sim.stats.tasks > kTimelineMaxTasks && !shorter) {
     ImGui::TextWrapped("This step has %lld tasks; the timeline draws steps of up to %lld. The step time and its breakdown above come "
                        "from the whole simulation. For a trace of a smaller step (fewer layers, micro-batches or CP ranks): "
                        "ctxplan simulate --trace step.json",
@@ -98,7 +99,7 @@ void draw_timeline_tab(App& app) {
     app.shown["timeline"] = {{"tasks", 0}, {"pipeline", app.prediction.pipeline}};
     return;
   }
-  if (!app.have_prediction || app.sim.tasks.empty()) {
+  if (!app.have_prediction || (app.sim.tasks.empty() && !shorter)) {
     ImGui::TextDisabled("no simulated step: select a plan that runs");
     return;
   }
@@ -106,8 +107,14 @@ void draw_timeline_tab(App& app) {
     ImGui::TextDisabled("simulating the step of %s ...", plan_to_string(app.prediction.plan).c_str());
     return;
   }
-  const SimResult& sim = app.sim;
+  const SimResult& sim = shorter ? app.timeline_sim : app.sim;
   const StepBreakdown& b = sim.time.breakdown;
+  if (shorter)
+    ImGui::TextWrapped("This step has %lld tasks; the timeline draws steps of up to %lld, so it shows the same plan over %lld of the "
+                       "model's %lld layers: the same operations per layer, ranks and streams. The step time and breakdown in the "
+                       "header are the whole step's; the ones below are this shorter step's.",
+                       static_cast<long long>(app.sim.stats.tasks), static_cast<long long>(kTimelineMaxTasks),
+                       static_cast<long long>(app.timeline_layers), static_cast<long long>(app.job ? app.job->model.layers : 0));
   View& v = app.state.view;
   const double step = std::max(sim.time.step_seconds, 1e-12);
   if (!(v.timeline_t1 > v.timeline_t0)) v.timeline_t0 = 0, v.timeline_t1 = step;
@@ -204,7 +211,8 @@ void draw_timeline_tab(App& app) {
   record_region(app, "timeline.plot", f.outer_min(), f.outer_max());
   app.shown["timeline"] = {{"rows", rows.labels.size()}, {"row_labels", rows.labels}, {"tasks", sim.tasks.size()},
                            {"rects_drawn", drawn},     {"t0", t0},                  {"t1", t1},
-                           {"step_seconds", step}};
+                           {"step_seconds", step},    {"layers", shorter ? app.timeline_layers : (app.job ? app.job->model.layers : 0)},
+                           {"step_tasks", app.sim.stats.tasks}};
 }
 
 }  // namespace ctx::gui

@@ -6,6 +6,7 @@
 // plan.json and the copied command line reproduce the prediction in the ctxplan CLI.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <set>
@@ -190,6 +191,32 @@ TEST(GuiHeadless, TimelineDrawsEverySimulatedRankAndStream) {
   EXPECT_DOUBLE_EQ(shown["t1"].get<double>(), sim.time.step_seconds) << "starts zoomed out to the whole step";
   expect_region_drawn(r, "timeline.plot");
   const auto reg = r.region("timeline.plot");
+  EXPECT_GT(r.image.count_color(reg, kBlue), 500) << "no forward compute";
+  EXPECT_GT(r.image.count_color(reg, kGreen), 500) << "no backward compute";
+  EXPECT_GT(r.image.count_color(reg, kCyan), 100) << "no ring transfers";
+}
+
+// A step too large to record (issue 15's 128-rank plain ring: 9.4M tasks) draws the same plan over
+// fewer layers: every rank's rows, its forward and backward computes and ring transfers; the header
+// keeps the whole step's time.
+TEST(GuiHeadless, TimelineOfAHugeStepDrawsTheSamePlanOverFewerLayers) {
+  REQUIRE_HEADLESS();
+  const std::string plan = "tp=8,cp=128,cp_kind=ring,zero=3,recompute=full";
+  GuiRun r = run_gui(fresh_dir("timeline_huge"), "timeline_huge",
+                     json{{"inputs", {{"model", "Llama-3.1-70B"}, {"cluster", "h100-superpod-1024"}, {"seq", 1048576}}},
+                          {"view", {{"tab", "timeline"}}}, {"plan", plan}, {"search", false}});
+  expect_clean_picture(r);
+  const json& shown = r.report["shown"]["timeline"];
+  // (the numbers of layers and tasks are the app's: test_gui_logic checks them against its limits)
+  EXPECT_GE(shown["layers"].get<int64_t>(), 1);
+  EXPECT_LT(shown["layers"].get<int64_t>(), 80) << "Llama-3.1-70B has 80 layers";
+  EXPECT_GT(shown["tasks"].get<int64_t>(), 0);
+  EXPECT_LT(shown["tasks"].get<int64_t>() * 10, shown["step_tasks"].get<int64_t>());
+  EXPECT_GE(shown["rows"].get<size_t>(), 128u) << "a row per simulated rank and stream";
+  // (512 rows run past the window, which scrolls: the part in the picture is checked)
+  auto reg = r.region("timeline.plot");
+  reg[3] = std::min(reg[3], static_cast<float>(r.image.height));
+  EXPECT_GT(reg[3] - reg[1], 300) << "the plot starts near the window's top";
   EXPECT_GT(r.image.count_color(reg, kBlue), 500) << "no forward compute";
   EXPECT_GT(r.image.count_color(reg, kGreen), 500) << "no backward compute";
   EXPECT_GT(r.image.count_color(reg, kCyan), 100) << "no ring transfers";

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -394,7 +395,8 @@ TEST(App, ADroppedFileBecomesTheMeasuredRunOnItsTab) {
 }
 
 // A step too large to draw (the 128-rank plain ring of issue 15: 9.4M tasks) keeps its simulated
-// numbers from the streaming sweep, records no task for the timeline, and settles quickly.
+// numbers from the streaming sweep, records none of its tasks, and settles quickly; the timeline
+// gets the same plan over fewer layers, recorded, and the 1024-rank ring (7M tasks a layer) none.
 TEST(App, AHugeStepIsSimulatedButNotRecordedForTheTimeline) {
   App app(std::string(CTXPLAN_SOURCE_DIR) + "/profiles");
   app.state.run_search = false;
@@ -411,16 +413,35 @@ TEST(App, AHugeStepIsSimulatedButNotRecordedForTheTimeline) {
   EXPECT_TRUE(app.sim.tasks.empty());
   EXPECT_EQ(app.prediction.time.method, "simulated");
   EXPECT_GT(app.prediction.time.step_seconds, 0);
+  // the shorter step: the same ranks and task kinds, fewer layers, every task recorded
+  EXPECT_EQ(app.timeline_layers, kTimelineShortLayers);
+  EXPECT_EQ(static_cast<int64_t>(app.timeline_sim.tasks.size()), app.timeline_sim.stats.tasks);
+  EXPECT_GT(app.timeline_sim.stats.tasks, 0);
+  EXPECT_LE(app.timeline_sim.stats.tasks, kTimelineMaxTasks);
+  EXPECT_EQ(app.timeline_sim.reps.size(), app.sim.reps.size());
+  EXPECT_LT(app.timeline_sim.time.step_seconds, app.prediction.time.step_seconds);
+  std::set<std::string> names_short;
+  for (const SimTask& t : app.timeline_sim.tasks) names_short.insert(t.name);
+  EXPECT_TRUE(names_short.count("attention_bwd") && names_short.count("ring_dkv") && names_short.count("zero3_all_gather"));
+  // a layer of the 1024-rank ring alone passes the limit: no timeline
+  app.select_plan("cp=1024,cp_kind=ring,zero=3,recompute=full");
+  settle(app, 2);
+  ASSERT_FALSE(app.time_pending);
+  EXPECT_TRUE(app.sim.tasks.empty());
+  EXPECT_TRUE(app.timeline_sim.tasks.empty());
+  EXPECT_EQ(app.timeline_layers, 0);
   // a small step is recorded for the timeline
   app.state.inputs.model = "Llama-3.1-8B";
   app.state.inputs.cluster = "8xh100";
   app.state.inputs.seq_tokens = 65536;
-  app.inputs_changed(2);
-  settle(app, 2);
-  app.select_plan("cp=8,cp_kind=ring,zero=3,recompute=full");
+  app.inputs_changed(3);
   settle(app, 3);
+  app.select_plan("cp=8,cp_kind=ring,zero=3,recompute=full");
+  settle(app, 4);
   EXPECT_LE(app.sim.stats.tasks, kTimelineMaxTasks);
   EXPECT_EQ(static_cast<int64_t>(app.sim.tasks.size()), app.sim.stats.tasks);
+  EXPECT_TRUE(app.timeline_sim.tasks.empty());
+  EXPECT_EQ(app.timeline_layers, 0);
 }
 
 TEST(App, AnInvalidPlanIsAnErrorNotACrash) {
