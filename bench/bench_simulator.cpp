@@ -30,7 +30,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <new>
-#include <ctime>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -90,11 +89,7 @@ struct Measure {
   int64_t extrapolated = 0;
 };
 
-double thread_cpu_ms() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6;
-}
+double thread_cpu_ms() { return ctx::thread_cpu_seconds() * 1e3; }
 
 template <class F>
 Measure measure(int reps, F&& simulate) {

@@ -147,7 +147,7 @@ class Builder {
       f();
       return;
     }
-    const double t0 = thread_cpu_s();
+    const double t0 = thread_cpu_seconds();
     const int64_t computed = ring_computed_, moved = ring_moved_, gave_way = ring_gave_way_;
     f();
     SimLayerRun run;
@@ -155,7 +155,7 @@ class Builder {
     run.pass = pass;
     run.layer = layer;
     run.micro_batch = mb_;
-    run.cpu_s = thread_cpu_s() - t0;
+    run.cpu_s = thread_cpu_seconds() - t0;
     run.swept_ranks = partial_ ? static_cast<int64_t>(std::count(sweep_.begin(), sweep_.end(), 1)) : nreps();
     run.ring_computed = ring_computed_ - computed;
     run.ring_moved = ring_moved_ - moved;
@@ -2085,11 +2085,6 @@ class Builder {
   SimProfile* profile_ = nullptr;
   SimLayerRun::Kind run_kind_ = SimLayerRun::swept;
   int64_t ring_computed_ = 0, ring_moved_ = 0, ring_gave_way_ = 0;
-  static double thread_cpu_s() {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-  }
   Margins margins_;  // taped by the layer loops' swept iterations, read by Period::jump
   int64_t kinks_predicted_ = 0, kink_misses_ = 0;
 
@@ -2112,6 +2107,12 @@ class Builder {
 };
 
 }  // namespace
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 SimResult simulate_step(const StepCosts& k, const Plan& p, SimRecord record, int ring_closed_form_min_ranks, int partial_sweep_min_ranks,
                         bool predict_line_ends, SimProfile* profile) {

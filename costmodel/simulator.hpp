@@ -100,6 +100,8 @@ struct SimLayerRun {
 struct SimProfile {
   std::vector<SimLayerRun> runs;  // in the order they ran
 };
+// The calling thread's CPU time in seconds (SimLayerRun::cpu_s; bench_simulator's measurements).
+double thread_cpu_seconds();
 
 // What simulate_step keeps besides the step time and its breakdown.
 enum class SimRecord : uint8_t {
